@@ -1,0 +1,88 @@
+"""Device element types: which torch dtypes live on the device and how they stick.
+
+A stick is 128 contiguous bytes of device memory; ``elems_per_stick`` is how many
+elements of a dtype fill one. The bytes stored are the host dtype's own; the
+``DataFormats`` names follow Torch-Spyre where it has one (DESIGN.md section 3).
+"""
+
+from __future__ import annotations
+
+import enum
+
+import torch
+
+BYTES_IN_STICK = 128
+
+
+class DataFormats(enum.Enum):
+    """Device data formats, one per supported torch dtype."""
+
+    SEN169_FP16 = torch.float16
+    BFLOAT16 = torch.bfloat16
+    IEEE_FP32 = torch.float32
+    SENINT8 = torch.int8
+    UINT8 = torch.uint8
+    SENINT16 = torch.int16
+    IEEE_INT32 = torch.int32
+    IEEE_INT64 = torch.int64
+    BOOL = torch.bool
+    SEN143_FP8 = torch.float8_e4m3fn
+    SEN152_FP8 = torch.float8_e5m2
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.value
+
+    def elems_per_stick(self) -> int:
+        return elems_per_stick(self.value)
+
+    def __repr__(self) -> str:
+        return f"DataFormats.{self.name}"
+
+    __str__ = __repr__
+
+
+_FORMAT_OF = {fmt.value: fmt for fmt in DataFormats}
+
+# Integer dtypes of each element width: copies move bits, never values.
+BITS_DTYPE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def check_device_dtype(dtype: object, what: str = "dtype") -> torch.dtype:
+    """Return ``dtype`` if it can live on the device, else raise naming it."""
+    if isinstance(dtype, DataFormats):
+        return dtype.value
+    if not isinstance(dtype, torch.dtype):
+        raise TypeError(f"{what} must be a torch.dtype or DataFormats, got {dtype!r}")
+    if dtype not in _FORMAT_OF:
+        supported = ", ".join(str(d).removeprefix("torch.") for d in _FORMAT_OF)
+        raise ValueError(
+            f"{what} {dtype} is not a device type (float64 and complex types are host-only); "
+            f"supported: {supported}"
+        )
+    return dtype
+
+
+def data_format(dtype: torch.dtype) -> DataFormats:
+    """The device data format of a torch dtype."""
+    return _FORMAT_OF[check_device_dtype(dtype)]
+
+
+def elems_per_stick(dtype: torch.dtype) -> int:
+    return BYTES_IN_STICK // check_device_dtype(dtype).itemsize
+
+
+def check_pad_value(value: object, dtype: torch.dtype) -> int | float | bool:
+    """Validate that ``value`` is exactly representable in ``dtype``."""
+    if isinstance(value, bool) or dtype == torch.bool:
+        if value not in (0, 1, True, False):
+            raise ValueError(f"pad_value {value!r} is not a bool")
+        return bool(value) if dtype == torch.bool else int(value)
+    if not isinstance(value, (int, float)):
+        raise TypeError(f"pad_value must be a number, got {value!r}")
+    if dtype.is_floating_point:
+        return float(value)
+    info = torch.iinfo(dtype)
+    if float(value) != int(value) or not info.min <= int(value) <= info.max:
+        raise ValueError(f"pad_value {value!r} does not fit {dtype} [{info.min}, {info.max}]")
+    return int(value)

@@ -1,0 +1,139 @@
+"""IBM Spyre's ``SpyreTensorLayout``: sticks of 128 bytes, tiled along the host dims.
+
+Four constructor forms (DESIGN.md section 3)::
+
+    SpyreTensorLayout(size, dtype)                          # default layout
+    SpyreTensorLayout(size, dtype, dim_order)               # the seed's form
+    SpyreTensorLayout(size, stride, dtype, dim_order=None)  # Torch-Spyre's form
+    SpyreTensorLayout(device_size, stride_map, DataFormats) # explicit
+
+For ``dim_order`` o the device dims are ``[o1, ..., o(r-1) as stick tiles, o0, stick]``;
+``stride_map`` is filled right to left in the host strides given. A trailing ``-1``
+in ``dim_order`` makes a sparse layout (one element per stick).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from .core.dtypes import DataFormats, check_device_dtype, data_format, elems_per_stick
+from .core.layout import DeviceLayout, check_host
+
+MAX_RANK = 6
+
+
+class SpyreTensorLayout(DeviceLayout):
+    """A Spyre device layout; ``str()`` prints exactly what Torch-Spyre prints."""
+
+    __slots__ = ("dim_order",)
+
+    dim_order: tuple[int, ...] | None
+
+    def __init__(self, *args: object, pad_value: int | float | bool = 0) -> None:
+        if len(args) == 3 and isinstance(args[2], DataFormats):
+            device_size, stride_map, fmt = args
+            _check_explicit(device_size, stride_map, fmt)
+            super().__init__(device_size, stride_map, fmt.dtype, pad_value=pad_value)
+            object.__setattr__(self, "dim_order", None)
+            return
+        if len(args) >= 2 and isinstance(args[1], (torch.dtype, DataFormats)) and len(args) <= 3:
+            size, dtype = args[0], args[1]
+            stride, dim_order = None, args[2] if len(args) == 3 else None
+        elif 3 <= len(args) <= 4 and isinstance(args[2], (torch.dtype, DataFormats)):
+            size, stride, dtype = args[0], args[1], args[2]
+            dim_order = args[3] if len(args) == 4 else None
+        else:
+            raise TypeError(
+                "SpyreTensorLayout takes (size, dtype[, dim_order]), (size, stride, dtype[, dim_order]) "
+                f"or (device_size, stride_map, DataFormats); got {args!r}"
+            )
+        dtype = check_device_dtype(dtype)
+        size, stride = check_host(size, stride)
+        order = _check_dim_order(dim_order, len(size))
+        device_size, stride_map = _default_dims(size, stride, order, elems_per_stick(dtype))
+        super().__init__(device_size, stride_map, dtype, pad_value=pad_value, host_size=size, host_stride=stride)
+        object.__setattr__(self, "dim_order", order)
+
+    @property
+    def device_dtype(self) -> DataFormats:
+        return data_format(self.dtype)
+
+    def elems_per_stick(self) -> int:
+        return elems_per_stick(self.dtype)
+
+    @property
+    def sparse(self) -> bool:
+        """One element per stick: the stick holds no host dim."""
+        return self.stride_map[-1] == -1 and self.device_size[-1] > 1
+
+    def __repr__(self) -> str:
+        text = (
+            f"SpyreTensorLayout(device_size={list(self.device_size)}, stride_map ={list(self.stride_map)}, "
+            f"device_dtype={self.device_dtype!r}"
+        )
+        pad = "" if self.pad_value == 0 else f", pad_value={self.pad_value!r}"
+        return text + pad + ")"
+
+    __str__ = __repr__
+
+
+def _check_explicit(device_size: object, stride_map: object, fmt: DataFormats) -> None:
+    if not isinstance(device_size, Sequence) or not device_size:
+        raise ValueError(f"device_size must be a non-empty sequence, got {device_size!r}")
+    if len(device_size) > MAX_RANK + 2:
+        raise ValueError(f"device_size {list(device_size)} has rank {len(device_size)}; a Spyre layout allows "
+                         f"at most {MAX_RANK + 2} device dims")
+    eps = fmt.elems_per_stick()
+    if device_size[-1] != eps:
+        raise ValueError(f"the stick dim device_size[-1]={device_size[-1]!r} must be {eps} "
+                         f"(elements per 128-byte stick of {fmt!r})")
+
+
+def _check_dim_order(dim_order: object, rank: int) -> tuple[int, ...]:
+    if dim_order is None:
+        order: tuple[int, ...] = tuple(range(rank))
+    else:
+        if isinstance(dim_order, (str, bytes)) or not isinstance(dim_order, Sequence):
+            raise TypeError(f"dim_order must be a sequence of ints, got {dim_order!r}")
+        if any(isinstance(d, bool) or not isinstance(d, int) for d in dim_order):
+            raise TypeError(f"dim_order must hold ints, got {list(dim_order)}")
+        order = tuple(dim_order)
+    dims = order[:-1] if order and order[-1] == -1 else order
+    if sorted(dims) != list(range(rank)):
+        raise ValueError(
+            f"dim_order {list(order)} must be a permutation of {list(range(rank))}, optionally followed by -1 "
+            "(sparse)"
+        )
+    limit = MAX_RANK + 1 if len(order) == rank + 1 else MAX_RANK
+    if rank > limit:
+        raise ValueError(f"host rank {rank} exceeds the Spyre limit of {limit} for dim_order {list(order)} "
+                         f"({MAX_RANK} dims, {MAX_RANK + 1} when sparse)")
+    return order
+
+
+def _default_dims(size: tuple[int, ...], stride: tuple[int, ...], order: tuple[int, ...], eps: int
+                  ) -> tuple[list[int], list[int]]:
+    """Device dims ``[o1..o(r-1) (stick tiles), o0, stick]`` and their host strides."""
+    if not size:
+        return [1, eps], [-1, -1]
+    n = len(order)
+    stick = order[-1]
+
+    def extent(dim: int) -> int:
+        if dim == -1:
+            return 1
+        return -(-size[dim] // eps) if dim == stick else size[dim]
+
+    host_dims = list(order[1:]) + [order[0], stick]
+    device_size = [extent(d) for d in host_dims[:-1]] + [eps]
+    stride_map = [-1] * (n + 1)
+    inner_stride: dict[int, int] = {}
+    for j in reversed(range(n + 1)):  # right to left: each dim's finer part first
+        d = host_dims[j]
+        if d == -1 or size[d] == 1:
+            continue
+        stride_map[j] = inner_stride.get(d, stride[d])
+        inner_stride[d] = stride_map[j] * device_size[j]
+    return device_size, stride_map
