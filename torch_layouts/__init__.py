@@ -1,7 +1,33 @@
-"""torch_layouts: a simulated accelerator device whose tensors live in tiled device layouts."""
+"""torch_layouts: a PyTorch device (``spyre``) whose tensors live in tiled device layouts.
 
-from .core import DataFormats, DeviceLayout
+Importing it registers the device. Layout families: ``SpyreTensorLayout`` (IBM Spyre),
+``htp`` (Qualcomm HTP), ``tensorrt`` (NVIDIA TensorRT), ``mace`` (XiaoMi MACE).
+"""
+
+from . import _C, htp, mace, tensorrt
+from .core import DataFormats, DeviceLayout, LayoutTemplate
 from .dma import DmaProgram, dma_program
+from .runtime import init as _init
+from .runtime.tensor_methods import device_memory, to_layout
 from .spyre import SpyreTensorLayout
 
-__all__ = ["DataFormats", "DeviceLayout", "DmaProgram", "SpyreTensorLayout", "dma_program"]
+_init()
+
+
+def _autoload() -> None:
+    """Entry point for ``torch.backends`` autoloading: importing this package did the work."""
+
+
+__all__ = [
+    "DataFormats",
+    "DeviceLayout",
+    "DmaProgram",
+    "LayoutTemplate",
+    "SpyreTensorLayout",
+    "device_memory",
+    "dma_program",
+    "htp",
+    "mace",
+    "tensorrt",
+    "to_layout",
+]

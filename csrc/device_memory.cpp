@@ -1,0 +1,210 @@
+#include "device_memory.h"
+
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/util/Exception.h>
+
+#include <cctype>
+#include <cstdlib>
+#include <mutex>
+#include <vector>
+
+namespace torch_layouts {
+namespace {
+
+constexpr int64_t kDefaultCapacity = int64_t(16) << 30;
+
+int64_t parse_bytes(const char* name, const char* text) {
+  std::string s(text);
+  size_t i = 0;
+  while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.')) ++i;
+  std::string unit = s.substr(i);
+  for (auto& ch : unit) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  static const std::map<std::string, double> units = {
+      {"", 1}, {"b", 1}, {"k", 1024.0}, {"kb", 1e3}, {"kib", 1024.0}, {"m", 1048576.0},
+      {"mb", 1e6}, {"mib", 1048576.0}, {"g", 1073741824.0}, {"gb", 1e9}, {"gib", 1073741824.0},
+      {"t", 1099511627776.0}, {"tb", 1e12}, {"tib", 1099511627776.0}};
+  auto it = units.find(unit);
+  TORCH_CHECK_VALUE(i > 0 && it != units.end(), name, "='", text,
+                    "' is not a size (examples: 512MiB, 16GiB, 1000000)");
+  double value = std::stod(s.substr(0, i)) * it->second;
+  TORCH_CHECK_VALUE(value >= 0 && value < 9.2e18, name, "='", text, "' is out of range");
+  return static_cast<int64_t>(value);
+}
+
+struct DeviceMemory {
+  std::mutex mutex;
+  int64_t capacity = kDefaultCapacity;
+  MemoryStats stats;
+};
+
+struct Devices {
+  std::vector<std::unique_ptr<DeviceMemory>> memory;
+  Devices() {
+    int count = 1;
+    if (const char* env = std::getenv("TORCH_LAYOUTS_DEVICE_COUNT")) {
+      char* end = nullptr;
+      long value = std::strtol(env, &end, 10);
+      TORCH_CHECK_VALUE(end != env && *end == '\0' && value >= 1 && value <= 64,
+                        "TORCH_LAYOUTS_DEVICE_COUNT='", env, "' must be an integer in [1, 64]");
+      count = static_cast<int>(value);
+    }
+    int64_t capacity = kDefaultCapacity;
+    if (const char* env = std::getenv("TORCH_LAYOUTS_DEVICE_MEMORY")) {
+      capacity = parse_bytes("TORCH_LAYOUTS_DEVICE_MEMORY", env);
+    }
+    for (int i = 0; i < count; ++i) {
+      memory.push_back(std::make_unique<DeviceMemory>());
+      memory.back()->capacity = capacity;
+    }
+  }
+};
+
+Devices& devices() {
+  static Devices instance;
+  return instance;
+}
+
+DeviceMemory& memory_of(c10::DeviceIndex device) {
+  check_device_index(device);
+  return *devices().memory[device];
+}
+
+std::string human(int64_t bytes) {
+  const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes);
+  int u = 0;
+  while (value >= 1024 && u < 4) {
+    value /= 1024;
+    ++u;
+  }
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), u == 0 ? "%.0f %s" : "%.2f %s", value, units[u]);
+  return buf;
+}
+
+void release(void* ctx) {
+  auto* block = static_cast<Block*>(ctx);
+  {
+    DeviceMemory& mem = *devices().memory[block->device];
+    std::lock_guard<std::mutex> lock(mem.mutex);
+    mem.stats.allocated -= block->reserved;
+    mem.stats.requested -= block->nbytes;
+    mem.stats.total_freed += block->reserved;
+    mem.stats.blocks -= 1;
+    mem.stats.num_frees += 1;
+  }
+  std::free(block->ptr);
+  delete block;
+}
+
+}  // namespace
+
+class DeviceAllocator final : public c10::Allocator {
+ public:
+  c10::DataPtr allocate(size_t nbytes) override {
+    auto device = c10::impl::getDeviceGuardImpl(c10::DeviceType::PrivateUse1)->getDevice().index();
+    DeviceMemory& mem = memory_of(device);
+    const auto requested = static_cast<int64_t>(nbytes);
+    const int64_t reserved = requested == 0 ? 0 : (requested + kAlignment - 1) / kAlignment * kAlignment;
+    {
+      std::lock_guard<std::mutex> lock(mem.mutex);
+      if (reserved > mem.capacity - mem.stats.allocated) {
+        mem.stats.num_ooms += 1;
+        TORCH_CHECK_WITH(OutOfMemoryError, false, "spyre:", int(device), " out of memory: tried to allocate ",
+                         human(requested), " (", requested, " bytes); ", human(mem.capacity - mem.stats.allocated),
+                         " free of ", human(mem.capacity), " capacity (", human(mem.stats.allocated),
+                         " allocated). Set TORCH_LAYOUTS_DEVICE_MEMORY to change the capacity.");
+      }
+      mem.stats.allocated += reserved;
+    }
+    void* ptr = nullptr;
+    if (reserved > 0 && posix_memalign(&ptr, kAlignment, static_cast<size_t>(reserved)) != 0) {
+      std::lock_guard<std::mutex> lock(mem.mutex);
+      mem.stats.allocated -= reserved;
+      mem.stats.num_ooms += 1;
+      TORCH_CHECK_WITH(OutOfMemoryError, false, "spyre:", int(device), " out of memory: the host could not back ",
+                       human(requested), " of simulated device memory");
+    }
+    auto* block = new Block{ptr, requested, reserved, device, nullptr};
+    {
+      std::lock_guard<std::mutex> lock(mem.mutex);
+      auto& s = mem.stats;
+      s.requested += requested;
+      s.total_allocated += reserved;
+      s.blocks += 1;
+      s.num_allocs += 1;
+      s.peak_allocated = std::max(s.peak_allocated, s.allocated);
+      s.peak_requested = std::max(s.peak_requested, s.requested);
+      s.peak_blocks = std::max(s.peak_blocks, s.blocks);
+    }
+    return {ptr, block, &release, c10::Device(c10::DeviceType::PrivateUse1, device)};
+  }
+
+  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
+
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+};
+
+DeviceAllocator g_allocator;
+
+int device_count() { return static_cast<int>(devices().memory.size()); }
+
+void check_device_index(c10::DeviceIndex device) {
+  TORCH_CHECK_INDEX(device >= 0 && device < device_count(), "invalid device index spyre:", int(device),
+                    ": there ", device_count() == 1 ? "is 1 spyre device" : "are " + std::to_string(device_count()) +
+                    " spyre devices", " (set TORCH_LAYOUTS_DEVICE_COUNT for more)");
+}
+
+int64_t device_capacity(c10::DeviceIndex device) { return memory_of(device).capacity; }
+
+c10::Allocator* device_allocator() { return &g_allocator; }
+
+Block* block_of(const c10::DataPtr& data) {
+  if (data.get_deleter() != &release) return nullptr;
+  return static_cast<Block*>(data.get_context());
+}
+
+MemoryStats memory_stats(c10::DeviceIndex device) {
+  DeviceMemory& mem = memory_of(device);
+  std::lock_guard<std::mutex> lock(mem.mutex);
+  return mem.stats;
+}
+
+void reset_peak_stats(c10::DeviceIndex device) {
+  DeviceMemory& mem = memory_of(device);
+  std::lock_guard<std::mutex> lock(mem.mutex);
+  mem.stats.peak_allocated = mem.stats.allocated;
+  mem.stats.peak_requested = mem.stats.requested;
+  mem.stats.peak_blocks = mem.stats.blocks;
+}
+
+std::map<std::string, int64_t> memory_stats_dict(c10::DeviceIndex device) {
+  const MemoryStats s = memory_stats(device);
+  const int64_t capacity = device_capacity(device);
+  return {
+      {"allocated_bytes.all.current", s.allocated},
+      {"allocated_bytes.all.peak", s.peak_allocated},
+      {"allocated_bytes.all.allocated", s.total_allocated},
+      {"allocated_bytes.all.freed", s.total_freed},
+      {"requested_bytes.all.current", s.requested},
+      {"requested_bytes.all.peak", s.peak_requested},
+      {"reserved_bytes.all.current", s.allocated},
+      {"reserved_bytes.all.peak", s.peak_allocated},
+      {"active_bytes.all.current", s.allocated},
+      {"active_bytes.all.peak", s.peak_allocated},
+      {"allocation.all.current", s.blocks},
+      {"allocation.all.peak", s.peak_blocks},
+      {"allocation.all.allocated", s.num_allocs},
+      {"allocation.all.freed", s.num_frees},
+      {"num_alloc_retries", 0},
+      {"num_ooms", s.num_ooms},
+      {"capacity_bytes", capacity},
+      {"free_bytes", capacity - s.allocated},
+  };
+}
+
+}  // namespace torch_layouts
+
+REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, &torch_layouts::g_allocator);

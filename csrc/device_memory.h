@@ -1,0 +1,48 @@
+// Simulated device memory: per-device capacity, 128-byte aligned blocks, CUDA-like stats.
+#pragma once
+
+#include <c10/core/Allocator.h>
+#include <c10/core/Device.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+namespace torch_layouts {
+
+struct LayoutInfo;
+
+constexpr int64_t kAlignment = 128;
+
+// One live block of device memory. Its layout (set once the tensor that owns the
+// buffer is created) lets any alias of the storage find how the bytes are laid out.
+struct Block {
+  void* ptr = nullptr;
+  int64_t nbytes = 0;      // bytes requested
+  int64_t reserved = 0;    // bytes counted against the capacity (rounded up)
+  c10::DeviceIndex device = 0;
+  std::shared_ptr<const LayoutInfo> layout;
+};
+
+struct MemoryStats {
+  int64_t allocated = 0, peak_allocated = 0, total_allocated = 0, total_freed = 0;
+  int64_t requested = 0, peak_requested = 0;
+  int64_t blocks = 0, peak_blocks = 0, num_allocs = 0, num_frees = 0, num_ooms = 0;
+};
+
+int device_count();
+int64_t device_capacity(c10::DeviceIndex device);
+void check_device_index(c10::DeviceIndex device);
+
+// The PrivateUse1 allocator: blocks come from the current device's memory.
+c10::Allocator* device_allocator();
+
+// The block behind a storage's data pointer, or nullptr if it is not device memory.
+Block* block_of(const c10::DataPtr& data);
+
+MemoryStats memory_stats(c10::DeviceIndex device);
+void reset_peak_stats(c10::DeviceIndex device);
+std::map<std::string, int64_t> memory_stats_dict(c10::DeviceIndex device);
+
+}  // namespace torch_layouts

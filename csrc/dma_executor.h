@@ -1,0 +1,18 @@
+// Runs DMA nests between raw buffers: bounds-checked, multi-threaded strided copies.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include "layout_info.h"
+
+namespace torch_layouts {
+
+// Copies every nest from src to dst (element offsets). Throws before moving a byte
+// if any nest reaches outside [0, numel) of either buffer.
+void run_nests(const std::vector<Nest>& nests, void* dst, int64_t dst_numel, const void* src,
+               int64_t src_numel, int64_t element_size);
+
+// Sets every position the fills cover in a 1-D typed device buffer to value.
+void run_fills(const std::vector<Fill>& fills, const at::Tensor& device_flat, const c10::Scalar& value);
+
+}  // namespace torch_layouts

@@ -1,0 +1,126 @@
+// Allocation kernels: every device tensor is born with its layout and padding set.
+#include <ATen/EmptyTensor.h>
+#include <ATen/native/Resize.h>
+#include <ATen/ops/set_cpu_dispatch.h>
+#include <c10/core/MemoryFormat.h>
+#include <torch/library.h>
+
+#include "device_memory.h"
+#include "planner.h"
+#include "tensor_impl.h"
+
+namespace torch_layouts {
+namespace {
+
+c10::Device device_of(std::optional<c10::Device> device_opt) {
+  c10::Device device = c10::device_or_default(device_opt);
+  TORCH_CHECK_VALUE(device.is_privateuseone(), "expected a spyre device, got ", device);
+  if (!device.has_index()) {
+    device = c10::Device(device.type(), c10::impl::getDeviceGuardImpl(device.type())->getDevice().index());
+  }
+  check_device_index(device.index());
+  return device;
+}
+
+void check_options(std::optional<c10::Layout> layout_opt, std::optional<bool> pin_memory_opt) {
+  TORCH_CHECK_NOT_IMPLEMENTED(c10::layout_or_default(layout_opt) == c10::Layout::Strided,
+                              "spyre tensors are strided; got layout ", c10::layout_or_default(layout_opt));
+  TORCH_CHECK_VALUE(!c10::pinned_memory_or_default(pin_memory_opt), "pin_memory applies to CPU tensors only");
+}
+
+std::vector<int64_t> strides_for(c10::IntArrayRef size, std::optional<c10::MemoryFormat> format) {
+  switch (format.value_or(c10::MemoryFormat::Contiguous)) {
+    case c10::MemoryFormat::ChannelsLast:
+      return c10::get_channels_last_strides_2d(size);
+    case c10::MemoryFormat::ChannelsLast3d:
+      return c10::get_channels_last_strides_3d(size);
+    default: {
+      const auto strides = c10::contiguous_strides(size);
+      return {strides.begin(), strides.end()};
+    }
+  }
+}
+
+at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::optional<c10::ScalarType> dtype_opt,
+                         std::optional<c10::Layout> layout_opt, std::optional<c10::Device> device_opt,
+                         std::optional<bool> pin_memory_opt) {
+  check_options(layout_opt, pin_memory_opt);
+  const c10::Device device = device_of(device_opt);
+  at::detail::check_size_nonnegative(size);
+  return new_device_tensor(default_layout(c10::dtype_or_default(dtype_opt), size, stride), device);
+}
+
+at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype_opt,
+                               std::optional<c10::Layout> layout_opt, std::optional<c10::Device> device_opt,
+                               std::optional<bool> pin_memory_opt, std::optional<c10::MemoryFormat> format) {
+  at::detail::check_size_nonnegative(size);
+  return empty_strided(size, strides_for(size, format), dtype_opt, layout_opt, device_opt, pin_memory_opt);
+}
+
+// A device buffer has one layout for one host shape: resizing gives a fresh buffer with
+// the default layout of the new shape (old contents are kept only if the shape is unchanged).
+const at::Tensor& resize_(const at::Tensor& self, c10::SymIntArrayRef size_sym,
+                          std::optional<c10::MemoryFormat> format) {
+  const auto size = C10_AS_INTARRAYREF_SLOW(size_sym);
+  at::detail::check_size_nonnegative(size);
+  const auto stride = strides_for(size, format);
+  if (self.sizes() == size && self.strides() == c10::IntArrayRef(stride)) return self;
+  LayoutPtr layout = default_layout(self.scalar_type(), size, stride);
+  at::Tensor fresh = new_device_tensor(layout, self.device());
+  auto* impl = self.unsafeGetTensorImpl();
+  impl->set_storage_keep_dtype(fresh.storage());
+  impl->set_storage_offset(0);
+  impl->set_sizes_and_strides(size, stride);
+  if (auto* spyre = dynamic_cast<SpyreTensorImpl*>(impl)) spyre->set_layout(layout);
+  return self;
+}
+
+void refresh_layout(const at::Tensor& self) {
+  if (auto* impl = dynamic_cast<SpyreTensorImpl*>(self.unsafeGetTensorImpl())) {
+    Block* block = block_of(self.storage().data_ptr());
+    impl->set_layout(block ? block->layout : nullptr);
+  }
+}
+
+at::Tensor& set_storage_offset_(at::Tensor& self, c10::Storage source, c10::SymInt offset,
+                                c10::SymIntArrayRef size, c10::SymIntArrayRef stride) {
+  at::cpu::set_(self, source, offset.expect_int(), C10_AS_INTARRAYREF_SLOW(size), C10_AS_INTARRAYREF_SLOW(stride));
+  refresh_layout(self);
+  return self;
+}
+
+at::Tensor& set_storage_(at::Tensor& self, c10::Storage source) {
+  const int64_t numel = static_cast<int64_t>(source.nbytes()) / static_cast<int64_t>(self.dtype().itemsize());
+  at::cpu::set_(self, source, 0, {numel}, {});
+  refresh_layout(self);
+  return self;
+}
+
+at::Tensor& set_tensor_(at::Tensor& self, const at::Tensor& source) {
+  if (!self.is_same(source)) {
+    at::cpu::set_(self, source.storage(), source.storage_offset(), source.sizes(), source.strides());
+    if (auto* impl = dynamic_cast<SpyreTensorImpl*>(self.unsafeGetTensorImpl())) impl->set_layout(layout_of(source));
+  }
+  return self;
+}
+
+at::Tensor& set_empty_(at::Tensor& self) {
+  c10::Storage storage(c10::Storage::use_byte_size_t(), 0, device_allocator(), /*resizable=*/true);
+  at::cpu::set_(self, storage, 0, {0}, {});
+  refresh_layout(self);
+  return self;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("empty.memory_format", empty_memory_format);
+  m.impl("empty_strided", empty_strided);
+  m.impl("resize_", resize_);
+  m.impl("set_.source_Storage_storage_offset", set_storage_offset_);
+  m.impl("set_.source_Storage", set_storage_);
+  m.impl("set_.source_Tensor", set_tensor_);
+  m.impl("set_", set_empty_);
+}
+
+}  // namespace torch_layouts

@@ -1,0 +1,180 @@
+// Copies between host and device memory and within the device, through DMA programs.
+#include <ATen/ATen.h>
+#include <ATen/MemoryOverlap.h>
+#include <ATen/native/Resize.h>
+#include <torch/library.h>
+
+#include "dma_executor.h"
+#include "planner.h"
+#include "runtime_stats.h"
+#include "tensor_impl.h"
+
+namespace torch_layouts {
+namespace {
+
+c10::ScalarType bits_type(int64_t element_size) {
+  switch (element_size) {
+    case 1: return at::kByte;
+    case 2: return at::kShort;
+    case 4: return at::kInt;
+    case 8: return at::kLong;
+    default: TORCH_CHECK(false, "unsupported element size ", element_size);
+  }
+}
+
+bool has_strides(const at::Tensor& t, c10::IntArrayRef strides) {
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    if (t.size(d) > 1 && t.stride(d) != strides[d]) return false;
+  }
+  return true;
+}
+
+// Elements addressable from a tensor's data pointer to the end of its storage.
+int64_t reachable(const at::Tensor& t) {
+  return static_cast<int64_t>(t.storage().nbytes()) / t.element_size() - t.storage_offset();
+}
+
+// A raw device tensor (no layout): its bytes are in host order, like CPU memory.
+at::Tensor host_order_alias(const at::Tensor& t) {
+  return raw_buffer(t, t.scalar_type()).as_strided(t.sizes(), t.strides(), t.storage_offset());
+}
+
+void h2d(const at::Tensor& src, const at::Tensor& dst) {
+  LayoutPtr layout = element_layout_of(dst);
+  if (!layout) {
+    host_order_alias(dst).copy_(src);
+    return;
+  }
+  const int64_t esize = dst.element_size();
+  if (is_whole_base(dst, *layout)) {
+    at::Tensor host = src;
+    const std::vector<Nest>* nests = &layout->h2d;
+    std::optional<std::vector<Nest>> planned;
+    if (!has_strides(src, layout->base_stride)) {
+      planned = host_nests(*layout, src.strides(), /*h2d=*/true);
+      if (planned) {
+        nests = &*planned;
+      } else {
+        host = at::empty_strided(layout->base_size, layout->base_stride, src.options()).copy_(src);
+        count(Counter::HostBounces);
+      }
+    }
+    run_nests(*nests, dst.storage().mutable_data(), layout->device_numel, host.const_data_ptr(), reachable(host),
+              esize);
+  } else {
+    at::Tensor offsets = view_offsets(*layout, dst.sizes(), dst.strides(), dst.storage_offset());
+    at::Tensor values = src.contiguous().view(bits_type(esize)).reshape({-1});
+    raw_buffer(dst, bits_type(esize)).index_copy_(0, offsets.reshape({-1}), values);
+    count(Counter::ViewScatters);
+  }
+  count(Counter::H2DBytes, dst.numel() * esize);
+}
+
+// Reads a device tensor into a fresh contiguous CPU tensor.
+at::Tensor d2h_fresh(const at::Tensor& src);
+
+void d2h(const at::Tensor& src, const at::Tensor& dst) {
+  LayoutPtr layout = element_layout_of(src);
+  if (!layout) {
+    dst.copy_(host_order_alias(src));
+    return;
+  }
+  if (dst.scalar_type() == src.scalar_type() && is_whole_base(src, *layout) &&
+      at::has_internal_overlap(dst) == at::MemOverlap::No) {
+    const std::vector<Nest>* nests = &layout->d2h;
+    std::optional<std::vector<Nest>> planned;
+    if (!has_strides(dst, layout->base_stride)) {
+      planned = host_nests(*layout, dst.strides(), /*h2d=*/false);
+      nests = planned ? &*planned : nullptr;
+    }
+    if (nests) {
+      run_nests(*nests, dst.mutable_data_ptr(), reachable(dst), src.storage().data(), layout->device_numel,
+                src.element_size());
+      count(Counter::D2HBytes, src.numel() * src.element_size());
+      return;
+    }
+  }
+  dst.copy_(d2h_fresh(src));
+}
+
+at::Tensor d2h_fresh(const at::Tensor& src) {
+  LayoutPtr layout = element_layout_of(src);
+  if (!layout) return host_order_alias(src).clone();
+  const auto options = src.options().device(at::kCPU);
+  if (is_whole_base(src, *layout)) {
+    at::Tensor out = at::empty_strided(layout->base_size, layout->base_stride, options);
+    run_nests(layout->d2h, out.mutable_data_ptr(), reachable(out), src.storage().data(), layout->device_numel,
+              src.element_size());
+    count(Counter::D2HBytes, src.numel() * src.element_size());
+    return out.as_strided(src.sizes(), src.strides(), 0);
+  }
+  at::Tensor offsets = view_offsets(*layout, src.sizes(), src.strides(), src.storage_offset());
+  const auto bits = bits_type(src.element_size());
+  at::Tensor out = raw_buffer(src, bits).take(offsets).view(src.scalar_type());
+  count(Counter::ViewGathers);
+  count(Counter::D2HBytes, src.numel() * src.element_size());
+  return out;
+}
+
+void d2d(const at::Tensor& src, const at::Tensor& dst) {
+  LayoutPtr from = element_layout_of(src), to = element_layout_of(dst);
+  if (from && to && src.scalar_type() == dst.scalar_type() && is_whole_base(src, *from) &&
+      is_whole_base(dst, *to) && from->base_size == to->base_size) {
+    std::optional<std::vector<Nest>> nests =
+        from == to ? std::vector<Nest>{Nest{{from->device_numel}, {1}, {1}, 0, 0}} : relayout_nests(*from, *to);
+    if (nests) {
+      run_nests(*nests, dst.storage().mutable_data(), to->device_numel, src.storage().data(), from->device_numel,
+                src.element_size());
+      count(Counter::D2DBytes, src.numel() * src.element_size());
+      if (from != to) {
+        count(Counter::Relayouts);
+        count(Counter::RelayoutBytes, src.numel() * src.element_size());
+      }
+      return;
+    }
+  }
+  count(Counter::HostBounces);
+  h2d(d2h_fresh(src).to(dst.scalar_type()), dst);
+}
+
+at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool /*non_blocking: copies are synchronous*/) {
+  if (dst.numel() == 0) return dst;
+  at::Tensor src = self.sizes() == dst.sizes() ? self : self.expand(dst.sizes());
+  const bool src_dev = src.is_privateuseone(), dst_dev = dst.is_privateuseone();
+  if (!src_dev && dst_dev) {
+    h2d(src.scalar_type() == dst.scalar_type() ? src : src.to(dst.scalar_type()), dst);
+  } else if (src_dev && !dst_dev) {
+    d2h(src, dst);
+  } else {
+    TORCH_CHECK(src_dev && dst_dev, "spyre copy between ", src.device(), " and ", dst.device());
+    d2d(src, dst);
+  }
+  return dst;
+}
+
+at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
+  if (dst.sizes() != self.sizes()) {
+    if (dst.is_privateuseone()) {
+      dst.resize_(self.sizes());
+    } else {
+      at::native::resize_(dst, self.sizes(), std::nullopt);
+    }
+  }
+  return copy_from(self, dst, false);
+}
+
+at::Scalar local_scalar_dense(const at::Tensor& self) {
+  return at::_local_scalar_dense(d2h_fresh(self));
+}
+
+}  // namespace
+
+at::Tensor to_host(const at::Tensor& src) { return d2h_fresh(src).contiguous(); }
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("_copy_from", copy_from);
+  m.impl("_copy_from_and_resize", copy_from_and_resize);
+  m.impl("_local_scalar_dense", local_scalar_dense);
+}
+
+}  // namespace torch_layouts

@@ -1,0 +1,53 @@
+// What a device buffer's layout compiles to: its Python layout object, the host
+// tensor it was resolved against, and the DMA nests that move that host tensor.
+#pragma once
+
+#include <Python.h>
+#include <c10/core/Scalar.h>
+#include <c10/core/ScalarType.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace torch_layouts {
+
+// One loop nest of a copy, in elements; loops ordered outermost first.
+struct Nest {
+  std::vector<int64_t> ranges, dst_strides, src_strides;
+  int64_t dst_offset = 0, src_offset = 0;
+};
+
+// One loop nest of device positions set to the pad value.
+struct Fill {
+  std::vector<int64_t> ranges, strides;
+  int64_t offset = 0;
+};
+
+// An owned reference to a Python object; dropping it takes the GIL (never at shutdown).
+class PyHandle {
+ public:
+  explicit PyHandle(PyObject* obj);
+  ~PyHandle();
+  PyHandle(const PyHandle&) = delete;
+  PyHandle& operator=(const PyHandle&) = delete;
+  PyObject* get() const { return obj_; }
+
+ private:
+  PyObject* obj_;
+};
+
+struct LayoutInfo {
+  std::shared_ptr<PyHandle> layout;   // the layout object users see
+  std::vector<int64_t> base_size;     // the host tensor the layout holds
+  std::vector<int64_t> base_stride;
+  c10::ScalarType dtype;
+  int64_t device_numel = 0;
+  int64_t storage_nbytes = 0;         // device bytes, or the base's extent if larger
+  std::vector<Nest> h2d, d2h;         // base (strides base_stride, offset 0) <-> device
+  std::vector<Fill> padding;
+  c10::Scalar pad_value;
+  bool identity = false;              // device order is the base's own dense order, no padding
+};
+
+}  // namespace torch_layouts

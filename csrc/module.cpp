@@ -1,0 +1,116 @@
+// Python bindings of the runtime (torch_layouts._C). Kept to bindings only.
+#include <ATen/Context.h>
+#include <torch/csrc/Generator.h>
+#include <torch/csrc/utils/pybind.h>
+#include <torch/extension.h>
+
+#include "device_guard.h"
+#include "device_memory.h"
+#include "dma_executor.h"
+#include "generator.h"
+#include "planner.h"
+#include "runtime_stats.h"
+#include "tensor_impl.h"
+
+namespace py = pybind11;
+using namespace torch_layouts;
+
+namespace {
+
+std::shared_ptr<LayoutInfo> make_layout_info(py::object layout, std::vector<int64_t> base_size,
+                                             std::vector<int64_t> base_stride, at::ScalarType dtype,
+                                             int64_t device_numel, int64_t storage_nbytes, py::object h2d,
+                                             py::object d2h, py::object padding, py::object pad_value,
+                                             bool identity) {
+  TORCH_CHECK_VALUE(base_size.size() == base_stride.size(), "base size and stride differ in length");
+  TORCH_CHECK_VALUE(device_numel >= 0 && storage_nbytes >= device_numel * c10::elementSize(dtype),
+                    "storage of ", storage_nbytes, " bytes cannot hold ", device_numel, " device elements");
+  auto info = std::make_shared<LayoutInfo>();
+  info->layout = std::make_shared<PyHandle>(layout.ptr());
+  info->base_size = std::move(base_size);
+  info->base_stride = std::move(base_stride);
+  info->dtype = dtype;
+  info->device_numel = device_numel;
+  info->storage_nbytes = storage_nbytes;
+  info->h2d = nests_from_python(h2d);
+  info->d2h = nests_from_python(d2h);
+  info->padding = fills_from_python(padding);
+  if (py::isinstance<py::bool_>(pad_value)) {
+    info->pad_value = c10::Scalar(pad_value.cast<bool>());
+  } else if (py::isinstance<py::int_>(pad_value)) {
+    info->pad_value = c10::Scalar(pad_value.cast<int64_t>());
+  } else {
+    info->pad_value = c10::Scalar(pad_value.cast<double>());
+  }
+  info->identity = identity;
+  return info;
+}
+
+py::object layout_object(const at::Tensor& t) {
+  LayoutPtr layout = t.is_privateuseone() ? layout_of(t) : nullptr;
+  if (!layout) return py::none();
+  return py::reinterpret_borrow<py::object>(layout->layout->get());
+}
+
+void run_nests_py(py::object nests, const at::Tensor& dst, const at::Tensor& src) {
+  TORCH_CHECK_VALUE(dst.is_cpu() && src.is_cpu() && dst.dim() == 1 && src.dim() == 1 && dst.is_contiguous() &&
+                        src.is_contiguous(),
+                    "run_nests needs 1-D contiguous CPU buffers");
+  TORCH_CHECK_VALUE(dst.element_size() == src.element_size(), "run_nests buffers differ in element size");
+  auto parsed = nests_from_python(nests);
+  py::gil_scoped_release release;
+  run_nests(parsed, dst.mutable_data_ptr(), dst.numel(), src.const_data_ptr(), src.numel(), dst.element_size());
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  py::class_<LayoutInfo, std::shared_ptr<LayoutInfo>>(m, "LayoutInfo")
+      .def(py::init(&make_layout_info))
+      .def_property_readonly("layout", [](const LayoutInfo& i) {
+        return py::reinterpret_borrow<py::object>(i.layout->get());
+      })
+      .def_readonly("base_size", &LayoutInfo::base_size)
+      .def_readonly("base_stride", &LayoutInfo::base_stride)
+      .def_readonly("device_numel", &LayoutInfo::device_numel)
+      .def_readonly("storage_nbytes", &LayoutInfo::storage_nbytes);
+
+  m.def("_set_planner", &set_planner);
+  m.def("_empty_with_layout", [](std::shared_ptr<LayoutInfo> info, c10::DeviceIndex device) {
+    return new_device_tensor(info, c10::Device(c10::DeviceType::PrivateUse1, device));
+  });
+  m.def("_layout_of", &layout_object);
+  m.def("_layout_info_of", [](const at::Tensor& t) -> py::object {
+    LayoutPtr layout = t.is_privateuseone() ? layout_of(t) : nullptr;
+    if (!layout) return py::none();
+    return py::cast(std::const_pointer_cast<LayoutInfo>(layout));
+  });
+  m.def("_impl_carries_layout", [](const at::Tensor& t) {
+    auto* impl = dynamic_cast<SpyreTensorImpl*>(t.unsafeGetTensorImpl());
+    return impl != nullptr && impl->layout() != nullptr;
+  });
+  m.def("_raw_buffer", [](const at::Tensor& t) {
+    TORCH_CHECK_VALUE(t.is_privateuseone(), "expected a spyre tensor, got one on ", t.device());
+    LayoutPtr layout = layout_of(t);
+    at::Tensor raw = raw_buffer(t, layout ? layout->dtype : t.scalar_type());
+    return layout ? raw.narrow(0, 0, layout->device_numel) : raw;
+  });
+  m.def("_to_host", &to_host, py::call_guard<py::gil_scoped_release>());
+  m.def("_run_nests", &run_nests_py);
+
+  m.def("_device_count", &device_count);
+  m.def("_get_device", &current_device);
+  m.def("_set_device", &set_device);
+  m.def("_exchange_device", &exchange_device);
+  m.def("_capacity", &device_capacity);
+  m.def("_memory_stats", &memory_stats_dict);
+  m.def("_reset_peak_memory_stats", &reset_peak_stats);
+  m.def("_get_default_generator", [](c10::DeviceIndex device) {
+    return py::reinterpret_steal<py::object>(THPGenerator_initDefaultGenerator(default_generator(device)));
+  });
+
+  m.def("_counters", &counters);
+  m.def("_fallback_counts", &fallback_counts);
+  m.def("_reset_stats", &reset_stats);
+  m.def("_set_fallback_warning", &set_fallback_warning);
+}

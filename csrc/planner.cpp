@@ -1,0 +1,115 @@
+#include "planner.h"
+
+#include <torch/csrc/DynamicTypes.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include <map>
+#include <mutex>
+#include <tuple>
+
+namespace py = pybind11;
+
+namespace torch_layouts {
+namespace {
+
+PyObject* g_planner = nullptr;  // a strong reference kept for the process lifetime
+
+py::object planner() {
+  TORCH_CHECK(g_planner != nullptr, "torch_layouts runtime is not initialised (import torch_layouts)");
+  return py::reinterpret_borrow<py::object>(g_planner);
+}
+
+using DefaultKey = std::tuple<int, std::vector<int64_t>, std::vector<int64_t>>;
+std::mutex g_defaults_mutex;
+std::map<DefaultKey, LayoutPtr> g_defaults;
+constexpr size_t kMaxDefaults = 4096;
+
+py::tuple to_tuple(c10::IntArrayRef values) {
+  py::tuple out(values.size());
+  for (size_t i = 0; i < values.size(); ++i) out[i] = py::int_(values[i]);
+  return out;
+}
+
+std::vector<int64_t> int_vector(const py::handle& seq) { return py::cast<std::vector<int64_t>>(seq); }
+
+std::optional<std::vector<Nest>> optional_nests(const py::object& result) {
+  if (result.is_none()) return std::nullopt;
+  return nests_from_python(result);
+}
+
+}  // namespace
+
+void set_planner(py::object obj) {
+  Py_XINCREF(obj.ptr());
+  g_planner = obj.ptr();
+}
+
+std::vector<Nest> nests_from_python(const py::handle& seq) {
+  std::vector<Nest> nests;
+  for (const auto& item : seq) {
+    auto t = py::reinterpret_borrow<py::tuple>(item);
+    TORCH_CHECK_VALUE(t.size() == 5, "a DMA nest is (ranges, dst_strides, src_strides, dst_offset, src_offset)");
+    nests.push_back(Nest{int_vector(t[0]), int_vector(t[1]), int_vector(t[2]), py::cast<int64_t>(t[3]),
+                         py::cast<int64_t>(t[4])});
+    TORCH_CHECK_VALUE(nests.back().ranges.size() == nests.back().dst_strides.size() &&
+                          nests.back().ranges.size() == nests.back().src_strides.size(),
+                      "a DMA nest needs as many strides as loop ranges");
+  }
+  return nests;
+}
+
+std::vector<Fill> fills_from_python(const py::handle& seq) {
+  std::vector<Fill> fills;
+  for (const auto& item : seq) {
+    auto t = py::reinterpret_borrow<py::tuple>(item);
+    TORCH_CHECK_VALUE(t.size() == 3, "a padding nest is (ranges, strides, offset)");
+    fills.push_back(Fill{int_vector(t[0]), int_vector(t[1]), py::cast<int64_t>(t[2])});
+    TORCH_CHECK_VALUE(fills.back().ranges.size() == fills.back().strides.size(),
+                      "a padding nest needs as many strides as loop ranges");
+  }
+  return fills;
+}
+
+LayoutPtr default_layout(c10::ScalarType dtype, c10::IntArrayRef size, c10::IntArrayRef stride) {
+  DefaultKey key{static_cast<int>(dtype), size.vec(), stride.vec()};
+  {
+    std::lock_guard<std::mutex> lock(g_defaults_mutex);
+    auto it = g_defaults.find(key);
+    if (it != g_defaults.end()) return it->second;
+  }
+  LayoutPtr layout;
+  {
+    py::gil_scoped_acquire gil;
+    py::handle dtype_obj(reinterpret_cast<PyObject*>(torch::getTHPDtype(dtype)));
+    py::object info = planner().attr("default_layout_info")(dtype_obj, to_tuple(size), to_tuple(stride));
+    layout = py::cast<std::shared_ptr<LayoutInfo>>(info);
+  }
+  std::lock_guard<std::mutex> lock(g_defaults_mutex);
+  if (g_defaults.size() >= kMaxDefaults) g_defaults.clear();
+  g_defaults.emplace(std::move(key), layout);
+  return layout;
+}
+
+std::optional<std::vector<Nest>> host_nests(const LayoutInfo& layout, c10::IntArrayRef host_stride, bool h2d) {
+  py::gil_scoped_acquire gil;
+  return optional_nests(planner().attr("host_nests")(py::handle(layout.layout->get()), to_tuple(layout.base_size),
+                                                     to_tuple(layout.base_stride), to_tuple(host_stride), h2d));
+}
+
+at::Tensor view_offsets(const LayoutInfo& layout, c10::IntArrayRef sizes, c10::IntArrayRef strides,
+                        int64_t storage_offset) {
+  py::gil_scoped_acquire gil;
+  py::object result = planner().attr("view_offsets")(py::handle(layout.layout->get()), to_tuple(layout.base_size),
+                                                     to_tuple(layout.base_stride), to_tuple(sizes),
+                                                     to_tuple(strides), storage_offset);
+  return py::cast<at::Tensor>(result);
+}
+
+std::optional<std::vector<Nest>> relayout_nests(const LayoutInfo& src, const LayoutInfo& dst) {
+  py::gil_scoped_acquire gil;
+  return optional_nests(planner().attr("relayout_nests")(
+      py::handle(src.layout->get()), to_tuple(src.base_stride), py::handle(dst.layout->get()),
+      to_tuple(dst.base_stride), to_tuple(dst.base_size)));
+}
+
+}  // namespace torch_layouts

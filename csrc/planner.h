@@ -1,0 +1,34 @@
+// The bridge to the Python planner (torch_layouts/runtime/planner.py): layout logic and
+// DMA planning live in Python; the runtime asks for them here and caches the answers.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <pybind11/pybind11.h>
+
+#include <optional>
+
+#include "tensor_impl.h"
+
+namespace torch_layouts {
+
+void set_planner(pybind11::object planner);
+
+// The default layout for a host tensor of this dtype, size and strides (memoised).
+LayoutPtr default_layout(c10::ScalarType dtype, c10::IntArrayRef size, c10::IntArrayRef stride);
+
+// Nests between the layout's device buffer (dst for h2d) and a host tensor of the base's
+// size with other strides; nullopt when no direct program exists.
+std::optional<std::vector<Nest>> host_nests(const LayoutInfo& layout, c10::IntArrayRef host_stride, bool h2d);
+
+// Device element offsets of the elements of a view of the base (an int64 CPU tensor of `sizes`).
+at::Tensor view_offsets(const LayoutInfo& layout, c10::IntArrayRef sizes, c10::IntArrayRef strides,
+                        int64_t storage_offset);
+
+// Nests copying src's device buffer into dst's (same host tensor); nullopt when none exist.
+std::optional<std::vector<Nest>> relayout_nests(const LayoutInfo& src, const LayoutInfo& dst);
+
+// Converts Python nest descriptions (tuples) to C++.
+std::vector<Nest> nests_from_python(const pybind11::handle& seq);
+std::vector<Fill> fills_from_python(const pybind11::handle& seq);
+
+}  // namespace torch_layouts

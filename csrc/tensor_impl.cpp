@@ -1,0 +1,108 @@
+#include "tensor_impl.h"
+
+#include <ATen/native/Resize.h>
+#include <ATen/ops/from_blob.h>
+#include <c10/core/DeviceGuard.h>
+
+#include "device_memory.h"
+#include "dma_executor.h"
+
+namespace torch_layouts {
+
+SpyreTensorImpl::SpyreTensorImpl(c10::Storage&& storage, c10::DispatchKeySet keys, const caffe2::TypeMeta dtype,
+                                 LayoutPtr layout)
+    : c10::TensorImpl(std::move(storage), keys, dtype), layout_(std::move(layout)) {}
+
+SpyreTensorImpl::SpyreTensorImpl(c10::TensorImpl::ImplType type, c10::Storage&& storage, c10::DispatchKeySet keys,
+                                 const caffe2::TypeMeta dtype, LayoutPtr layout)
+    : c10::TensorImpl(type, std::move(storage), keys, dtype), layout_(std::move(layout)) {}
+
+template <typename VariableVersion>
+c10::intrusive_ptr<c10::TensorImpl> SpyreTensorImpl::detach_core(VariableVersion&& version_counter,
+                                                                 bool allow_tensor_metadata_change) const {
+  auto impl = c10::make_intrusive<SpyreTensorImpl>(c10::Storage(storage_), key_set_, data_type_, layout_);
+  copy_tensor_metadata(this, impl.get(), std::forward<VariableVersion>(version_counter),
+                       allow_tensor_metadata_change);
+  impl->refresh_numel();
+  impl->refresh_contiguous();
+  return impl;
+}
+
+c10::intrusive_ptr<c10::TensorImpl> SpyreTensorImpl::shallow_copy_and_detach(
+    const c10::VariableVersion& version_counter, bool allow_tensor_metadata_change) const {
+  return detach_core(version_counter, allow_tensor_metadata_change);
+}
+
+c10::intrusive_ptr<c10::TensorImpl> SpyreTensorImpl::shallow_copy_and_detach(
+    c10::VariableVersion&& version_counter, bool allow_tensor_metadata_change) const {
+  return detach_core(std::move(version_counter), allow_tensor_metadata_change);
+}
+
+void SpyreTensorImpl::shallow_copy_from(const c10::intrusive_ptr<c10::TensorImpl>& impl) {
+  copy_tensor_metadata(impl.get(), this, version_counter(), allow_tensor_metadata_change());
+  if (auto* other = dynamic_cast<SpyreTensorImpl*>(impl.get())) {
+    layout_ = other->layout_;
+  } else if (Block* block = block_of(storage_.data_ptr())) {
+    layout_ = block->layout;
+  }
+  refresh_numel();
+  refresh_contiguous();
+}
+
+LayoutPtr layout_of(const at::Tensor& tensor) {
+  if (auto* impl = dynamic_cast<SpyreTensorImpl*>(tensor.unsafeGetTensorImpl())) {
+    if (impl->layout()) return impl->layout();
+  }
+  if (!tensor.has_storage()) return nullptr;
+  Block* block = block_of(tensor.storage().data_ptr());
+  return block ? block->layout : nullptr;
+}
+
+LayoutPtr element_layout_of(const at::Tensor& tensor) {
+  LayoutPtr layout = layout_of(tensor);
+  if (layout && c10::elementSize(layout->dtype) == tensor.element_size()) return layout;
+  return nullptr;
+}
+
+at::Tensor new_device_tensor(const LayoutPtr& layout, c10::Device device) {
+  check_device_index(device.index());
+  c10::DeviceGuard guard(device);
+  c10::Storage storage(c10::Storage::use_byte_size_t(), layout->storage_nbytes, device_allocator(),
+                       /*resizable=*/true);
+  if (Block* block = block_of(storage.data_ptr())) block->layout = layout;
+  auto tensor = at::detail::make_tensor<SpyreTensorImpl>(std::move(storage),
+                                                         c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                                         c10::scalarTypeToTypeMeta(layout->dtype), layout);
+  tensor.unsafeGetTensorImpl()->set_sizes_and_strides(layout->base_size, layout->base_stride);
+  if (!layout->padding.empty()) {
+    run_fills(layout->padding, raw_buffer(tensor, layout->dtype), layout->pad_value);
+  }
+  return tensor;
+}
+
+at::Tensor make_alias(const at::Tensor& self, c10::IntArrayRef sizes, c10::IntArrayRef strides,
+                      int64_t storage_offset) {
+  auto impl = c10::make_intrusive<SpyreTensorImpl>(c10::TensorImpl::VIEW, c10::Storage(self.storage()),
+                                                   self.key_set(), self.dtype(), layout_of(self));
+  at::Tensor result(std::move(impl));
+  at::native::setStrided(result, sizes, strides, storage_offset);
+  return result;
+}
+
+bool is_whole_base(const at::Tensor& tensor, const LayoutInfo& layout) {
+  if (tensor.storage_offset() != 0 || tensor.sizes() != c10::IntArrayRef(layout.base_size)) return false;
+  for (int64_t d = 0; d < tensor.dim(); ++d) {
+    if (tensor.size(d) > 1 && tensor.stride(d) != layout.base_stride[d]) return false;
+  }
+  return true;
+}
+
+at::Tensor raw_buffer(const at::Tensor& tensor, c10::ScalarType dtype) {
+  c10::Storage storage = tensor.storage();
+  const int64_t numel = static_cast<int64_t>(storage.nbytes()) / c10::elementSize(dtype);
+  return at::from_blob(
+      storage.mutable_data(), {numel}, [storage](void*) mutable { storage = c10::Storage(); },
+      at::TensorOptions().dtype(dtype).device(at::kCPU));
+}
+
+}  // namespace torch_layouts

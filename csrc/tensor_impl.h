@@ -1,0 +1,60 @@
+// SpyreTensorImpl: a device tensor that carries the layout of its buffer.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/TensorImpl.h>
+
+#include <memory>
+
+#include "layout_info.h"
+
+namespace torch_layouts {
+
+using LayoutPtr = std::shared_ptr<const LayoutInfo>;
+
+class SpyreTensorImpl final : public c10::TensorImpl {
+ public:
+  SpyreTensorImpl(c10::Storage&& storage, c10::DispatchKeySet keys, const caffe2::TypeMeta dtype, LayoutPtr layout);
+  SpyreTensorImpl(c10::TensorImpl::ImplType type, c10::Storage&& storage, c10::DispatchKeySet keys,
+                  const caffe2::TypeMeta dtype, LayoutPtr layout);
+
+  const LayoutPtr& layout() const { return layout_; }
+  void set_layout(LayoutPtr layout) { layout_ = std::move(layout); }
+
+  c10::intrusive_ptr<c10::TensorImpl> shallow_copy_and_detach(const c10::VariableVersion& version_counter,
+                                                              bool allow_tensor_metadata_change) const override;
+  c10::intrusive_ptr<c10::TensorImpl> shallow_copy_and_detach(c10::VariableVersion&& version_counter,
+                                                              bool allow_tensor_metadata_change) const override;
+  void shallow_copy_from(const c10::intrusive_ptr<c10::TensorImpl>& impl) override;
+
+ private:
+  template <typename VariableVersion>
+  c10::intrusive_ptr<c10::TensorImpl> detach_core(VariableVersion&& version_counter,
+                                                  bool allow_tensor_metadata_change) const;
+  LayoutPtr layout_;
+};
+
+// The layout of a device tensor's buffer: carried by its impl, else recorded with
+// its storage; nullptr for raw device storage (bytes in host order).
+LayoutPtr layout_of(const at::Tensor& tensor);
+
+// The layout when it applies to this tensor's elements (same element size), else nullptr.
+LayoutPtr element_layout_of(const at::Tensor& tensor);
+
+// A fresh device tensor holding `layout`'s base, padding already set to the pad value.
+at::Tensor new_device_tensor(const LayoutPtr& layout, c10::Device device);
+
+// A view of `self` (same storage, same layout).
+at::Tensor make_alias(const at::Tensor& self, c10::IntArrayRef sizes, c10::IntArrayRef strides,
+                      int64_t storage_offset);
+
+// True when `tensor` spans exactly the host tensor its layout holds.
+bool is_whole_base(const at::Tensor& tensor, const LayoutInfo& layout);
+
+// Reads a device tensor (any view) into a fresh contiguous CPU tensor (kernels_copy.cpp).
+at::Tensor to_host(const at::Tensor& src);
+
+// A 1-D CPU tensor of `dtype` aliasing a device tensor's whole buffer.
+at::Tensor raw_buffer(const at::Tensor& tensor, c10::ScalarType dtype);
+
+}  // namespace torch_layouts

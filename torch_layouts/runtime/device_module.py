@@ -1,0 +1,155 @@
+"""``torch.spyre``: device management, random state and memory statistics (CUDA-like)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from .. import _C
+
+DeviceLike = torch.device | str | int | None
+
+
+def _index(device: DeviceLike = None) -> int:
+    if device is None:
+        return _C._get_device()
+    if isinstance(device, str):
+        device = torch.device(device)
+    if isinstance(device, torch.device):
+        if device.type != "spyre":
+            raise ValueError(f"expected a spyre device, got {device}")
+        return _C._get_device() if device.index is None else device.index
+    if isinstance(device, bool) or not isinstance(device, int):
+        raise TypeError(f"device must be a torch.device, str or int, got {device!r}")
+    return device
+
+
+def is_available() -> bool:
+    return _C._device_count() > 0
+
+
+def is_initialized() -> bool:
+    return True
+
+
+def _lazy_init() -> None:
+    """The simulated device needs no lazy initialisation."""
+
+
+def _is_in_bad_fork() -> bool:
+    """Simulated device memory is plain host memory: forking is always safe."""
+    return False
+
+
+def device_count() -> int:
+    return _C._device_count()
+
+
+def current_device() -> int:
+    return _C._get_device()
+
+
+def set_device(device: DeviceLike) -> None:
+    _C._set_device(_index(device))
+
+
+@contextlib.contextmanager
+def device(device: DeviceLike) -> Iterator[None]:
+    """Make ``device`` current inside the block."""
+    previous = _C._exchange_device(_index(device))
+    try:
+        yield
+    finally:
+        _C._set_device(previous)
+
+
+def synchronize(device: DeviceLike = None) -> None:
+    """Every spyre operation completes before it returns; this only validates ``device``."""
+    _C._capacity(_index(device))
+
+
+def get_device_name(device: DeviceLike = None) -> str:
+    return f"spyre:{_index(device)} (simulated, torch_layouts)"
+
+
+# -- random state --------------------------------------------------------------
+def _generator(device: DeviceLike = None) -> torch.Generator:
+    return _C._get_default_generator(_index(device))
+
+
+def manual_seed(seed: int) -> None:
+    _generator().manual_seed(int(seed))
+
+
+def manual_seed_all(seed: int) -> None:
+    for i in range(device_count()):
+        _generator(i).manual_seed(int(seed))
+
+
+def seed() -> None:
+    _generator().seed()
+
+
+def seed_all() -> None:
+    for i in range(device_count()):
+        _generator(i).seed()
+
+
+def initial_seed() -> int:
+    return _generator().initial_seed()
+
+
+def get_rng_state(device: DeviceLike = "spyre") -> torch.Tensor:
+    return _generator(device).get_state()
+
+
+def set_rng_state(new_state: torch.Tensor, device: DeviceLike = "spyre") -> None:
+    _generator(device).set_state(new_state)
+
+
+def get_rng_state_all() -> list[torch.Tensor]:
+    return [get_rng_state(i) for i in range(device_count())]
+
+
+def set_rng_state_all(new_states: list[torch.Tensor]) -> None:
+    for i, state in enumerate(new_states):
+        set_rng_state(state, i)
+
+
+# -- memory --------------------------------------------------------------------
+def memory_stats(device: DeviceLike = None) -> dict[str, Any]:
+    """Allocator statistics, with the key names of ``torch.cuda.memory_stats``."""
+    return dict(sorted(_C._memory_stats(_index(device)).items()))
+
+
+def memory_allocated(device: DeviceLike = None) -> int:
+    return _C._memory_stats(_index(device))["allocated_bytes.all.current"]
+
+
+def max_memory_allocated(device: DeviceLike = None) -> int:
+    return _C._memory_stats(_index(device))["allocated_bytes.all.peak"]
+
+
+def memory_reserved(device: DeviceLike = None) -> int:
+    return _C._memory_stats(_index(device))["reserved_bytes.all.current"]
+
+
+def max_memory_reserved(device: DeviceLike = None) -> int:
+    return _C._memory_stats(_index(device))["reserved_bytes.all.peak"]
+
+
+def reset_peak_memory_stats(device: DeviceLike = None) -> None:
+    _C._reset_peak_memory_stats(_index(device))
+
+
+def mem_get_info(device: DeviceLike = None) -> tuple[int, int]:
+    """(free bytes, capacity bytes) of the simulated device memory."""
+    stats = _C._memory_stats(_index(device))
+    return stats["free_bytes"], stats["capacity_bytes"]
+
+
+def empty_cache() -> None:
+    """Blocks return to the host when freed; there is no cache to empty."""

@@ -1,0 +1,134 @@
+"""What the C++ runtime asks Python: layouts, DMA nests and view offsets.
+
+Each answer is memoised; the runtime caches default layouts itself, so the hot path
+of small copies never enters Python.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+
+import torch
+
+from .. import _C
+from ..core.dtypes import check_device_dtype
+from ..core.layout import DeviceLayout, LayoutTemplate
+from ..dma.plan import Transfer, host_digits, plan, swap
+from ..dma.program import dma_program
+from ..dma.relayout import relayout_transfers
+from ..spyre import MAX_RANK, SpyreTensorLayout
+
+Shape = tuple[int, ...]
+
+
+def default_layout(size: Sequence[int], stride: Sequence[int], dtype: torch.dtype) -> DeviceLayout:
+    """The layout a tensor gets without ``device_layout``: Spyre's default, or row-major above rank 6."""
+    dtype = check_device_dtype(dtype, "spyre tensor dtype")
+    if len(size) <= MAX_RANK:
+        return SpyreTensorLayout(tuple(size), tuple(stride), dtype)
+    order = sorted(range(len(size)), key=lambda d: -stride[d])
+    return DeviceLayout(
+        [size[d] for d in order],
+        [stride[d] if size[d] != 1 else -1 for d in order],
+        dtype,
+        host_size=size,
+        host_stride=stride,
+    )
+
+
+def bind(spec: object, size: Sequence[int], dtype: torch.dtype) -> DeviceLayout:
+    """A concrete layout for a host tensor from a layout or a family template."""
+    if isinstance(spec, LayoutTemplate):
+        return spec.bind(tuple(size), dtype)
+    if isinstance(spec, DeviceLayout):
+        if spec.dtype != dtype:
+            raise ValueError(f"device_layout {spec} holds {spec.dtype}, the tensor is {dtype}")
+        spec.resolve(tuple(size))
+        return spec
+    raise TypeError(f"device_layout must be a layout or a layout template, got {spec!r}")
+
+
+def _extent_bytes(size: Shape, stride: Shape, itemsize: int) -> int:
+    if math.prod(size) == 0:
+        return 0
+    return (1 + sum((n - 1) * s for n, s in zip(size, stride))) * itemsize
+
+
+def _tuples(transfers: Sequence[Transfer]) -> list[tuple]:
+    return [tuple(t) for t in transfers]
+
+
+@functools.lru_cache(maxsize=4096)
+def layout_info(layout: DeviceLayout, size: Shape, stride: Shape) -> _C.LayoutInfo:
+    """The runtime's compiled form of a layout holding a host tensor of this size and strides."""
+    h2d = dma_program(layout, size, stride, 0, "h2d")
+    d2h = dma_program(layout, size, stride, 0, "d2h")
+    identity = (
+        not h2d.padding
+        and layout.device_numel == math.prod(size)
+        and all(len(n.ranges) == 1 and n.device_strides == (1,) and n.host_strides == (1,) for n in h2d.nests)
+        and all(n.device_offset == n.host_offset for n in h2d.nests)
+    )
+    storage = max(layout.nbytes, _extent_bytes(size, stride, layout.element_size))
+    return _C.LayoutInfo(
+        layout, list(size), list(stride), layout.dtype, layout.device_numel, storage,
+        _tuples(h2d.transfers()), _tuples(d2h.transfers()), [tuple(f) for f in h2d.padding],
+        layout.pad_value, identity,
+    )
+
+
+def info_for(layout: DeviceLayout, size: Sequence[int]) -> _C.LayoutInfo:
+    """``layout_info`` with the host strides the layout reads its stride_map in."""
+    res = layout.resolve(tuple(size))
+    return layout_info(layout, res.host_size, res.host_stride)
+
+
+def default_layout_info(dtype: torch.dtype, size: Shape, stride: Shape) -> _C.LayoutInfo:
+    return layout_info(default_layout(size, stride, dtype), size, stride)
+
+
+@functools.lru_cache(maxsize=4096)
+def host_nests(layout: DeviceLayout, size: Shape, stride: Shape, host_stride: Shape, h2d: bool) -> list[tuple] | None:
+    """Nests between the device buffer and a host tensor whose strides are not the layout's."""
+    res = layout.resolve(size, stride)
+    other = [host_digits(res, group, host_stride) for group in res.groups]
+    transfers = plan(res, other, 0, broadcast_full=h2d)
+    if transfers is None:
+        return None
+    return _tuples(transfers if h2d else swap(transfers))
+
+
+def relayout_nests(src: DeviceLayout, src_stride: Shape, dst: DeviceLayout, dst_stride: Shape,
+                   size: Shape) -> list[tuple] | None:
+    transfers = relayout_transfers(src, dst, size, src_stride, dst_stride)
+    return None if transfers is None else _tuples(transfers)
+
+
+def view_offsets(layout: DeviceLayout, size: Shape, stride: Shape, view_size: Shape, view_stride: Shape,
+                 view_offset: int) -> torch.Tensor:
+    """Device element offsets of every element of a view of the base tensor."""
+    res = layout.resolve(size, stride)
+    host = torch.full(view_size, view_offset, dtype=torch.int64)
+    for d, (n, s) in enumerate(zip(view_size, view_stride)):
+        shape = [1] * len(view_size)
+        shape[d] = n
+        host += torch.arange(n, dtype=torch.int64).view(shape) * s
+    _check_in_base(host, size, stride)
+    return res.device_offsets(host)
+
+
+def _check_in_base(host: torch.Tensor, size: Shape, stride: Shape) -> None:
+    """Every view element must be an element of the base tensor."""
+    rest = host.clone()
+    for d in sorted(range(len(size)), key=lambda d: -stride[d]):
+        if stride[d] > 0:
+            coord = torch.clamp(rest // stride[d], max=size[d] - 1)
+            rest -= coord * stride[d]
+    if host.numel() and (bool((rest != 0).any()) or bool((host < 0).any())):
+        bad = int(host.view(-1)[(rest != 0).view(-1) | (host < 0).view(-1)][0])
+        raise IndexError(
+            f"a view reaches element offset {bad}, which is not an element of its base tensor "
+            f"(size {list(size)}, stride {list(stride)})"
+        )

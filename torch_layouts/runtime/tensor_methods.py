@@ -1,0 +1,156 @@
+"""``device_layout=`` on ``Tensor.to``, ``new_empty``, ``new_empty_strided`` and ``torch.empty``.
+
+The patched functions only step in when ``device_layout`` is given; every other call
+goes straight to PyTorch's own implementation.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from .. import _C
+from ..core.layout import DeviceLayout
+from .planner import bind, info_for, layout_info
+
+_original: dict[str, Callable[..., Any]] = {}
+
+
+def device_tensor_layout(self: torch.Tensor) -> DeviceLayout | None:
+    """The layout of a spyre tensor's buffer (shared by all its views); None off the device."""
+    return _C._layout_of(self)
+
+
+def device_memory(tensor: torch.Tensor) -> torch.Tensor:
+    """A 1-D CPU copy of a spyre tensor's device buffer, in device order, padding included."""
+    if not isinstance(tensor, torch.Tensor) or tensor.device.type != "spyre":
+        raise ValueError(f"device_memory needs a spyre tensor, got {type(tensor).__name__} on "
+                         f"{getattr(tensor, 'device', None)}")
+    return _C._raw_buffer(tensor).clone()
+
+
+def _spyre_device(device: torch.device | str | int | None, default: torch.device) -> torch.device:
+    device = torch.device(device) if isinstance(device, (str, int)) else (device or default)
+    if device.type != "spyre":
+        raise ValueError(f"device_layout applies to spyre tensors; the target device is {device}")
+    return torch.device("spyre", _C._get_device() if device.index is None else device.index)
+
+
+def empty_with_layout(spec: object, size: Sequence[int], dtype: torch.dtype, device: torch.device,
+                      stride: Sequence[int] | None = None) -> torch.Tensor:
+    """An uninitialised spyre tensor in ``spec`` (a layout or template); padding holds the pad value."""
+    size = tuple(size)
+    layout = bind(spec, size, dtype)
+    info = info_for(layout, size) if stride is None else layout_info(layout, size, tuple(stride))
+    if stride is not None:
+        layout.resolve(size, tuple(stride))
+    return _C._empty_with_layout(info, device.index)
+
+
+def _is_whole(tensor: torch.Tensor) -> bool:
+    info = _C._layout_info_of(tensor)
+    return (
+        info is not None
+        and tensor.storage_offset() == 0
+        and list(tensor.shape) == info.base_size
+        and all(n == 1 or s == b for n, s, b in zip(tensor.shape, tensor.stride(), info.base_stride))
+    )
+
+
+def relayout(x: torch.Tensor, spec: object, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """A new spyre tensor holding ``x`` (any device) in ``spec``; no autograd."""
+    out = empty_with_layout(spec, x.shape, dtype, device)
+    with torch.no_grad():
+        out.copy_(x)
+    return out
+
+
+class _ToLayout(torch.autograd.Function):
+    """Differentiable move into a layout: the gradient goes back to the source's device and layout."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, spec: object, device: torch.device) -> torch.Tensor:
+        ctx.source_device = x.device
+        ctx.source_layout = device_tensor_layout(x) if x.device.type == "spyre" and _is_whole(x) else None
+        return relayout(x, spec, device, x.dtype)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        if ctx.source_layout is not None:
+            return relayout(grad, ctx.source_layout, ctx.source_device, grad.dtype), None, None
+        return grad.to(ctx.source_device), None, None
+
+
+def to_layout(x: torch.Tensor, spec: object, device: torch.device | None = None, dtype: torch.dtype | None = None,
+              copy: bool = False) -> torch.Tensor:
+    """``x`` on a spyre device in the layout ``spec``; ``x`` itself when already there."""
+    device = _spyre_device(device, x.device if x.device.type == "spyre" else torch.device("spyre"))
+    if dtype is not None and dtype != x.dtype:
+        x = x.to(dtype)
+    layout = bind(spec, x.shape, x.dtype)
+    if not copy and x.device == device and _is_whole(x) and device_tensor_layout(x) == layout:
+        return x
+    if x.requires_grad and torch.is_grad_enabled():
+        return _ToLayout.apply(x, layout, device)
+    return relayout(x, layout, device, x.dtype)
+
+
+def _to(self: torch.Tensor, *args: Any, device_layout: object = None, **kwargs: Any) -> torch.Tensor:
+    if device_layout is None:
+        return _original["to"](self, *args, **kwargs)
+    copy = kwargs.pop("copy", False)
+    device, dtype, _non_blocking, _memory_format = torch._C._nn._parse_to(*args, **kwargs)
+    return to_layout(self, device_layout, device, dtype, copy)
+
+
+def _new_empty(self: torch.Tensor, *size: Any, device_layout: object = None, **kwargs: Any) -> torch.Tensor:
+    if device_layout is None:
+        return _original["new_empty"](self, *size, **kwargs)
+    return _empty_call(_shape(size), None, device_layout, self.dtype, self.device, kwargs)
+
+
+def _new_empty_strided(self: torch.Tensor, size: Sequence[int], stride: Sequence[int], *,
+                       device_layout: object = None, **kwargs: Any) -> torch.Tensor:
+    if device_layout is None:
+        return _original["new_empty_strided"](self, size, stride, **kwargs)
+    return _empty_call(tuple(size), tuple(stride), device_layout, self.dtype, self.device, kwargs)
+
+
+def _empty(*size: Any, device_layout: object = None, **kwargs: Any) -> torch.Tensor:
+    if device_layout is None:
+        return _original["empty"](*size, **kwargs)
+    return _empty_call(_shape(size), None, device_layout, torch.get_default_dtype(), torch.device("spyre"), kwargs)
+
+
+def _empty_call(size: tuple[int, ...], stride: tuple[int, ...] | None, spec: object, dtype: torch.dtype,
+                device: torch.device, kwargs: dict[str, Any]) -> torch.Tensor:
+    requires_grad = kwargs.pop("requires_grad", False)
+    dtype = kwargs.pop("dtype", None) or dtype
+    device = _spyre_device(kwargs.pop("device", None), device if device.type == "spyre" else torch.device("spyre"))
+    kwargs.pop("pin_memory", None)
+    layout_kw = kwargs.pop("layout", torch.strided)
+    if layout_kw not in (None, torch.strided) or kwargs:
+        raise TypeError(f"unsupported arguments with device_layout: {sorted(kwargs) or layout_kw}")
+    return empty_with_layout(spec, size, dtype, device, stride).requires_grad_(requires_grad)
+
+
+def _shape(size: tuple[Any, ...]) -> tuple[int, ...]:
+    if len(size) == 1 and isinstance(size[0], (Sequence, torch.Size)):
+        return tuple(size[0])
+    return tuple(size)
+
+
+def install() -> None:
+    """Add ``device_layout=`` to the PyTorch functions that create or move tensors."""
+    if _original:
+        return
+    _original.update(to=torch.Tensor.to, new_empty=torch.Tensor.new_empty,
+                     new_empty_strided=torch.Tensor.new_empty_strided, empty=torch.empty)
+    torch.Tensor.to = functools.wraps(_original["to"])(_to)
+    torch.Tensor.new_empty = functools.wraps(_original["new_empty"])(_new_empty)
+    torch.Tensor.new_empty_strided = functools.wraps(_original["new_empty_strided"])(_new_empty_strided)
+    torch.empty = functools.wraps(_original["empty"])(_empty)
+    torch.Tensor.device_tensor_layout = device_tensor_layout
