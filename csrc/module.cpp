@@ -96,6 +96,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     return layout ? raw.narrow(0, 0, layout->device_numel) : raw;
   });
   m.def("_to_host", &to_host, py::call_guard<py::gil_scoped_release>());
+  m.def("_fill_padding", [](const at::Tensor& t) {
+    LayoutPtr layout = t.is_privateuseone() ? layout_of(t) : nullptr;
+    TORCH_CHECK_VALUE(layout != nullptr, "expected a spyre tensor with a layout");
+    if (!layout->padding.empty()) run_fills(layout->padding, raw_buffer(t, layout->dtype), layout->pad_value);
+  });
   m.def("_run_nests", &run_nests_py);
 
   m.def("_device_count", &device_count);

@@ -82,9 +82,9 @@ class SpyreTensorLayout(DeviceLayout):
 def _check_explicit(device_size: object, stride_map: object, fmt: DataFormats) -> None:
     if not isinstance(device_size, Sequence) or not device_size:
         raise ValueError(f"device_size must be a non-empty sequence, got {device_size!r}")
-    if len(device_size) > MAX_RANK + 2:
+    if len(device_size) > MAX_RANK + 3:  # sparse rank-7 host: its 7 dims, a synthetic dim, the stick
         raise ValueError(f"device_size {list(device_size)} has rank {len(device_size)}; a Spyre layout allows "
-                         f"at most {MAX_RANK + 2} device dims")
+                         f"at most {MAX_RANK + 3} device dims")
     eps = fmt.elems_per_stick()
     if device_size[-1] != eps:
         raise ValueError(f"the stick dim device_size[-1]={device_size[-1]!r} must be {eps} "

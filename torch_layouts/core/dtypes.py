@@ -8,6 +8,7 @@ elements of a dtype fill one. The bytes stored are the host dtype's own; the
 from __future__ import annotations
 
 import enum
+import math
 
 import torch
 
@@ -81,6 +82,9 @@ def check_pad_value(value: object, dtype: torch.dtype) -> int | float | bool:
     if not isinstance(value, (int, float)):
         raise TypeError(f"pad_value must be a number, got {value!r}")
     if dtype.is_floating_point:
+        stored = torch.tensor(float(value), dtype=dtype).item()
+        if stored != float(value) and not (math.isnan(stored) and math.isnan(value)):
+            raise ValueError(f"pad_value {value!r} is not exactly representable in {dtype} (it would be {stored!r})")
         return float(value)
     info = torch.iinfo(dtype)
     if float(value) != int(value) or not info.min <= int(value) <= info.max:
