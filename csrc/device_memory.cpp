@@ -3,6 +3,8 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
 
+#include <sys/mman.h>
+
 #include <cctype>
 #include <cstdlib>
 #include <mutex>
@@ -12,6 +14,20 @@ namespace torch_layouts {
 namespace {
 
 constexpr int64_t kDefaultCapacity = int64_t(16) << 30;
+constexpr int64_t kHugePage = int64_t(2) << 20;
+
+// Large blocks are backed by transparent huge pages (when the kernel allows it):
+// device memory is touched once per 2 MiB instead of once per 4 KiB page.
+void* host_backing(int64_t bytes) {
+  void* ptr = nullptr;
+  if (bytes >= kHugePage) {
+    const int64_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+    if (posix_memalign(&ptr, kHugePage, static_cast<size_t>(rounded)) != 0) return nullptr;
+    madvise(ptr, static_cast<size_t>(rounded), MADV_HUGEPAGE);
+    return ptr;
+  }
+  return posix_memalign(&ptr, kAlignment, static_cast<size_t>(bytes)) == 0 ? ptr : nullptr;
+}
 
 int64_t parse_bytes(const char* name, const char* text) {
   std::string s(text);
@@ -117,8 +133,8 @@ class DeviceAllocator final : public c10::Allocator {
       }
       mem.stats.allocated += reserved;
     }
-    void* ptr = nullptr;
-    if (reserved > 0 && posix_memalign(&ptr, kAlignment, static_cast<size_t>(reserved)) != 0) {
+    void* ptr = reserved > 0 ? host_backing(reserved) : nullptr;
+    if (reserved > 0 && ptr == nullptr) {
       std::lock_guard<std::mutex> lock(mem.mutex);
       mem.stats.allocated -= reserved;
       mem.stats.num_ooms += 1;
