@@ -4,6 +4,8 @@ Importing it registers the device. Layout families: ``SpyreTensorLayout`` (IBM S
 ``htp`` (Qualcomm HTP), ``tensorrt`` (NVIDIA TensorRT), ``mace`` (XiaoMi MACE).
 """
 
+import torch  # noqa: F401  (loads libtorch before the extension that links against it)
+
 from . import _C, htp, mace, tensorrt
 from .core import DataFormats, DeviceLayout, LayoutTemplate
 from .dma import DmaProgram, dma_program
