@@ -7,7 +7,7 @@ export MAX_JOBS ?= 2
 
 setup:  ## PyTorch 2.13.0 (CPU), test tools, and the C++ runtime build
 	@command -v ccache >/dev/null 2>&1 || apt-get install -y -q ccache >/dev/null 2>&1 || true
-	$(PYTHON) -m pip install -q torch==2.13.0 numpy pytest hypothesis matplotlib ninja
+	$(PYTHON) -m pip install -q torch==2.13.0 numpy pytest hypothesis expecttest matplotlib ninja
 	$(PYTHON) -m pip install -q --no-build-isolation -e .
 
 test: setup  ## the default suite (a few minutes)

@@ -26,7 +26,7 @@ const at::Generator& default_generator(c10::DeviceIndex device) {
   std::call_once(once, [] {
     for (int i = 0; i < device_count(); ++i) {
       generators.push_back(at::make_generator<SpyreGeneratorImpl>(static_cast<c10::DeviceIndex>(i)));
-      generators.back().set_current_seed(c10::detail::getNonDeterministicRandom());
+      generators.back().set_current_seed(c10::default_rng_seed_val);  // as the CPU generator
     }
   });
   if (device < 0) device = c10::impl::getDeviceGuardImpl(c10::DeviceType::PrivateUse1)->getDevice().index();

@@ -7,7 +7,7 @@ import enum
 import torch
 
 from .. import _C
-from . import device_module, planner, serialization, tensor_methods
+from . import device_module, planner, printing, serialization, tensor_methods
 
 
 def init() -> None:
@@ -20,6 +20,7 @@ def init() -> None:
     torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)
     _C._set_planner(planner)
     tensor_methods.install()
+    printing.install()
     from .. import htp, mace, tensorrt
 
     families = (htp, mace, tensorrt)

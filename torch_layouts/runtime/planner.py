@@ -45,6 +45,9 @@ def bind(spec: object, size: Sequence[int], dtype: torch.dtype) -> DeviceLayout:
     if isinstance(spec, DeviceLayout):
         if spec.dtype != dtype:
             raise ValueError(f"device_layout {spec} holds {spec.dtype}, the tensor is {dtype}")
+        if spec.host_size is not None and spec.host_size != tuple(size):
+            raise ValueError(f"device_layout {spec} was made for host size {list(spec.host_size)}; "
+                             f"the tensor's size is {list(size)}")
         spec.resolve(tuple(size))
         return spec
     raise TypeError(f"device_layout must be a layout or a layout template, got {spec!r}")

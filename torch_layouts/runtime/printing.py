@@ -1,0 +1,27 @@
+"""``repr``/``print`` of spyre tensors: the values are formatted from a host copy.
+
+PyTorch's formatter converts floating tensors to float64 on their own device, and
+float64 is not a device type; formatting a host copy avoids that and any device work.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import _tensor_str
+
+_original_str = _tensor_str._str
+
+
+def _str(self: torch.Tensor, *, tensor_contents: str | None = None) -> str:
+    if (tensor_contents is None and self.device.type == "spyre" and self.numel() > 0
+            and not torch._C._functorch.is_functorch_wrapped_tensor(self)):
+        plain = type(self) in (torch.Tensor, torch.nn.Parameter)
+        indent = len("tensor(" if plain else f"{type(self).__name__}(")
+        with torch.no_grad():
+            tensor_contents = _tensor_str._tensor_str(self.detach().cpu(), indent)
+    return _original_str(self, tensor_contents=tensor_contents)
+
+
+def install() -> None:
+    """Route the formatting of spyre tensors' values through a host copy."""
+    _tensor_str._str = _str
