@@ -68,7 +68,9 @@ def test_issue_example():
     z = finite.to("spyre", device_layout=layout)
     got = (z[1:3].transpose(0, 1) * 2).sum()
     assert got.device.type == "spyre" and got.shape == ()
-    assert torch.equal(got.cpu(), (finite[1:3].transpose(0, 1) * 2).sum())
+    # float16 sums accumulate in float32 on both sides, in different orders: allow an ulp or two
+    torch.testing.assert_close(got.cpu().float(), (finite[1:3].transpose(0, 1) * 2).sum().float(),
+                               rtol=2e-3, atol=0.5)
     stats = torch.spyre.memory_stats()
     assert torch.spyre.memory_allocated() == stats["allocated_bytes.all.current"] >= 2 * layout.nbytes
     assert torch.spyre.max_memory_allocated() >= torch.spyre.memory_allocated()

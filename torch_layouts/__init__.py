@@ -9,6 +9,7 @@ import torch  # noqa: F401  (loads libtorch before the extension that links agai
 from . import _C, htp, mace, tensorrt
 from .core import DataFormats, DeviceLayout, LayoutTemplate
 from .dma import DmaProgram, dma_program
+from .ops import LayoutError, reset_stats, restickify, stats, strict_layouts, warn_on_fallback
 from .runtime import init as _init
 from .runtime.tensor_methods import device_memory, to_layout
 from .spyre import SpyreTensorLayout
@@ -24,12 +25,18 @@ __all__ = [
     "DataFormats",
     "DeviceLayout",
     "DmaProgram",
+    "LayoutError",
     "LayoutTemplate",
     "SpyreTensorLayout",
     "device_memory",
     "dma_program",
     "htp",
     "mace",
+    "reset_stats",
+    "restickify",
+    "stats",
+    "strict_layouts",
     "tensorrt",
     "to_layout",
+    "warn_on_fallback",
 ]

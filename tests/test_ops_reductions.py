@@ -1,0 +1,164 @@
+"""Reductions on device memory (sum, mean, amax, amin) against the CPU: values, result
+layouts (sparse when the stick dim is reduced), padding that never leaks into a result,
+and the pad value in the result's padding."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+
+import torch_layouts
+from torch_layouts import SpyreTensorLayout, _C, htp, mace, tensorrt
+
+F16, F32 = torch.float16, torch.float32
+
+
+@functools.lru_cache(maxsize=256)
+def real_mask(layout, size: tuple[int, ...], stride: tuple[int, ...]) -> torch.Tensor:
+    return layout.real_mask(size, stride)
+
+
+def padding_holds_pad_value(y: torch.Tensor) -> bool:
+    layout = y.device_tensor_layout()
+    info = _C._layout_info_of(y)
+    real = real_mask(layout, tuple(info.base_size), tuple(info.base_stride))
+    memory = torch_layouts.device_memory(y)
+    return bool((memory[~real] == torch.tensor(layout.pad_value, dtype=memory.dtype)).all())
+
+
+def tolerance(dtype: torch.dtype, count: int) -> dict:
+    """Float16 sums are rounded differently when the device sums tile by tile."""
+    if dtype in (F16, torch.bfloat16):
+        return {"atol": 2e-3 * count ** 0.5 + 1e-2, "rtol": 1e-2}
+    return {"atol": 1e-4 * count ** 0.5, "rtol": 1e-5}
+
+
+def expected_layout(shape, dtype, order, dims, keepdim):
+    """The seed's rule: drop the reduced dims; reducing the stick dim gives a sparse layout."""
+    order = list(range(len(shape))) if order is None else list(order)
+    sparse = order[-1] == -1 or order[-1] in dims
+    real = [d for d in order if d != -1]
+    if keepdim:
+        out_shape = tuple(1 if d in dims else n for d, n in enumerate(shape))
+    else:
+        out_shape = tuple(n for d, n in enumerate(shape) if d not in dims)
+        kept = [d for d in real if d not in dims]
+        real = [sorted(kept).index(d) for d in kept]
+    if not out_shape:
+        return SpyreTensorLayout((), dtype)
+    return SpyreTensorLayout(out_shape, dtype, real + ([-1] if sparse else []))
+
+
+def test_issue_example():
+    a = torch.randn(256, 256, dtype=F16).to("spyre")
+    layout = a.sum(dim=1).device_tensor_layout()
+    assert list(layout.device_size) == [1, 256, 64] and list(layout.stride_map) == [-1, 1, -1]
+
+
+# One row per case: id, shape, dtype, dim_order (None: default), pad value, dims, keepdim.
+CASES = [
+    ("stick", (64, 256), F16, None, 0, (1,), False),
+    ("rows", (64, 256), F16, None, 0, (0,), False),
+    ("stick-keepdim", (40, 150), F32, None, 0, (1,), True),
+    ("padded-stick", (3, 20, 150), F32, None, 0, (2,), False),
+    ("middle", (3, 20, 150), F32, None, 0, (1,), True),
+    ("two-dims", (3, 20, 150), F32, None, 0, (0, 2), False),
+    ("all", (3, 20, 150), F32, None, 0, (0, 1, 2), False),
+    ("dim-order-10", (96, 130), F16, [1, 0], 0, (0,), False),
+    ("dim-order-10-other", (96, 130), F16, [1, 0], 0, (1,), False),
+    ("dim-order-102", (3, 40, 70), F32, [1, 0, 2], 0, (1,), True),
+    ("sparse-input", (16, 70), F16, [0, 1, -1], 0, (1,), False),
+    ("sparse-input-rows", (16, 70), F16, [0, 1, -1], 0, (0,), True),
+    ("pad-value", (9, 40), F32, None, 5.0, (1,), False),
+    ("rank-1", (300,), F32, None, 0, (0,), False),
+]
+
+
+@pytest.mark.parametrize("_, shape, dtype, order, pad, dims, keepdim", CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("kind", ["sum", "mean", "amax", "amin"])
+def test_reductions(kind, _, shape, dtype, order, pad, dims, keepdim):
+    gen = torch.Generator().manual_seed(len(shape) + len(dims))
+    x = torch.rand(shape, generator=gen) + 1  # all positive: a zero leaking from padding would win amin
+    if kind == "amax":
+        x = -x  # all negative: a zero leaking from padding would win amax
+    x = x.to(dtype)
+    y = x.to("spyre", device_layout=SpyreTensorLayout(shape, dtype, order, pad_value=pad))
+    torch_layouts.reset_stats()
+    out = getattr(y, kind)(dim=dims, keepdim=keepdim)
+    stats = torch_layouts.stats()
+    assert stats["fallbacks"] == {} and stats["restickify_count"] == 0
+    ref = getattr(x, kind)(dim=dims, keepdim=keepdim)
+    assert out.dtype == ref.dtype and out.shape == ref.shape
+    count = 1
+    for d in dims:
+        count *= shape[d]
+    torch.testing.assert_close(out.cpu(), ref, **tolerance(dtype, count))
+    assert padding_holds_pad_value(out)
+    assert out.device_tensor_layout() == expected_layout(shape, dtype, order, dims, keepdim)
+    torch.testing.assert_close(y.cpu(), x, atol=0, rtol=0)  # the input is untouched
+
+
+@pytest.mark.parametrize("kind", ["sum", "mean", "amax"])
+def test_whole_tensor_reductions(kind):
+    x = -torch.rand(5, 70) - 1
+    out = getattr(x.to("spyre"), kind)()
+    assert out.shape == () and out.device_tensor_layout() == SpyreTensorLayout((), F32)
+    torch.testing.assert_close(out.cpu(), getattr(x, kind)(), **tolerance(F32, 350))
+    assert padding_holds_pad_value(out)
+
+
+def test_dtypes():
+    ints = torch.randint(-100, 100, (7, 50), dtype=torch.int32)
+    di = ints.to("spyre")
+    cases = [(di.sum(1), ints.sum(1)), (di.amax(0), ints.amax(0)),
+             (di.amin(1, keepdim=True), ints.amin(1, keepdim=True)), (di.sum(1, dtype=F32), ints.sum(1, dtype=F32)),
+             (di.to(torch.bool).sum(0), ints.bool().sum(0))]
+    for out, ref in cases:
+        assert out.dtype == ref.dtype
+        torch.testing.assert_close(out.cpu(), ref, atol=0, rtol=0)
+        assert padding_holds_pad_value(out)
+    h = torch.randn(30, 100, dtype=F16)
+    out = h.to("spyre").sum(-1, dtype=F32)
+    torch.testing.assert_close(out.cpu(), h.sum(-1, dtype=F32), atol=1e-3, rtol=1e-4)
+    with pytest.raises(RuntimeError, match="mean"):
+        di.mean(1)
+
+
+def test_views_and_negative_dims():
+    x = torch.randn(6, 40, 100)
+    y = x.to("spyre")
+    cases = [
+        (y[:, 3:30, 10:90].amax(-1), x[:, 3:30, 10:90].amax(-1)),
+        (y.transpose(0, 2).sum(0), x.transpose(0, 2).sum(0)),
+        (y.permute(2, 0, 1).mean((-1, -2)), x.permute(2, 0, 1).mean((-1, -2))),
+        (y[2].sum(0, keepdim=True), x[2].sum(0, keepdim=True)),
+        (y.reshape(240, 100).amin(0), x.reshape(240, 100).amin(0)),
+    ]
+    for out, ref in cases:
+        torch.testing.assert_close(out.cpu(), ref, **tolerance(F32, 4000))
+        assert padding_holds_pad_value(out)
+
+
+@pytest.mark.parametrize("spec", [htp.R4CroutonLayout, tensorrt.TensorFormat.kCHW4,
+                                  mace.ImageLayout(mace.BufferType.IN_OUT_CHANNEL)],
+                         ids=["htp", "tensorrt", "mace"])
+def test_other_families(spec):
+    x = -torch.rand(1, 6, 5, 40).half() - 1
+    y = x.to("spyre", device_layout=spec)
+    for kind in ("sum", "amax"):
+        for dim in (-1, 1):
+            out = getattr(y, kind)(dim)
+            torch.testing.assert_close(out.cpu(), getattr(x, kind)(dim), **tolerance(F16, 40))
+            assert padding_holds_pad_value(out)
+
+
+def test_empty_and_zero_dim_reductions():
+    x = torch.randn(0, 5)
+    torch.testing.assert_close(x.to("spyre").sum(0).cpu(), x.sum(0))
+    s = torch.tensor(-2.5)
+    for kind in ("sum", "mean", "amax", "amin"):
+        out = getattr(s.to("spyre"), kind)()
+        torch.testing.assert_close(out.cpu(), getattr(s, kind)())
+        assert padding_holds_pad_value(out)

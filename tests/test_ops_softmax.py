@@ -1,0 +1,94 @@
+"""Softmax, log-softmax and layer norm on device memory against the CPU: values, the
+input's layout kept, padding that never leaks in (all-negative rows, padded sticks) and
+the pad value in the result's padding."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import torch_layouts
+from torch_layouts import SpyreTensorLayout, _C, htp
+
+F16, F32 = torch.float16, torch.float32
+
+
+def padding_holds_pad_value(y: torch.Tensor) -> bool:
+    layout = y.device_tensor_layout()
+    info = _C._layout_info_of(y)
+    real = layout.real_mask(tuple(info.base_size), tuple(info.base_stride))
+    memory = torch_layouts.device_memory(y)
+    return bool((memory[~real] == torch.tensor(layout.pad_value, dtype=memory.dtype)).all())
+
+
+def close(out: torch.Tensor, ref: torch.Tensor) -> None:
+    tol = {"atol": 2e-3, "rtol": 2e-3} if ref.dtype == F16 else {"atol": 1e-5, "rtol": 1e-5}
+    assert out.dtype == ref.dtype and out.shape == ref.shape
+    torch.testing.assert_close(out.cpu(), ref, **tol)
+    assert padding_holds_pad_value(out)
+
+
+# One row per case: id, shape, dtype, device layout (None: default), dim.
+CASES = [
+    ("stick", (8, 256), F16, None, -1),
+    ("padded-stick", (3, 20, 150), F32, None, -1),
+    ("rows", (3, 20, 150), F32, None, 1),
+    ("dim-order", (40, 70), F16, SpyreTensorLayout((40, 70), F16, [1, 0]), -1),
+    ("sparse", (16, 70), F32, SpyreTensorLayout((16, 70), F32, [0, 1, -1]), -1),
+    ("pad-value", (6, 40), F32, SpyreTensorLayout((6, 40), F32, pad_value=7.0), -1),
+    ("htp", (1, 4, 8, 40), F16, htp.R4CroutonLayout, -1),
+]
+
+
+@pytest.mark.parametrize("_, shape, dtype, spec, dim", CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("fn", [torch.softmax, torch.log_softmax], ids=["softmax", "log_softmax"])
+def test_softmax(fn, _, shape, dtype, spec, dim):
+    x = (-torch.rand(shape) * 8 - 4).to(dtype)  # all negative: zero padding must not join the max
+    y = x.to("spyre") if spec is None else x.to("spyre", device_layout=spec)
+    torch_layouts.reset_stats()
+    out = fn(y, dim)
+    stats = torch_layouts.stats()
+    assert stats["fallbacks"] == {} and stats["restickify_count"] == 0
+    close(out, fn(x, dim))
+    assert out.device_tensor_layout() == y.device_tensor_layout()
+
+
+def test_softmax_of_views_and_half_to_float():
+    x = torch.randn(4, 30, 100)
+    y = x.to("spyre")
+    close(torch.softmax(y[:, 3:20, 5:90], -1), torch.softmax(x[:, 3:20, 5:90], -1))
+    close(torch.softmax(y.transpose(1, 2), -1), torch.softmax(x.transpose(1, 2), -1))
+    h = x.half()
+    out = torch.softmax(h.to("spyre"), -1, dtype=F32)
+    close(out, torch.softmax(h.float(), -1))
+
+
+LAYER_NORM = [
+    ("f32", (2, 10, 96), F32, (96,), True),
+    ("f16", (4, 64), F16, (64,), True),
+    ("padded", (3, 150), F32, (150,), False),
+    ("two-dims", (2, 6, 40), F32, (6, 40), True),
+]
+
+
+@pytest.mark.parametrize("_, shape, dtype, normalized, affine", LAYER_NORM, ids=[c[0] for c in LAYER_NORM])
+def test_layer_norm(_, shape, dtype, normalized, affine):
+    x = (torch.randn(shape) * 3 + 1).to(dtype)
+    ln = torch.nn.LayerNorm(normalized, elementwise_affine=affine, dtype=dtype)
+    if affine:
+        with torch.no_grad():
+            ln.weight.normal_()
+            ln.bias.normal_()
+    ref, mean, rstd = torch.ops.aten.native_layer_norm(x, list(normalized), ln.weight, ln.bias, 1e-5)
+    dev = ln.to("spyre")
+    torch_layouts.reset_stats()
+    out, dmean, drstd = torch.ops.aten.native_layer_norm(x.to("spyre"), list(normalized), dev.weight, dev.bias, 1e-5)
+    stats = torch_layouts.stats()
+    assert stats["fallbacks"] == {} and stats["restickify_count"] == 0
+    close(out, ref)
+    close(dmean, mean)
+    close(drstd, rstd)
+    assert out.device_tensor_layout() == SpyreTensorLayout(shape, dtype)
+    order = list(range(len(shape))) + [-1]  # the stick dim is normalised: sparse statistics
+    assert dmean.device_tensor_layout() == SpyreTensorLayout(mean.shape, dtype, order)
+    close(dev(x.to("spyre")), ln.cpu()(x))

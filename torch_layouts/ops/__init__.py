@@ -1,0 +1,31 @@
+"""Layout-aware device kernels: ops that compute on device memory and honour layout rules.
+
+Importing this package registers kernels at the ``spyre`` (PrivateUse1) dispatch key,
+so PyTorch's own autograd formulas run above them:
+
+* ``elementwise`` -- unary, binary and ternary pointwise ops (scalars, broadcasting of
+  operands that share the stick), type conversion (``_to_copy``), ``clone``,
+  ``fill_``/``zero_``, in-place variants and a few backward ops;
+* ``reductions`` -- ``sum``, ``mean``, ``amax``, ``amin`` (sparse results when the stick
+  dim is reduced);
+* ``softmax`` -- ``softmax``/``log_softmax`` (and backward), ``native_layer_norm``;
+* ``matmul`` -- ``mm``, ``bmm``, ``mv``, ``addmm`` (``matmul``/``linear`` decompose into them).
+
+``operands`` reads operands as strided views of their raw device buffers in an op's
+device coordinates; ``rules`` holds strict mode, ``LayoutError`` and ``restickify``;
+``stats`` the counters. Every other op keeps running on the runtime's CPU fallback,
+counted per op in ``stats()``.
+"""
+
+from __future__ import annotations
+
+from . import elementwise, matmul, reductions, softmax
+from .rules import LayoutError, restickify, strict_layouts
+from .stats import reset_stats, stats, warn_on_fallback
+
+elementwise.register_all()
+reductions.register_all()
+softmax.register_all()
+matmul.register_all()
+
+__all__ = ["LayoutError", "reset_stats", "restickify", "stats", "strict_layouts", "warn_on_fallback"]

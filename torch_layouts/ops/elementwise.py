@@ -1,0 +1,546 @@
+"""Pointwise kernels on device memory: unary, binary and ternary ops, type conversion,
+``fill_``/``zero_`` and ``clone``.
+
+An op computes in the coordinates of its first full-rank operand of the promoted dtype
+(``operands.coords_for``: that operand's own buffer when it is a whole tensor, so the
+result gets its layout and strides); without one, in the default layout of the
+broadcast shape. Every operand is read in those coordinates as a strided view of its
+own buffer (a lower-rank operand that shares the stick broadcasts with stride 0). The
+CPU out-variant of the op writes the result's real positions box by box (a box per
+partial tile, the first element of each sparse stick), so the padding keeps the pad
+value it got at allocation (``exp`` leaves no 1s in padding); a layout with too many
+boxes is computed whole and its padding restored.
+
+An operand that cannot be read so is first converted to the compute dtype if that is
+what differs, and otherwise restickified into a compatible layout (``rules``).
+A result of another dtype (comparisons, conversions) gets the default layout of that
+dtype with the same dim_order; when its sticks hold a different number of elements
+the values are computed in the operands' coordinates and moved into the result by
+relayout loop nests (device to device).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import torch
+
+from .. import _C
+from ..core.layout import DeviceLayout
+from ..dma.relayout import relayout_transfers
+from ..runtime.planner import default_layout
+from . import rules
+from .operands import (Coords, coords_for, coords_with_dtype, default_coords, info_of, is_whole_dense, new_tensor,
+                       operand_layout, plan, raw, real_slices, scalar_view, stick_dim, strides_in_order, view)
+from .registry import register
+from .stats import count_kernel, count_restickify
+
+A = torch.ops.aten
+
+
+class Spec(NamedTuple):
+    """A pointwise op: ``compute(*views, out=o, **kwargs)`` runs it on CPU views."""
+
+    name: str  # the functional overload ("add.Tensor"); it gives the result dtype
+    compute: Callable[..., Any]
+    operands: tuple[int, ...]  # argument positions of the operands (tensors or scalars)
+    masks: tuple[int, ...] = ()  # bool operands: never promoted
+
+
+def _op(name: str) -> torch._ops.OpOverload:
+    packet, _, overload = name.partition(".")
+    return getattr(getattr(A, packet), overload or "default")
+
+
+# -- dtypes ----------------------------------------------------------------------------
+def _key(v: object) -> tuple:
+    if isinstance(v, torch.Tensor):
+        return ("T", v.dtype, v.dim() == 0)
+    if isinstance(v, (bool, int, float, complex)):
+        return ("S", type(v))
+    if isinstance(v, (list, tuple)):
+        return ("L", tuple(_key(x) for x in v))
+    return ("V", v)
+
+
+def _unkey(k: tuple) -> object:
+    if k[0] == "T":
+        return torch.ones(() if k[2] else (1,), dtype=k[1])
+    if k[0] == "S":
+        return {bool: True, int: 1, float: 1.0, complex: 1j}[k[1]]
+    if k[0] == "L":
+        return [_unkey(x) for x in k[1]]
+    return k[1]
+
+
+@functools.lru_cache(maxsize=4096)
+def _dtypes(spec: Spec, akeys: tuple, kkeys: tuple) -> tuple[torch.dtype, torch.dtype]:
+    """(result dtype, compute dtype) of a call: the op run on one-element CPU tensors, and
+    the promotion of its value operands."""
+    args = [_unkey(k) for k in akeys]
+    kwargs = {name: _unkey(k) for name, k in kkeys}
+    values = [args[i] for i in spec.operands if i < len(args) and i not in spec.masks and args[i] is not None]
+    acc = values[0]
+    for v in values[1:]:
+        dtype = torch.result_type(acc, v)
+        zero = all(not isinstance(a, torch.Tensor) or a.dim() == 0 for a in (acc, v))
+        acc = torch.ones(() if zero else (1,), dtype=dtype)
+    compute = acc.dtype if isinstance(acc, torch.Tensor) else torch.result_type(torch.ones(()), acc)
+    result = _op(spec.name)(*args, **kwargs).dtype
+    return result, compute
+
+
+def _call_dtypes(spec: Spec, args: list, kwargs: dict) -> tuple[torch.dtype, torch.dtype]:
+    return _dtypes(spec, tuple(_key(a) for a in args), tuple(sorted((n, _key(v)) for n, v in kwargs.items())))
+
+
+# -- operands and results ------------------------------------------------------------
+@functools.lru_cache(maxsize=512)
+def _names(spec: Spec) -> tuple[str, ...]:
+    return tuple(a.name for a in _op(spec.name)._schema.arguments)
+
+
+def restickify_to(t: torch.Tensor, coords: Coords) -> torch.Tensor:
+    """A copy of ``t`` in a layout whose device dims are the coordinates' own (counted)."""
+    rank = len(coords.size)
+    size = (1,) * (rank - t.dim()) + tuple(t.shape)
+    layout = operand_layout(coords, size, t.dtype)
+    source = t.reshape(size)
+    if layout is None:
+        size, source = coords.size, t.expand(coords.size)
+        layout = operand_layout(coords, size, t.dtype)
+    out = materialize(source, Coords(layout, size, strides_in_order(size, coords.stride)))
+    count_restickify(math.prod(size) * t.element_size())
+    return out
+
+
+def materialize(t: torch.Tensor, coords: Coords) -> torch.Tensor:
+    """A new tensor in ``coords`` holding ``t`` (same shape and dtype): a strided copy
+    between the two buffers when ``t`` can be read in those coordinates, else the
+    runtime's copy (relayout nests, or gathers and scatters)."""
+    out = new_tensor(coords, t.device)
+    p = plan(t, coords, refine=True)
+    if p is None:
+        return out.copy_(t)
+    if p.shape is None:
+        copy_real(raw(out).view(coords.shape), view(t, coords, p), coords, out)
+    else:
+        raw(out).as_strided(p.shape, p.dst_strides).copy_(p.read(t, coords))
+        _C._fill_padding(out)
+    return out
+
+
+def copy_real(target: torch.Tensor, values: torch.Tensor, coords: Coords, out: torch.Tensor) -> None:
+    """Copy ``values`` into the real positions of ``target`` (``out``'s buffer shaped like
+    the coordinates); its padding keeps the pad value."""
+    pieces, whole = real_slices(coords)
+    for index in pieces:
+        target[index].copy_(values[index])
+    if whole:
+        _C._fill_padding(out)
+
+
+def operand_view(op: str, named: list[tuple[str, object]], coords: Coords, i: int, *, primary: bool = False,
+                 mask: bool = False) -> torch.Tensor:
+    """The view of operand ``named[i]`` in ``coords``: converted to the coordinates' dtype
+    or restickified into a compatible layout when it cannot be read as it is (strict mode
+    raises for an operand whose own layout is incompatible; see ``rules``)."""
+    name, t = named[i]
+    p = plan(t, coords)
+    if p is not None and p.stick_ok:
+        return view(t, coords, p)
+    if not mask and t.dtype != coords.layout.dtype:
+        t = convert(t, coords.layout.dtype)
+        p = plan(t, coords)
+        if p is not None and p.stick_ok:
+            return view(t, coords, p)
+    info = info_of(t)
+    if (not primary and info is not None and t.element_size() == coords.layout.element_size
+            and is_whole_dense(t, info)):
+        target = operand_layout(coords, (1,) * (len(coords.size) - t.dim()) + tuple(t.shape), t.dtype)
+        rules.check(op, "all operands sticked on the same dim and in the same layout", named, name,
+                    target if target is not None else coords.layout)
+    t = restickify_to(t, coords)
+    p = plan(t, coords)
+    if p is None or not p.stick_ok:
+        raise RuntimeError(f"internal error: restickified operand cannot be read in {coords}")
+    return view(t, coords, p)
+
+
+def _operand(spec: Spec, coords: Coords, args: list, i: int, primary: bool) -> torch.Tensor:
+    names = _names(spec)
+    named = [(names[k], args[k]) for k in range(len(args))]
+    return operand_view(spec.name.split(".")[0], named, coords, i, primary=primary, mask=i in spec.masks)
+
+
+@functools.lru_cache(maxsize=1024)
+def _move_nests(src: Coords, dst: Coords) -> list[tuple] | None:
+    transfers = relayout_transfers(src.layout, dst.layout, src.size, src.stride, dst.stride)
+    return None if transfers is None else [tuple(t) for t in transfers]
+
+
+def move(src: Coords, buffer: torch.Tensor, dst: Coords, out: torch.Tensor) -> None:
+    """Copy the real elements of a CPU buffer laid out as ``src`` into the device tensor ``out``
+    (laid out as ``dst``), device to device; ``out``'s padding is left alone."""
+    nests = _move_nests(src, dst)
+    if nests is not None:
+        _C._run_nests(nests, raw(out), buffer.reshape(-1))
+        return
+    # No direct loop nests between the two: stage the buffer on the device, let the runtime copy.
+    staged = DeviceLayout(src.layout.device_size, src.layout.stride_map, out.dtype, host_size=src.size,
+                          host_stride=src.stride)
+    tmp = new_tensor(Coords(staged, src.size, src.stride), out.device)
+    raw(tmp).copy_(buffer.reshape(-1))
+    out.copy_(tmp)
+
+
+def output(coords: Coords, dtype: torch.dtype, device: torch.device
+           ) -> tuple[torch.Tensor, torch.Tensor, Callable[[], None] | None]:
+    """A new result in ``coords`` (or its ``dtype`` variant; its padding already holds the
+    pad value), the CPU tensor the op writes at the real positions of ``coords``: the
+    result's buffer, or a scratch buffer when the result's sticks differ, with the move
+    of the values into the result to run afterwards (else None)."""
+    oc = coords_with_dtype(coords, dtype)
+    out = new_tensor(oc, device)
+    if oc.layout.device_size == coords.layout.device_size and oc.layout.stride_map == coords.layout.stride_map:
+        return out, raw(out).view(coords.shape), None
+    scratch = torch.empty(coords.shape, dtype=dtype)
+    return out, scratch, lambda: move(coords, scratch, oc, out)
+
+
+def _empty_result(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    return new_tensor(default_coords(shape, dtype), device)
+
+
+# -- the driver ------------------------------------------------------------------------
+def run(spec: Spec, args: tuple | list, kwargs: dict, *, inplace: bool = False, out_dtype: torch.dtype | None = None,
+        coords: Coords | None = None) -> torch.Tensor:
+    """Run a pointwise op on device memory (see the module docstring)."""
+    args = list(args)
+    positions = [i for i in spec.operands if i < len(args) and isinstance(args[i], torch.Tensor)]
+    device = _common_device(args, positions)
+    shape = broadcast_shape([tuple(args[i].shape) for i in positions])
+    if out_dtype is None:
+        result, compute = _call_dtypes(spec, args, kwargs)
+    else:
+        result, compute = out_dtype, args[positions[0]].dtype
+    if inplace:
+        target = args[0]
+        if tuple(target.shape) != shape:
+            raise RuntimeError(f"output with shape {list(target.shape)} doesn't match the broadcast shape "
+                               f"{list(shape)}")
+        if not torch.can_cast(result, target.dtype):
+            raise RuntimeError(f"result type {_name(result)} can't be cast to the desired output type "
+                               f"{_name(target.dtype)}")
+        coords = _inplace_coords(target, [args[i] for i in positions[1:]])
+        if coords is None:
+            return target.copy_(run(spec, args, kwargs))
+        result = target.dtype
+    if math.prod(shape) == 0:
+        return args[0] if inplace else _empty_result(shape, result, device)
+    primary = None
+    if coords is None:
+        primary = next((i for i in positions if i not in spec.masks and args[i].device.type == "spyre"
+                        and tuple(args[i].shape) == shape), None)
+        if primary is None:
+            coords = default_coords(shape, compute)
+        else:
+            if args[primary].dtype != compute:
+                args[primary] = convert(args[primary], compute)
+            coords = coords_for(args[primary])
+    views = list(args)
+    shaped = set()  # operands read as views shaped like the coordinates
+    for i in positions:
+        t = args[i]
+        if t.device.type != "spyre":
+            continue
+        if t.dim() == 0 and shape:
+            views[i] = scalar_view(t)
+            if views[i] is None:
+                views[i] = t.cpu()
+            continue
+        views[i] = _operand(spec, coords, args, i, primary=(i == primary or (inplace and i == 0)))
+        shaped.add(i)
+    if inplace:
+        out, o, finish = args[0], views[0], None
+    else:
+        out, o, finish = output(coords, result, device)
+    pieces, whole = real_slices(coords)
+    for index in pieces:
+        spec.compute(*(v[index] if i in shaped else v for i, v in enumerate(views)), out=o[index], **kwargs)
+    if finish is not None:
+        finish()
+    elif whole:
+        _C._fill_padding(out)
+    return out
+
+
+def broadcast_shape(shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
+    rank = max(len(s) for s in shapes)
+    out = [1] * rank
+    for shape in shapes:
+        for k, n in enumerate(shape, rank - len(shape)):
+            if n != 1:
+                if out[k] not in (1, n):
+                    raise RuntimeError(f"The size of tensor a ({out[k]}) must match the size of tensor b ({n}) at "
+                                       f"non-singleton dimension {k}")
+                out[k] = n
+    return tuple(out)
+
+
+def _name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.").capitalize()
+
+
+def _common_device(args: list, positions: list[int]) -> torch.device:
+    device = None
+    for i in positions:
+        t = args[i]
+        if t.device.type == "spyre":
+            if device is None:
+                device = t.device
+            elif t.device != device:
+                raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, "
+                                   f"{device} and {t.device}!")
+        elif t.dim() != 0:
+            raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, "
+                               f"spyre and {t.device}! (only 0-dim CPU tensors mix with spyre tensors)")
+    if device is None:
+        raise RuntimeError("a spyre kernel was called without a spyre tensor operand")
+    return device
+
+
+def _inplace_coords(target: torch.Tensor, others: list[torch.Tensor]) -> Coords | None:
+    """The target's own coordinates, when the op can write its buffer directly."""
+    info = info_of(target)
+    if info is None or not is_whole_dense(target, info):
+        return None
+    ptr = target.untyped_storage().data_ptr()
+    for t in others:
+        if t.device.type == "spyre" and t.untyped_storage().data_ptr() == ptr and (
+                t.shape != target.shape or t.stride() != target.stride() or t.storage_offset() != 0):
+            return None
+    own = Coords(info.layout, tuple(target.shape), tuple(target.stride()))
+    p = plan(target, own)
+    return own if p is not None and p.exact else None
+
+
+# -- conversion, copies and fills -------------------------------------------------------
+def _copy(v: torch.Tensor, *, out: torch.Tensor) -> None:
+    out.copy_(v)
+
+
+COPY = Spec("_to_copy", _copy, (0,))
+
+
+def convert(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``x`` as ``dtype`` on its device: its layout's dim_order kept (a new tensor)."""
+    return run(COPY, [x], {}, out_dtype=dtype)
+
+
+def to_copy(x: torch.Tensor, *, dtype: torch.dtype | None = None, layout: torch.layout | None = None,
+            device: torch.device | None = None, pin_memory: bool | None = None, non_blocking: bool = False,
+            memory_format: torch.memory_format | None = None) -> torch.Tensor:
+    """``_to_copy``: a dtype conversion on the device; moves elsewhere go through PyTorch's own."""
+    target = torch.device(device) if device is not None else x.device
+    same_device = x.device.type == "spyre" and target.type == "spyre" and target.index in (None, x.device.index)
+    if same_device and layout in (None, torch.strided) and not pin_memory and memory_format in (
+            None, torch.preserve_format):
+        count_kernel("aten::_to_copy")
+        return convert(x, dtype or x.dtype)
+    return A._to_copy.default._op_dk(torch._C.DispatchKey.CompositeExplicitAutograd, x, dtype=dtype, layout=layout,
+                                      device=device, pin_memory=pin_memory, non_blocking=non_blocking,
+                                      memory_format=memory_format)
+
+
+def clone(x: torch.Tensor, *, memory_format: torch.memory_format | None = None) -> torch.Tensor:
+    """A copy of ``x`` on the device. A whole tensor clones as a copy of its buffer, in its
+    layout (a contiguous clone of a permuted one keeps the arrangement of its buffer); a
+    view gets the layout of its shape with its buffer's dim_order, or the default layout.
+    A copy that moves the stick to another dim (``k.transpose(-2, -1).contiguous()``) is
+    counted as a restickify."""
+    size = tuple(x.shape)
+    info = info_of(x)
+    stride = None
+    if memory_format not in (None, torch.preserve_format):
+        stride = tuple(torch.empty(size, memory_format=memory_format, device="meta").stride())
+        if all(n == 1 or s == t for n, s, t in zip(size, x.stride(), stride)):
+            stride = None
+    if stride is None:
+        coords = coords_for(x)
+    elif info is not None and is_whole_dense(x, info):
+        layout = operand_layout(coords_for(x), size, x.dtype, stride)
+        coords = Coords(layout, size, stride) if layout is not None else None
+    else:
+        coords = None
+    if coords is None:
+        coords = Coords(default_layout(size, stride, x.dtype), size, stride)
+    p = plan(x, coords)
+    if p is not None and p.stick_ok:
+        return run(COPY, [x], {}, out_dtype=x.dtype, coords=coords)
+    out = materialize(x, coords)
+    if stick_dim(x) != stick_dim(out):
+        count_restickify(x.numel() * x.element_size())
+    return out
+
+
+def fill_(x: torch.Tensor, value: Any) -> torch.Tensor:
+    """Set every element of ``x`` (the real positions of its buffer) to ``value``."""
+    if isinstance(value, torch.Tensor):
+        if value.dim() != 0:
+            raise RuntimeError(f"fill_ only supports 0-dimension value tensor but got tensor with {value.dim()} "
+                               "dimensions.")
+        value = value.item()
+    coords = coords_for(x)
+    p = plan(x, coords)
+    if p is not None and p.exact:
+        target = x
+    else:  # a view: fill a fresh tensor and copy it in
+        coords = default_coords(tuple(x.shape), x.dtype)
+        target = new_tensor(coords, x.device)
+    buffer = raw(target).view(coords.shape)
+    pieces, whole = real_slices(coords)
+    for index in pieces:
+        buffer[index].fill_(value)
+    if whole:
+        _C._fill_padding(target)
+    return x if target is x else x.copy_(target)
+
+
+def zero_(x: torch.Tensor) -> torch.Tensor:
+    """``fill_(x, 0)``."""
+    return fill_(x, 0)
+
+
+# -- the op table ------------------------------------------------------------------------
+def _t(v: object) -> object:
+    """Python scalars as 0-dim CPU tensors (for CPU functions that want tensors)."""
+    return v if isinstance(v, torch.Tensor) or v is None else torch.tensor(v)
+
+
+def _add(a, b, *, alpha=1, out):
+    return torch.add(a, b, alpha=alpha, out=out)
+
+
+def _sub(a, b, *, alpha=1, out):
+    return torch.sub(a, b, alpha=alpha, out=out)
+
+
+def _rsub(a, b, *, alpha=1, out):
+    return torch.sub(_t(b), a, alpha=alpha, out=out)
+
+
+def _div(a, b, *, rounding_mode=None, out):
+    return torch.div(a, b, rounding_mode=rounding_mode, out=out)
+
+
+def _gelu(a, *, approximate="none", out):
+    return torch._C._nn.gelu(a, approximate=approximate, out=out)
+
+
+def _where(c, a, b, *, out):
+    return torch.where(c, _t(a), _t(b), out=out)
+
+
+def _clamp(a, lo=None, hi=None, *, out):
+    return torch.clamp(a, lo, hi, out=out)
+
+
+def _masked_fill(a, mask, value, *, out):
+    out.copy_(a)
+    return out.masked_fill_(mask, value)
+
+
+def _backward(op: torch._ops.OpOverload) -> Callable[..., Any]:
+    def compute(*args, out, **kwargs):
+        return op(*args, grad_input=out, **kwargs)
+    return compute
+
+
+def _unary(fn: Callable[..., Any]) -> Callable[..., Any]:
+    def compute(a, *, out):
+        return fn(a, out=out)
+    return compute
+
+
+def _binary(fn: Callable[..., Any]) -> Callable[..., Any]:
+    def compute(a, b, *, out):
+        return fn(a, b, out=out)
+    return compute
+
+
+UNARY = {
+    "neg": torch.neg, "abs": torch.abs, "exp": torch.exp, "log": torch.log, "sqrt": torch.sqrt,
+    "rsqrt": torch.rsqrt, "reciprocal": torch.reciprocal, "sigmoid": torch.sigmoid, "tanh": torch.tanh,
+    "silu": torch._C._nn.silu, "sin": torch.sin, "cos": torch.cos, "erf": torch.erf, "log1p": torch.log1p,
+    "expm1": torch.expm1, "floor": torch.floor, "ceil": torch.ceil, "trunc": torch.trunc, "sign": torch.sign,
+    "relu": lambda a, out: torch.clamp_min(a, 0, out=out),
+}
+BINARY = {
+    "maximum": torch.maximum, "minimum": torch.minimum, "pow": torch.pow,
+    "eq": torch.eq, "ne": torch.ne, "lt": torch.lt, "le": torch.le, "gt": torch.gt, "ge": torch.ge,
+}
+
+SPECS: list[Spec] = [Spec(name, _unary(fn), (0,)) for name, fn in UNARY.items()]
+SPECS += [Spec("gelu", _gelu, (0,))]
+SPECS += [Spec(f"{name}.{ov}", _binary(BINARY[name]), (0, 1))
+          for name in ("eq", "ne", "lt", "le", "gt", "ge") for ov in ("Tensor", "Scalar")]
+SPECS += [Spec(name, _binary(BINARY[name]), (0, 1)) for name in ("maximum", "minimum")]
+SPECS += [Spec(f"pow.{ov}", _binary(torch.pow), (0, 1)) for ov in ("Tensor_Tensor", "Tensor_Scalar", "Scalar")]
+SPECS += [Spec(f"add.{ov}", _add, (0, 1)) for ov in ("Tensor", "Scalar")]
+SPECS += [Spec(f"sub.{ov}", _sub, (0, 1)) for ov in ("Tensor", "Scalar")]
+SPECS += [Spec(f"rsub.{ov}", _rsub, (0, 1)) for ov in ("Tensor", "Scalar")]
+SPECS += [Spec(f"mul.{ov}", _binary(torch.mul), (0, 1)) for ov in ("Tensor", "Scalar")]
+SPECS += [Spec(f"div.{ov}", _div, (0, 1)) for ov in ("Tensor", "Scalar", "Tensor_mode", "Scalar_mode")]
+SPECS += [
+    Spec("where.self", _where, (0, 1, 2), masks=(0,)),
+    Spec("clamp", _clamp, (0,)), Spec("clamp.Tensor", _clamp, (0, 1, 2)),
+    Spec("clamp_min", _binary(torch.clamp_min), (0,)), Spec("clamp_min.Tensor", _binary(torch.clamp_min), (0, 1)),
+    Spec("clamp_max", _binary(torch.clamp_max), (0,)), Spec("clamp_max.Tensor", _binary(torch.clamp_max), (0, 1)),
+    Spec("masked_fill.Scalar", _masked_fill, (0, 1), masks=(1,)),
+    Spec("masked_fill.Tensor", _masked_fill, (0, 1, 2), masks=(1,)),
+]
+SPECS += [Spec(name, _backward(getattr(A, name).grad_input), (0, 1)) for name in (
+    "threshold_backward", "gelu_backward", "sigmoid_backward", "tanh_backward", "silu_backward")]
+
+ADD = Spec("add.Tensor", _add, (0, 1))
+MUL = Spec("mul.Tensor", _binary(torch.mul), (0, 1))
+
+# In-place overloads and the functional ones whose dtype rules they follow.
+INPLACE = {
+    "add_.Tensor": "add.Tensor", "add_.Scalar": "add.Scalar", "sub_.Tensor": "sub.Tensor",
+    "sub_.Scalar": "sub.Scalar", "mul_.Tensor": "mul.Tensor", "mul_.Scalar": "mul.Scalar",
+    "div_.Tensor": "div.Tensor", "div_.Scalar": "div.Scalar", "div_.Tensor_mode": "div.Tensor_mode",
+    "pow_.Scalar": "pow.Tensor_Scalar", "pow_.Tensor": "pow.Tensor_Tensor", "clamp_": "clamp",
+    "clamp_min_": "clamp_min", "clamp_max_": "clamp_max", "masked_fill_.Scalar": "masked_fill.Scalar",
+    "masked_fill_.Tensor": "masked_fill.Tensor", "gelu_": "gelu",
+    **{f"{name}_": name for name in UNARY},
+}
+
+
+def _functional(spec: Spec) -> Callable[..., torch.Tensor]:
+    return lambda *args, **kwargs: run(spec, args, kwargs)
+
+
+def _inplace(spec: Spec) -> Callable[..., torch.Tensor]:
+    return lambda *args, **kwargs: run(spec, args, kwargs, inplace=True)
+
+
+def register_all() -> None:
+    by_name = {spec.name: spec for spec in SPECS}
+    for spec in SPECS:
+        register(spec.name, _functional(spec))
+    for name, functional in INPLACE.items():
+        register(name, _inplace(by_name[functional]))
+    register("_to_copy", to_copy, counted=False)
+    register("clone", clone)
+    register("fill_.Scalar", fill_)
+    register("fill_.Tensor", fill_)
+    register("zero_", zero_)
+
+
+__all__ = ["ADD", "MUL", "broadcast_shape", "convert", "copy_real", "fill_", "materialize", "move", "operand_view",
+           "output", "register_all", "restickify_to", "run"]

@@ -1,0 +1,517 @@
+"""Operands as strided views of raw device buffers, in an op's device coordinates.
+
+Kernels compute on device memory itself. An op picks a *coordinate system*: a layout
+resolved over the host tensor it produces (``Coords``), usually the layout of its first
+full-rank operand. Every device operand is then read as a CPU ``as_strided`` view of
+its own raw buffer (``_C._raw_buffer``) shaped like that layout's ``device_size``: the
+view holds, at every real position of the coordinates, the operand's element for that
+host index. Ordinary CPU torch ops on such views write straight into the result's
+buffer, at its real positions (``real_slices``).
+
+``plan_view`` derives such a view without touching data. A coordinate dim ``j`` steps
+along an output host-dim group with some step; through the operand's view strides
+(0 where it broadcasts) that is a fixed host-offset stride ``m_j``. In the operand's
+buffer, host offsets decompose into host-dim groups and each group into nested digits;
+``m_j`` must land on one digit (``q`` steps of it) and, summed over the real range of
+every coordinate plus the view's start offset, stay below each digit's size (no
+carries) and each group's extent. Then the operand's device offset is affine in the
+coordinates: stride ``q * device_stride`` per dim. Anything else returns None and the
+caller restickifies the operand (a device-to-device copy into a compatible layout).
+
+The stick rule of the seed ("pointwise operands share the stick dim") is checked on
+the way: the coordinates' stick dim must land on the operand's own stick (``q == 1``),
+or the operand must broadcast along it, and no other coordinate dim may walk the
+operand's stick.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import torch
+
+from .. import _C
+from ..core.dtypes import data_format, elems_per_stick
+from ..core.layout import DeviceLayout, Resolution, contiguous_strides
+from ..dma.plan import Fill
+from ..dma.program import dma_program
+from ..runtime import planner
+from ..spyre import SpyreTensorLayout
+
+Shape = tuple[int, ...]
+
+
+class Coords(NamedTuple):
+    """A coordinate system: ``layout`` read over a host tensor of ``size`` and ``stride``."""
+
+    layout: DeviceLayout
+    size: Shape
+    stride: Shape
+
+    @property
+    def res(self) -> Resolution:
+        return self.layout.resolve(self.size, self.stride)
+
+    @property
+    def shape(self) -> Shape:
+        return self.layout.device_size
+
+
+class ViewPlan(NamedTuple):
+    """How to read an operand in some coordinates: ``raw.as_strided(shape, strides, offset)``."""
+
+    strides: Shape
+    offset: int
+    stick_ok: bool  # the operand honours the stick rule in these coordinates
+    exact: bool  # the operand's buffer is the coordinates' buffer (padding included)
+    shape: Shape | None = None  # refined plans: the factors of the coordinate dims ...
+    dst_strides: Shape | None = None  # ... their strides in the coordinates' buffer ...
+    factors: Shape | None = None  # ... and how many factors each coordinate dim has
+
+    def read(self, x: torch.Tensor, coords: Coords) -> torch.Tensor:
+        """The operand's view: shaped like the coordinates, or like their factors if refined."""
+        return raw(x).as_strided(self.shape or coords.shape, self.strides, self.offset)
+
+
+# -- small helpers ------------------------------------------------------------------
+def info_of(x: torch.Tensor) -> _C.LayoutInfo | None:
+    """The layout record of a device tensor whose elements its layout describes."""
+    info = _C._layout_info_of(x)
+    if info is None or info.layout.dtype.itemsize != x.element_size():
+        return None
+    return info
+
+
+def raw(x: torch.Tensor) -> torch.Tensor:
+    """A 1-D CPU tensor of ``x.dtype`` aliasing the whole device buffer of ``x``."""
+    buf = _C._raw_buffer(x)
+    return buf if buf.dtype == x.dtype else buf.view(x.dtype)
+
+
+def is_dense(size: Shape, stride: Shape) -> bool:
+    """The strides pack the elements densely (in some order of the dims), without overlap."""
+    expected = 1
+    for s, n in sorted((s, n) for n, s in zip(size, stride) if n != 1):
+        if s != expected:
+            return False
+        expected *= n
+    return True
+
+
+def is_whole_dense(x: torch.Tensor, info: _C.LayoutInfo) -> bool:
+    """``x`` covers exactly its buffer's base tensor (possibly permuted or reshaped)."""
+    return (
+        x.storage_offset() == 0
+        and x.numel() == math.prod(info.base_size)
+        and is_dense(tuple(x.shape), tuple(x.stride()))
+    )
+
+
+def rowmajor(size: Shape) -> Shape:
+    return contiguous_strides(size)
+
+
+def strides_in_order(size: Shape, like: Shape) -> Shape:
+    """Dense strides for ``size`` whose dims nest in the order of the strides ``like``."""
+    order = sorted(range(len(size)), key=lambda d: (-like[d], d))
+    strides = [0] * len(size)
+    running = 1
+    for d in reversed(order):
+        strides[d] = running
+        running *= max(size[d], 1)
+    return tuple(strides)
+
+
+# -- coordinate systems ----------------------------------------------------------------
+@functools.lru_cache(maxsize=1024)
+def default_coords(size: Shape, dtype: torch.dtype) -> Coords:
+    stride = rowmajor(size)
+    return Coords(planner.default_layout(size, stride, dtype), size, stride)
+
+
+def coords_for(x: torch.Tensor) -> Coords:
+    """Coordinates an op on ``x`` computes in: ``x``'s own buffer when it is whole, else a
+    layout of ``x``'s shape with the same dim_order (when ``x`` can be read in it), else
+    the default layout of ``x``'s shape."""
+    size, stride = tuple(x.shape), tuple(x.stride())
+    info = info_of(x)
+    if info is None:
+        return default_coords(size, x.dtype)
+    if is_whole_dense(x, info):
+        own = Coords(info.layout, size, stride)
+        p = plan(x, own)
+        if p is not None and p.exact:
+            return own
+    order = getattr(info.layout, "dim_order", None)
+    if order and len(order) - (order[-1] == -1) == len(size) and len(size) <= 6:
+        candidate = Coords(SpyreTensorLayout(size, x.dtype, list(order)), size, rowmajor(size))
+        p = plan(x, candidate)
+        if p is not None and p.stick_ok:
+            return candidate
+    return default_coords(size, x.dtype)
+
+
+def coords_with_dtype(coords: Coords, dtype: torch.dtype) -> Coords:
+    """The layout a result of another dtype gets: the default layout of that dtype with
+    the same dim_order when the coordinates are a Spyre layout built from one (read over
+    its own host tensor or a permutation of it), else the default layout."""
+    layout = coords.layout
+    if layout.dtype == dtype:
+        return coords
+    order = _dim_order_over(layout, coords.size, coords.stride)
+    if order is not None:
+        return Coords(SpyreTensorLayout(coords.size, coords.stride, dtype, order), coords.size, coords.stride)
+    return Coords(planner.default_layout(coords.size, coords.stride, dtype), coords.size, coords.stride)
+
+
+def _dim_order_over(layout: DeviceLayout, size: Shape, stride: Shape) -> list[int] | None:
+    """A Spyre layout's dim_order renumbered for a permutation of its host tensor."""
+    order = getattr(layout, "dim_order", None)
+    if order is None or layout.host_size is None or len(layout.host_size) != len(size):
+        return None
+    free = list(range(len(size)))
+    where = {}
+    for b, (n, s) in enumerate(zip(layout.host_size, layout.host_stride)):
+        match = next((v for v in free if size[v] == n and (n == 1 or stride[v] == s)), None)
+        if match is None:
+            return None
+        where[b] = match
+        free.remove(match)
+    return [where[b] if b != -1 else -1 for b in order]
+
+
+@functools.lru_cache(maxsize=2048)
+def operand_layout(coords: Coords, size: Shape, dtype: torch.dtype, stride: Shape | None = None) -> DeviceLayout | None:
+    """A layout for a tensor of ``size`` (the coordinates' rank, 1 where it broadcasts)
+    whose device dims are the coordinates' own: every grouped device dim keeps its step
+    along the same host dim; dims along broadcast host dims shrink to 1 (the stick stays,
+    synthetic). None when a host-dim group mixes broadcast and real dims."""
+    stride = stride if stride is not None else strides_in_order(size, coords.stride)
+    res = coords.res
+    device_size = list(coords.layout.device_size)
+    stride_map = list(coords.layout.stride_map)
+    last = len(device_size) - 1
+    for j in res.synthetic:
+        stride_map[j] = -1
+    for group in res.groups:
+        flags = {size[d] == 1 for d in group.host_dims}
+        if flags == {True, False}:
+            return None
+        for dig in group.digits:
+            if True in flags:
+                stride_map[dig.dim] = -1
+                if dig.dim != last:
+                    device_size[dig.dim] = 1
+            else:
+                stride_map[dig.dim] = dig.step * stride[group.host_dims[-1]]
+    for j, n in enumerate(device_size):
+        if n == 1:
+            stride_map[j] = -1
+    if isinstance(coords.layout, SpyreTensorLayout) and device_size[-1] == elems_per_stick(dtype):
+        layout: DeviceLayout = SpyreTensorLayout(device_size, stride_map, data_format(dtype))
+    else:
+        layout = DeviceLayout(device_size, stride_map, dtype, host_size=size, host_stride=stride)
+    try:
+        layout.resolve(size, stride)
+    except ValueError:
+        return None
+    return layout
+
+
+# -- views -------------------------------------------------------------------------------
+def plan(x: torch.Tensor, coords: Coords, refine: bool = False) -> ViewPlan | None:
+    """How to read device tensor ``x`` (broadcastable to ``coords.size``) in ``coords``."""
+    info = info_of(x)
+    if info is None:
+        return None
+    return plan_view(coords, info.layout, tuple(info.base_size), tuple(info.base_stride),
+                     tuple(x.shape), tuple(x.stride()), x.storage_offset(), refine)
+
+
+def view(x: torch.Tensor, coords: Coords, p: ViewPlan) -> torch.Tensor:
+    return raw(x).as_strided(coords.layout.device_size, p.strides, p.offset)
+
+
+def scalar_view(x: torch.Tensor) -> torch.Tensor:
+    """A 0-dim CPU view of the element of a 0-dim device tensor (or None if unreadable)."""
+    info = info_of(x)
+    if info is None:
+        return None
+    offset = element_offset(info.layout, tuple(info.base_size), tuple(info.base_stride), x.storage_offset())
+    return raw(x).as_strided((), (), offset)
+
+
+@functools.lru_cache(maxsize=4096)
+def element_offset(layout: DeviceLayout, base_size: Shape, base_stride: Shape, offset: int) -> int:
+    res = layout.resolve(base_size, base_stride)
+    index = [0] * len(base_size)
+    rest = offset
+    for d in sorted(range(len(base_size)), key=lambda d: -base_stride[d]):
+        if base_size[d] > 1 and base_stride[d] > 0:
+            index[d], rest = divmod(rest, base_stride[d])
+    return res.device_offset(tuple(index))
+
+
+def _multipliers(coords: Coords, res: Resolution, size: Shape, stride: Shape) -> list[int] | None:
+    """Per coordinate dim: the operand's host-offset stride (0 where it broadcasts)."""
+    rank, rx = len(coords.size), len(size)
+    if rx > rank:
+        return None
+    host = [0] * rank
+    for dx, (n, s) in enumerate(zip(size, stride)):
+        d = dx + rank - rx
+        if n != 1:
+            if n != coords.size[d]:
+                return None
+            host[d] = s
+    mult = [0] * coords.layout.device_rank
+    for group in res.groups:
+        dims = group.host_dims
+        unit, span = host[dims[-1]], coords.size[dims[-1]]
+        for d in reversed(dims[:-1]):
+            if host[d] != unit * span:
+                return None
+            span *= coords.size[d]
+        for dig in group.digits:
+            mult[dig.dim] = dig.step * unit
+    return mult
+
+
+class _Piece(NamedTuple):
+    """A factor of a coordinate dim and the operand digit it walks (None: broadcast)."""
+
+    size: int
+    dst_stride: int
+    target: tuple[int, int, int, int] | None  # (operand group, digit, w, q)
+
+
+def _pieces(groups: list, m: int, size: int, dst_stride: int, refine: bool) -> list[_Piece] | None:
+    """Factors (finest first) of a coordinate dim of ``size`` whose host-offset stride is
+    ``m``, each walking one operand digit; one factor unless ``refine`` splits the dim
+    where it overflows a digit into the next coarser one."""
+    pieces = []
+    while True:
+        if m == 0:
+            return pieces + [_Piece(size, dst_stride, None)]
+        gi = max((g for g in range(len(groups)) if m % groups[g].unit_stride == 0),
+                 key=lambda g: groups[g].unit_stride, default=None)
+        if gi is None:
+            return None
+        w = m // groups[gi].unit_stride
+        i = max(i for i, d in enumerate(groups[gi].digits) if d.step <= w and w % d.step == 0)
+        dig = groups[gi].digits[i]
+        q = w // dig.step
+        span = dig.size // q if dig.size % q == 0 else 0
+        if not refine or q * (size - 1) < dig.size or span <= 1 or size % span:
+            return pieces + [_Piece(size, dst_stride, (gi, i, w, q))]
+        pieces.append(_Piece(span, dst_stride, (gi, i, w, q)))
+        size, dst_stride, m = size // span, dst_stride * span, m * span
+
+
+@functools.lru_cache(maxsize=8192)
+def plan_view(coords: Coords, layout: DeviceLayout, base_size: Shape, base_stride: Shape,
+              size: Shape, stride: Shape, offset: int, refine: bool = False) -> ViewPlan | None:
+    """The strided view of a buffer in ``layout`` (holding a base tensor) that reads the
+    view ``(size, stride, offset)`` of that base in ``coords``; see the module docstring.
+    With ``refine``, coordinate dims may split into factors (``ViewPlan.shape``) that
+    walk several operand digits: such a plan reads the operand for a copy."""
+    try:
+        res = coords.res
+        xres = layout.resolve(base_size, base_stride)
+    except ValueError:
+        return None
+    mult = _multipliers(coords, res, size, stride)
+    if mult is None:
+        return None
+    groups = sorted(xres.groups, key=lambda g: g.unit_stride)
+    if any(not g.nested for g in groups):
+        return None
+    if any(b.unit_stride < a.unit_stride * a.size for a, b in zip(groups, groups[1:])):
+        return None
+    start = [0] * len(groups)
+    rest = offset
+    for gi in reversed(range(len(groups))):
+        start[gi], rest = divmod(rest, groups[gi].unit_stride)
+        if start[gi] >= groups[gi].size:
+            return None
+    if rest:
+        return None
+    load = list(start)  # the largest group coordinate any real position reaches
+    digit_load: dict[tuple[int, int], int] = {}
+    base = 0
+    for gi, group in enumerate(groups):
+        for i, dig in enumerate(group.digits):
+            value = start[gi] // dig.step
+            if i + 1 < len(group.digits):
+                value %= dig.size
+            digit_load[(gi, i)] = value
+            base += value * dig.device_stride
+    dsize, dstride = coords.layout.device_size, coords.layout.device_strides
+    last, x_last = len(dsize) - 1, layout.device_rank - 1
+    per_dim: list[list[_Piece]] = [[_Piece(n, st, None)] for n, st in zip(dsize, dstride)]
+    stick_ok = True
+    for group in res.groups:
+        for dig in group.digits:
+            j = dig.dim
+            if dsize[j] == 1:
+                continue
+            found = _pieces(groups, mult[j], dsize[j], dstride[j], refine)
+            if found is None:
+                return None
+            per_dim[j] = found
+            for piece in found:
+                if piece.target is None:
+                    continue
+                gi, i, _, q = piece.target
+                hit = groups[gi].digits[i].dim == x_last
+                if hit and (j != last or q != 1 or len(found) > 1) or (j == last and not hit):
+                    stick_ok = False
+        # the most each operand group / digit gains over the real positions of this group
+        gains: dict[tuple, int] = {}
+        for box in group.real:
+            totals: dict[tuple, int] = {}
+            for dig, (begin, count) in zip(group.digits, box):
+                top, below = begin + count - 1, 1
+                for piece in per_dim[dig.dim]:
+                    if piece.target is not None:
+                        gi, i, w, q = piece.target
+                        reach = min(piece.size - 1, top // below)
+                        totals[("g", gi)] = totals.get(("g", gi), 0) + w * reach
+                        totals[("d", gi, i)] = totals.get(("d", gi, i), 0) + q * reach
+                    below *= piece.size
+            for k, v in totals.items():
+                gains[k] = max(gains.get(k, 0), v)
+        for k, v in gains.items():
+            if k[0] == "g":
+                load[k[1]] += v
+            else:
+                digit_load[(k[1], k[2])] += v
+    if any(load[gi] >= g.size for gi, g in enumerate(groups)):
+        return None
+    if any(v >= groups[gi].digits[i].size for (gi, i), v in digit_load.items()):
+        return None
+    pieces = [piece for dim in per_dim for piece in reversed(dim)]
+    strides = tuple(0 if p.target is None else p.target[3] * groups[p.target[0]].digits[p.target[1]].device_stride
+                    for p in pieces)
+    shape = tuple(p.size for p in pieces)
+    if base + sum((n - 1) * st for n, st in zip(shape, strides)) >= layout.device_numel:
+        return None
+    if len(pieces) != len(dsize):
+        return ViewPlan(strides, base, stick_ok, False, shape, tuple(p.dst_stride for p in pieces),
+                        tuple(len(dim) for dim in per_dim))
+    exact = _is_exact(coords, res, layout, xres, list(strides), base)
+    return ViewPlan(dstride if exact else strides, base, stick_ok, exact)
+
+
+def _is_exact(coords: Coords, res: Resolution, layout: DeviceLayout, xres: Resolution, strides: list[int],
+              base: int) -> bool:
+    if base != 0 or layout.device_size != coords.layout.device_size:
+        return False
+    natural = coords.layout.device_strides
+    grouped = {dig.dim for g in res.groups for dig in g.digits}
+    for j, n in enumerate(layout.device_size):
+        if n == 1:
+            continue
+        if j in grouped:
+            if strides[j] != natural[j]:
+                return False
+        elif not (j in res.synthetic and j in xres.synthetic):
+            return False
+    return True
+
+
+# -- padding -----------------------------------------------------------------------------
+MAX_PIECES = 16  # beyond this many real boxes, kernels write whole buffers and restore padding
+
+
+@functools.lru_cache(maxsize=2048)
+def real_slices(coords: Coords) -> tuple[tuple[tuple[slice, ...], ...], bool]:
+    """Index tuples into a buffer shaped like the coordinates that cover exactly its real
+    positions (a few boxes: one per partial tile, the first element of a sparse stick),
+    and False; or the whole buffer ``((),)`` and True (padding to restore afterwards)
+    when there are more than ``MAX_PIECES`` boxes."""
+    boxes = []
+    for box in coords.res.real_boxes():
+        if len(boxes) == MAX_PIECES:
+            return ((),), True
+        boxes.append(tuple(slice(begin, begin + count) for begin, count in box))
+    return tuple(boxes), False
+
+
+@functools.lru_cache(maxsize=2048)
+def fills(coords: Coords) -> tuple[Fill, ...]:
+    """Nests covering every padding position of the coordinates' buffer."""
+    return tuple(dma_program(coords.layout, coords.size, coords.stride, 0, "h2d").padding)
+
+
+def fill_pad(t: torch.Tensor, coords: Coords, value: float | int | bool) -> torch.Tensor:
+    """Set the padding positions of a contiguous CPU tensor shaped like the coordinates."""
+    flat = t.view(-1)
+    for f in fills(coords):
+        flat.as_strided(f.ranges, f.strides, f.offset).fill_(value)
+    return t
+
+
+def padded_copy(v: torch.Tensor, coords: Coords, value: float | int | bool, dtype: torch.dtype | None = None
+                ) -> torch.Tensor:
+    """A contiguous copy of a view in the coordinates with ``value`` in every padding position."""
+    out = torch.empty(coords.layout.device_size, dtype=dtype or v.dtype)
+    out.copy_(v)
+    return fill_pad(out, coords, value)
+
+
+@functools.lru_cache(maxsize=1024)
+def reduced_dims(coords: Coords, host_dims: frozenset[int]) -> tuple[int, ...] | None:
+    """Device dims stepping along ``host_dims``; None if a group mixes them with other dims."""
+    out: list[int] = []
+    for group in coords.res.groups:
+        inside = set(group.host_dims) & host_dims
+        if inside and inside != set(group.host_dims):
+            return None
+        if inside:
+            out += [dig.dim for dig in group.digits]
+    return tuple(sorted(out))
+
+
+# -- new device tensors ------------------------------------------------------------------
+def new_tensor(coords: Coords, device: torch.device) -> torch.Tensor:
+    """A fresh device tensor in the coordinates' layout (padding set to the pad value)."""
+    info = planner.layout_info(coords.layout, coords.size, coords.stride)
+    return _C._empty_with_layout(info, device.index)
+
+
+def scratch(shape: Sequence[int], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A contiguous CPU tensor living in fresh device memory: a kernel's scratchpad (device
+    memory is backed by huge pages, so large scratch buffers are cheap to touch)."""
+    numel = math.prod(shape)
+    buffer = torch.empty((numel,), dtype=dtype, device=device)
+    return raw(buffer)[:numel].view(tuple(shape))
+
+
+def has_padding(coords: Coords) -> bool:
+    return bool(fills(coords))
+
+
+def stick_dim(x: torch.Tensor) -> int | None:
+    """The dim of ``x`` its buffer's stick runs along (None: sparse or unknown)."""
+    info = info_of(x)
+    if info is None:
+        return None
+    layout = info.layout
+    try:
+        res = layout.resolve(tuple(info.base_size), tuple(info.base_stride))
+    except ValueError:
+        return None
+    last = layout.device_rank - 1
+    for group in res.groups:
+        if any(dig.dim == last for dig in group.digits):
+            base_dim = group.host_dims[-1]
+            unit = info.base_stride[base_dim]
+            for d in range(x.dim()):
+                if x.size(d) > 1 and x.stride(d) == unit:
+                    return d
+            return None
+    return None

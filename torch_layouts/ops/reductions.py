@@ -1,0 +1,226 @@
+"""Reductions on device memory: ``sum``, ``mean``, ``amax``, ``amin`` over dims.
+
+The input is read in its own coordinates (``operands.coords_for``); the reduced host
+dims' device dims ("digits") are summed away with CPU torch ops on that view. Padding
+must not leak into the result (``amax`` of an all-negative row!): when the padding
+does not already hold the reduction's identity, a copy with the identity in every
+padding position is reduced instead.
+
+Result layouts follow the seed: the reduced dims are dropped; when the stick dim is
+reduced the result is sparse (one element per stick: a Spyre layout whose dim_order
+ends in -1); ``keepdim`` keeps them as size-1 dims (stride_map -1). Inputs in layouts
+that are not built from a Spyre dim_order give a result whose device dims are the
+input's, with the reduced ones collapsed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+
+from ..runtime.planner import default_layout
+from ..spyre import MAX_RANK, SpyreTensorLayout
+from .elementwise import copy_real, move, restickify_to
+from .operands import (Coords, coords_for, default_coords, has_padding, new_tensor, operand_layout, padded_copy, plan,
+                       raw, reduced_dims, rowmajor, scratch, strides_in_order, view)
+from .registry import register
+
+LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+def normalize_dims(dim: int | Sequence[int] | None, rank: int) -> tuple[int, ...]:
+    """Reduced dims as sorted non-negative ints; None or [] means every dim."""
+    if dim is None:
+        return tuple(range(rank))
+    dims = [dim] if isinstance(dim, int) else list(dim)
+    if not dims:
+        return tuple(range(rank))
+    out = set()
+    for d in dims:
+        if not -max(rank, 1) <= d < max(rank, 1):
+            raise IndexError(f"Dimension out of range (expected to be in range of [{-max(rank, 1)}, "
+                             f"{max(rank, 1) - 1}], but got {d})")
+        out.add(d % max(rank, 1))
+    return tuple(sorted(d for d in out if d < rank))
+
+
+def identity(kind: str, dtype: torch.dtype) -> float | int | bool:
+    if kind in ("sum", "mean"):
+        return 0
+    if dtype == torch.bool:
+        return kind == "amin"
+    if dtype.is_floating_point:
+        return -math.inf if kind == "amax" else math.inf
+    info = torch.iinfo(dtype)
+    return info.min if kind == "amax" else info.max
+
+
+def readable(x: torch.Tensor, dims: tuple[int, ...]
+             ) -> tuple[torch.Tensor, Coords, torch.Tensor, tuple[int, ...], bool]:
+    """``x`` (restickified if it must be), its coordinates, its view in them, the device
+    dims of the reduced host dims, and whether the view is ``x``'s exact buffer."""
+    coords = coords_for(x)
+    p = plan(x, coords)
+    if p is None or not p.stick_ok:
+        x = restickify_to(x, coords)
+        p = plan(x, coords)
+    red = reduced_dims(coords, frozenset(dims))
+    if red is None:
+        coords = default_coords(tuple(x.shape), x.dtype)
+        x = restickify_to(x, coords)
+        p = plan(x, coords)
+        red = reduced_dims(coords, frozenset(dims))
+    return x, coords, view(x, coords, p), red, p.exact
+
+
+def masked(v: torch.Tensor, coords: Coords, exact: bool, pad_value: object, value: object) -> torch.Tensor:
+    """``v`` when its padding already holds ``value``, else a copy whose padding does."""
+    if not has_padding(coords) or (exact and pad_value == value):
+        return v
+    return padded_copy(v, coords, value)
+
+
+def _reduced_order(order: tuple[int, ...], dims: tuple[int, ...], keepdim: bool) -> list[int]:
+    sparse = bool(order) and (order[-1] == -1 or order[-1] in dims)
+    real = [d for d in order if d != -1]
+    if not keepdim:
+        kept = [d for d in real if d not in dims]
+        rank = {d: k for k, d in enumerate(sorted(kept))}
+        real = [rank[d] for d in kept]
+    return real + ([-1] if sparse else [])
+
+
+def result_coords(coords: Coords, dims: tuple[int, ...], keepdim: bool, dtype: torch.dtype) -> Coords:
+    """The layout of a reduction's result (see the module docstring)."""
+    keep = tuple(1 if d in dims else n for d, n in enumerate(coords.size))
+    shape = keep if keepdim else tuple(n for d, n in enumerate(coords.size) if d not in dims)
+    layout = coords.layout
+    order = getattr(layout, "dim_order", None)
+    if order is not None and layout.host_size == coords.size and layout.host_stride == coords.stride:
+        new_order = _reduced_order(order, dims, keepdim)
+        if not shape:
+            return default_coords((), dtype)
+        if len(shape) <= MAX_RANK + (new_order[-1] == -1):
+            return Coords(SpyreTensorLayout(shape, dtype, new_order), shape, rowmajor(shape))
+    keep_stride = strides_in_order(keep, coords.stride)
+    stride = keep_stride if keepdim else tuple(s for d, s in enumerate(keep_stride) if d not in dims)
+    collapsed = operand_layout(coords, keep, dtype, keep_stride)
+    spyre_kept = not isinstance(layout, SpyreTensorLayout) or isinstance(collapsed, SpyreTensorLayout)
+    if collapsed is not None and spyre_kept:
+        return Coords(collapsed, shape, stride)
+    return Coords(default_layout(shape, stride, dtype), shape, stride)
+
+
+def write_result(coords: Coords, dims: tuple[int, ...], keepdim: bool, values: torch.Tensor,
+                 device: torch.device) -> torch.Tensor:
+    """A new device tensor holding ``values`` (shaped like the coordinates, size 1 along the
+    reduced device dims), laid out by ``result_coords``."""
+    dtype = values.dtype
+    out_coords = result_coords(coords, dims, keepdim, dtype)
+    out = new_tensor(out_coords, device)
+    keep = tuple(1 if d in dims else n for d, n in enumerate(coords.size))
+    keep_stride = strides_in_order(keep, coords.stride)
+    collapsed = operand_layout(coords, keep, dtype, keep_stride)
+    if collapsed is None:
+        raise RuntimeError(f"internal error: no collapsed layout of {coords} for reduced dims {dims}")
+    src = Coords(collapsed, keep, keep_stride)
+    src_values = values.expand(src.shape)
+    same = (src.layout.device_size, src.layout.stride_map) == (out_coords.layout.device_size,
+                                                                out_coords.layout.stride_map)
+    if same:
+        copy_real(raw(out).view(src.shape), src_values, out_coords, out)
+        return out
+    if keepdim:
+        dst_stride = out_coords.stride
+    else:
+        kept = iter(out_coords.stride)
+        dst_stride = tuple(1 if d in dims else next(kept) for d in range(len(keep)))
+    dst = Coords(out_coords.layout, keep, dst_stride)
+    move(src, src_values.contiguous(), dst, out)
+    return out
+
+
+def reduce_view(v: torch.Tensor, red: tuple[int, ...], kind: str, device: torch.device,
+                dtype: torch.dtype | None = None) -> torch.Tensor:
+    """Reduce the device dims ``red`` of a CPU view, keeping them as size 1.
+
+    ``amax``/``amin`` reduce one dim at a time, the most contiguous first (exact, and far
+    faster on strided views than one multi-dim reduction). Sums accumulate like the CPU's,
+    float16 and bfloat16 in float32 rounded once at the end: one reduced dim is one CPU
+    reduction; several are gathered innermost, in device memory (``scratch``, like a
+    kernel's scratchpad), and each kept position's row is reduced at once."""
+    if not red:
+        return v if dtype is None else v.to(dtype)
+    if kind != "sum":
+        for d in sorted(red, key=lambda d: (v.stride(d), d)):
+            v = getattr(v, kind)(d, keepdim=True)
+        return v
+    if len(red) == 1:
+        return v.sum(red[0], keepdim=True, dtype=dtype)
+    kept = [d for d in range(v.dim()) if d not in red]
+    gathered = v.permute(kept + sorted(red, key=lambda d: -v.stride(d)))
+    if not gathered.is_contiguous():
+        gathered = scratch(gathered.shape, v.dtype, device).copy_(gathered)
+    rows = gathered.view(math.prod(v.shape[d] for d in kept), -1)
+    return rows.sum(1, dtype=dtype).view([1 if d in red else n for d, n in enumerate(v.shape)])
+
+
+def reduce(kind: str, x: torch.Tensor, dim: int | Sequence[int] | None, keepdim: bool,
+           dtype: torch.dtype | None) -> torch.Tensor:
+    """One reduction (``kind`` in sum, mean, amax, amin) on device memory."""
+    dims = normalize_dims(dim, x.dim())
+    probe = torch.ones((1,) * x.dim(), dtype=x.dtype)  # the CPU's dtype rules (and errors) on one element
+    fn = getattr(torch, kind)
+    if kind in ("sum", "mean"):
+        out_dtype = (fn(probe, dims, keepdim, dtype=dtype) if dims else fn(probe, dtype=dtype)).dtype
+    else:
+        out_dtype = fn(probe, dims, keepdim).dtype
+    if x.numel() == 0:
+        host = getattr(torch, kind)(x.cpu(), dims, keepdim, **({"dtype": dtype} if kind in ("sum", "mean") else {}))
+        return host.to(x.device)
+    x, coords, v, red, exact = readable(x, dims)
+    pad = x.device_tensor_layout().pad_value
+    v = masked(v, coords, exact, pad, identity(kind, x.dtype))
+    if kind == "mean":
+        acc = torch.float32 if out_dtype in LOW_PRECISION else out_dtype
+        values = reduce_view(v, red, "sum", x.device, acc) / math.prod(x.shape[d] for d in dims)
+    else:
+        values = reduce_view(v, red, kind, x.device, dtype)
+    return write_result(coords, dims, keepdim, values.to(out_dtype), x.device)
+
+
+def sum_dim(x: torch.Tensor, dim: Sequence[int] | None = None, keepdim: bool = False, *,
+            dtype: torch.dtype | None = None) -> torch.Tensor:
+    return reduce("sum", x, dim, keepdim, dtype)
+
+
+def sum_all(x: torch.Tensor, *, dtype: torch.dtype | None = None) -> torch.Tensor:
+    return reduce("sum", x, None, False, dtype)
+
+
+def mean_dim(x: torch.Tensor, dim: Sequence[int] | None = None, keepdim: bool = False, *,
+             dtype: torch.dtype | None = None) -> torch.Tensor:
+    return reduce("mean", x, dim, keepdim, dtype)
+
+
+def mean_all(x: torch.Tensor, *, dtype: torch.dtype | None = None) -> torch.Tensor:
+    return reduce("mean", x, None, False, dtype)
+
+
+def amax(x: torch.Tensor, dim: Sequence[int] = (), keepdim: bool = False) -> torch.Tensor:
+    return reduce("amax", x, dim, keepdim, None)
+
+
+def amin(x: torch.Tensor, dim: Sequence[int] = (), keepdim: bool = False) -> torch.Tensor:
+    return reduce("amin", x, dim, keepdim, None)
+
+
+def register_all() -> None:
+    register("sum.dim_IntList", sum_dim)
+    register("sum", sum_all)
+    register("mean.dim", mean_dim)
+    register("mean", mean_all)
+    register("amax", amax)
+    register("amin", amin)
