@@ -8,6 +8,7 @@
 #include "planner.h"
 #include "runtime_stats.h"
 #include "tensor_impl.h"
+#include "view_offsets.h"
 
 namespace torch_layouts {
 namespace {
@@ -133,18 +134,9 @@ void d2d(const at::Tensor& src, const at::Tensor& dst) {
       return;
     }
   }
-  if (from && to && src.element_size() == dst.element_size() && src.scalar_type() == dst.scalar_type()) {
-    // Views: gather the source's elements and scatter them, buffer to buffer.
-    const auto bits = bits_type(src.element_size());
-    at::Tensor values = raw_buffer(src, bits).take(view_offsets(*from, src.sizes(), src.strides(), src.storage_offset()));
-    at::Tensor offsets = view_offsets(*to, dst.sizes(), dst.strides(), dst.storage_offset());
-    raw_buffer(dst, bits).index_copy_(0, offsets.reshape({-1}), values.reshape({-1}));
-    count(Counter::ViewGathers);
-    count(Counter::ViewScatters);
-    count(Counter::D2DBytes, src.numel() * src.element_size());
-    return;
-  }
-  count(Counter::HostBounces);
+  // Views, dtype changes, or layouts with no direct program: stage the values in a host buffer
+  // (a gather for views), then run dst's program (a scatter for views).
+  if (from && to && is_whole_base(src, *from) && is_whole_base(dst, *to)) count(Counter::HostBounces);
   h2d(d2h_fresh(src).to(dst.scalar_type()), dst);
 }
 

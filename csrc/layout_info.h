@@ -37,6 +37,19 @@ class PyHandle {
   PyObject* obj_;
 };
 
+// How a host element's device offset is computed (the layout's resolution, flattened):
+// split the base offset into host coordinates along `host_order` (largest stride first),
+// then, per group of host dims, peel digits off the group coordinate, coarsest first.
+struct AddressGroup {
+  std::vector<int64_t> host_dims;                         // outer to inner
+  std::vector<std::pair<int64_t, int64_t>> digits;        // (step, device stride), coarsest first
+};
+
+struct AddressTable {
+  std::vector<std::pair<int64_t, int64_t>> host_order;    // (host dim, base stride), non-size-1 dims
+  std::vector<AddressGroup> groups;
+};
+
 struct LayoutInfo {
   std::shared_ptr<PyHandle> layout;   // the layout object users see
   std::vector<int64_t> base_size;     // the host tensor the layout holds
@@ -48,6 +61,7 @@ struct LayoutInfo {
   std::vector<Fill> padding;
   c10::Scalar pad_value;
   bool identity = false;              // device order is the base's own dense order, no padding
+  AddressTable address;
 };
 
 }  // namespace torch_layouts

@@ -11,6 +11,7 @@
 #include "planner.h"
 #include "runtime_stats.h"
 #include "tensor_impl.h"
+#include "view_offsets.h"
 
 namespace py = pybind11;
 using namespace torch_layouts;
@@ -21,7 +22,7 @@ std::shared_ptr<LayoutInfo> make_layout_info(py::object layout, std::vector<int6
                                              std::vector<int64_t> base_stride, at::ScalarType dtype,
                                              int64_t device_numel, int64_t storage_nbytes, py::object h2d,
                                              py::object d2h, py::object padding, py::object pad_value,
-                                             bool identity) {
+                                             bool identity, py::object address) {
   TORCH_CHECK_VALUE(base_size.size() == base_stride.size(), "base size and stride differ in length");
   TORCH_CHECK_VALUE(device_numel >= 0 && storage_nbytes >= device_numel * c10::elementSize(dtype),
                     "storage of ", storage_nbytes, " bytes cannot hold ", device_numel, " device elements");
@@ -43,6 +44,7 @@ std::shared_ptr<LayoutInfo> make_layout_info(py::object layout, std::vector<int6
     info->pad_value = c10::Scalar(pad_value.cast<double>());
   }
   info->identity = identity;
+  info->address = address_from_python(address);
   return info;
 }
 
@@ -102,6 +104,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     if (!layout->padding.empty()) run_fills(layout->padding, raw_buffer(t, layout->dtype), layout->pad_value);
   });
   m.def("_run_nests", &run_nests_py);
+  m.def("_view_offsets", [](std::shared_ptr<LayoutInfo> info, std::vector<int64_t> sizes, std::vector<int64_t> strides,
+                            int64_t offset) { return view_offsets(*info, sizes, strides, offset); });
 
   m.def("_device_count", &device_count);
   m.def("_get_device", &current_device);

@@ -70,6 +70,18 @@ std::vector<Fill> fills_from_python(const py::handle& seq) {
   return fills;
 }
 
+AddressTable address_from_python(const py::handle& table) {
+  auto t = py::reinterpret_borrow<py::tuple>(table);
+  TORCH_CHECK_VALUE(t.size() == 2, "an address table is (host_order, groups)");
+  AddressTable out;
+  out.host_order = py::cast<std::vector<std::pair<int64_t, int64_t>>>(t[0]);
+  for (const auto& item : t[1]) {
+    auto g = py::reinterpret_borrow<py::tuple>(item);
+    out.groups.push_back(AddressGroup{int_vector(g[0]), py::cast<std::vector<std::pair<int64_t, int64_t>>>(g[1])});
+  }
+  return out;
+}
+
 LayoutPtr default_layout(c10::ScalarType dtype, c10::IntArrayRef size, c10::IntArrayRef stride) {
   DefaultKey key{static_cast<int>(dtype), size.vec(), stride.vec()};
   {
@@ -94,15 +106,6 @@ std::optional<std::vector<Nest>> host_nests(const LayoutInfo& layout, c10::IntAr
   py::gil_scoped_acquire gil;
   return optional_nests(planner().attr("host_nests")(py::handle(layout.layout->get()), to_tuple(layout.base_size),
                                                      to_tuple(layout.base_stride), to_tuple(host_stride), h2d));
-}
-
-at::Tensor view_offsets(const LayoutInfo& layout, c10::IntArrayRef sizes, c10::IntArrayRef strides,
-                        int64_t storage_offset) {
-  py::gil_scoped_acquire gil;
-  py::object result = planner().attr("view_offsets")(py::handle(layout.layout->get()), to_tuple(layout.base_size),
-                                                     to_tuple(layout.base_stride), to_tuple(sizes),
-                                                     to_tuple(strides), storage_offset);
-  return py::cast<at::Tensor>(result);
 }
 
 std::optional<std::vector<Nest>> relayout_nests(const LayoutInfo& src, const LayoutInfo& dst) {

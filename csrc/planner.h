@@ -20,15 +20,12 @@ LayoutPtr default_layout(c10::ScalarType dtype, c10::IntArrayRef size, c10::IntA
 // size with other strides; nullopt when no direct program exists.
 std::optional<std::vector<Nest>> host_nests(const LayoutInfo& layout, c10::IntArrayRef host_stride, bool h2d);
 
-// Device element offsets of the elements of a view of the base (an int64 CPU tensor of `sizes`).
-at::Tensor view_offsets(const LayoutInfo& layout, c10::IntArrayRef sizes, c10::IntArrayRef strides,
-                        int64_t storage_offset);
-
 // Nests copying src's device buffer into dst's (same host tensor); nullopt when none exist.
 std::optional<std::vector<Nest>> relayout_nests(const LayoutInfo& src, const LayoutInfo& dst);
 
 // Converts Python nest descriptions (tuples) to C++.
 std::vector<Nest> nests_from_python(const pybind11::handle& seq);
 std::vector<Fill> fills_from_python(const pybind11::handle& seq);
+AddressTable address_from_python(const pybind11::handle& table);
 
 }  // namespace torch_layouts

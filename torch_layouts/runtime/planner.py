@@ -14,7 +14,7 @@ import torch
 
 from .. import _C
 from ..core.dtypes import check_device_dtype
-from ..core.layout import DeviceLayout, LayoutTemplate
+from ..core.layout import DeviceLayout, LayoutTemplate, Resolution
 from ..dma.plan import Transfer, host_digits, plan, swap
 from ..dma.program import dma_program
 from ..dma.relayout import relayout_transfers
@@ -78,8 +78,19 @@ def layout_info(layout: DeviceLayout, size: Shape, stride: Shape) -> _C.LayoutIn
     return _C.LayoutInfo(
         layout, list(size), list(stride), layout.dtype, layout.device_numel, storage,
         _tuples(h2d.transfers()), _tuples(d2h.transfers()), [tuple(f) for f in h2d.padding],
-        layout.pad_value, identity,
+        layout.pad_value, identity, _address(layout.resolve(size, stride)),
     )
+
+
+def _address(res: Resolution) -> tuple:
+    """The resolution flattened for the runtime's view addressing (see csrc/layout_info.h)."""
+    size, stride = res.host_size, res.host_stride
+    order = sorted((d for d in range(len(size)) if size[d] > 1 and stride[d] > 0), key=lambda d: -stride[d])
+    groups = [
+        (list(g.host_dims), [(dig.step, dig.device_stride) for dig in reversed(g.digits)])
+        for g in res.groups
+    ]
+    return [(d, stride[d]) for d in order], groups
 
 
 def info_for(layout: DeviceLayout, size: Sequence[int]) -> _C.LayoutInfo:
@@ -107,31 +118,3 @@ def relayout_nests(src: DeviceLayout, src_stride: Shape, dst: DeviceLayout, dst_
                    size: Shape) -> list[tuple] | None:
     transfers = relayout_transfers(src, dst, size, src_stride, dst_stride)
     return None if transfers is None else _tuples(transfers)
-
-
-def view_offsets(layout: DeviceLayout, size: Shape, stride: Shape, view_size: Shape, view_stride: Shape,
-                 view_offset: int) -> torch.Tensor:
-    """Device element offsets of every element of a view of the base tensor."""
-    res = layout.resolve(size, stride)
-    host = torch.full(view_size, view_offset, dtype=torch.int64)
-    for d, (n, s) in enumerate(zip(view_size, view_stride)):
-        shape = [1] * len(view_size)
-        shape[d] = n
-        host += torch.arange(n, dtype=torch.int64).view(shape) * s
-    _check_in_base(host, size, stride)
-    return res.device_offsets(host)
-
-
-def _check_in_base(host: torch.Tensor, size: Shape, stride: Shape) -> None:
-    """Every view element must be an element of the base tensor."""
-    rest = host.clone()
-    for d in sorted(range(len(size)), key=lambda d: -stride[d]):
-        if stride[d] > 0:
-            coord = torch.clamp(rest // stride[d], max=size[d] - 1)
-            rest -= coord * stride[d]
-    if host.numel() and (bool((rest != 0).any()) or bool((host < 0).any())):
-        bad = int(host.view(-1)[(rest != 0).view(-1) | (host < 0).view(-1)][0])
-        raise IndexError(
-            f"a view reaches element offset {bad}, which is not an element of its base tensor "
-            f"(size {list(size)}, stride {list(stride)})"
-        )

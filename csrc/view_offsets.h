@@ -1,0 +1,15 @@
+// Device offsets of the elements of a view of a device tensor's base (for view copies).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include "layout_info.h"
+
+namespace torch_layouts {
+
+// An int64 CPU tensor of `sizes`: the device element offset of each element of the view.
+// Throws IndexError if an element of the view is not an element of the base tensor.
+at::Tensor view_offsets(const LayoutInfo& layout, c10::IntArrayRef sizes, c10::IntArrayRef strides,
+                        int64_t storage_offset);
+
+}  // namespace torch_layouts
