@@ -2,12 +2,31 @@
 
 from __future__ import annotations
 
+import atexit
 import enum
 
 import torch
 
 from .. import _C
 from . import device_module, planner, printing, serialization, tensor_methods
+
+
+def _drain_autograd_threads() -> None:
+    """Let each spyre autograd thread drop its last graph task before the interpreter finalizes.
+
+    PyTorch's device threads may release a finished backward's graph task (whose saved
+    thread-local state holds a Python object) just after ``backward()`` returns; at exit that
+    release would need the GIL and abort the process. One backward run through the engine
+    directly, capturing no Python state, flushes each thread's queue deterministically.
+    """
+    for index in range(_C._device_count()):
+        try:
+            leaf = torch.zeros((), device=torch.device("spyre", index), requires_grad=True)
+            out = leaf * 1
+            torch.autograd.Variable._execution_engine.run_backward(
+                (out,), (torch.ones_like(out),), False, False, (), True, True)
+        except Exception:  # exiting: never turn a clean exit into an error
+            pass
 
 
 def init() -> None:
@@ -21,6 +40,7 @@ def init() -> None:
     _C._set_planner(planner)
     tensor_methods.install()
     printing.install()
+    atexit.register(_drain_autograd_threads)
     from .. import htp, mace, tensorrt
 
     families = (htp, mace, tensorrt)
