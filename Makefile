@@ -21,3 +21,16 @@ demo: setup  ## moves tensors through every layout family and runs a model on th
 
 bench: setup  ## performance ratios against same-process baselines -> benchmarks/RESULTS.md
 	$(PYTHON) benchmarks/run.py
+
+ASAN_DIR ?= /tmp/torch_layouts_asan
+ASAN_RUN = LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libstdc++.so)" \
+	ASAN_OPTIONS=detect_leaks=0 PYTHONPATH=$(ASAN_DIR)
+
+asan: setup  ## the runtime built with AddressSanitizer in $(ASAN_DIR) (never in place), then the fuzzers under it
+	rm -rf $(ASAN_DIR) && mkdir -p $(ASAN_DIR)
+	tar --exclude=./build --exclude='./torch_layouts/_C*.so' --exclude=./.git --exclude=./.hypothesis -cf - . \
+		| tar -xf - -C $(ASAN_DIR)
+	cd $(ASAN_DIR) && TORCH_LAYOUTS_ASAN=1 $(PYTHON) setup.py -q build_ext --inplace
+	cd $(ASAN_DIR) && $(ASAN_RUN) TORCH_LAYOUTS_DEVICE_MEMORY=4MiB $(PYTHON) tests/asan_fuzz.py --iterations 5000 --seed 0
+	cd $(ASAN_DIR) && $(ASAN_RUN) $(PYTHON) -m pytest -q -p no:cacheprovider tests/test_reliability_fuzz.py \
+		tests/test_reliability_roundtrip.py tests/test_reliability_serialization.py

@@ -5,7 +5,9 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cctype>
+#include <climits>
 #include <cstdlib>
 #include <mutex>
 #include <vector>
@@ -120,11 +122,12 @@ class DeviceAllocator final : public c10::Allocator {
   c10::DataPtr allocate(size_t nbytes) override {
     auto device = c10::impl::getDeviceGuardImpl(c10::DeviceType::PrivateUse1)->getDevice().index();
     DeviceMemory& mem = memory_of(device);
-    const auto requested = static_cast<int64_t>(nbytes);
-    const int64_t reserved = requested == 0 ? 0 : (requested + kAlignment - 1) / kAlignment * kAlignment;
+    const auto requested = static_cast<int64_t>(std::min<size_t>(nbytes, size_t(INT64_MAX)));
+    const int64_t reserved = requested <= mem.capacity ? (requested + kAlignment - 1) / kAlignment * kAlignment
+                                                       : requested;  // rounding only when it cannot overflow
     {
       std::lock_guard<std::mutex> lock(mem.mutex);
-      if (reserved > mem.capacity - mem.stats.allocated) {
+      if (requested > mem.capacity || reserved > mem.capacity - mem.stats.allocated) {
         mem.stats.num_ooms += 1;
         TORCH_CHECK_WITH(OutOfMemoryError, false, "spyre:", int(device), " out of memory: tried to allocate ",
                          human(requested), " (", requested, " bytes); ", human(mem.capacity - mem.stats.allocated),

@@ -11,31 +11,31 @@ namespace {
 
 constexpr int64_t kParallelBytes = int64_t(1) << 18;
 
-// [low, high) element offsets a nest touches; throws on overflow.
+// [low, high] element offsets a nest touches (inclusive); throws on overflow.
 std::pair<int64_t, int64_t> span(const std::vector<int64_t>& ranges, const std::vector<int64_t>& strides,
                                  int64_t offset) {
   int64_t low = offset, high = offset;
   for (const auto k : c10::irange(ranges.size())) {
     TORCH_CHECK_VALUE(ranges[k] >= 0, "DMA nest has a negative loop range ", ranges[k]);
-    if (ranges[k] == 0) return {offset, offset};
     int64_t reach = 0;
-    TORCH_CHECK_VALUE(!__builtin_mul_overflow(ranges[k] - 1, strides[k], &reach),
+    TORCH_CHECK_VALUE(ranges[k] == 0 || !__builtin_mul_overflow(ranges[k] - 1, strides[k], &reach),
                       "DMA nest loop of range ", ranges[k], " and stride ", strides[k], " overflows");
     TORCH_CHECK_VALUE(!__builtin_add_overflow(reach < 0 ? low : high, reach, reach < 0 ? &low : &high),
                       "DMA nest addresses overflow");
   }
-  return {low, high + 1};
+  return {low, high};
 }
 
 void check_nest(const std::vector<int64_t>& ranges, const std::vector<int64_t>& strides, int64_t offset,
                 int64_t numel, const char* what) {
   TORCH_CHECK_VALUE(strides.size() == ranges.size(), "DMA nest has ", ranges.size(), " loop ranges but ",
                     strides.size(), " ", what, " strides");
-  auto [low, high] = span(ranges, strides, offset);
   bool empty = false;
   for (auto r : ranges) empty |= r == 0;
-  TORCH_CHECK_INDEX(empty || (low >= 0 && high <= numel), "DMA nest ", what, " touches elements [", low, ", ",
-                    high, ") outside its buffer of ", numel, " elements");
+  if (empty) return;
+  auto [low, high] = span(ranges, strides, offset);
+  TORCH_CHECK_INDEX(low >= 0 && high < numel, "DMA nest ", what, " touches elements [", low, ", ", high,
+                    "] outside its buffer of ", numel, " elements");
 }
 
 template <typename T>

@@ -35,6 +35,11 @@ int64_t reachable(const at::Tensor& t) {
   return static_cast<int64_t>(t.storage().nbytes()) / t.element_size() - t.storage_offset();
 }
 
+// Elements of a device buffer a copy may touch: the layout's, never past the storage.
+int64_t buffer_elements(const at::Tensor& t, const LayoutInfo& layout) {
+  return std::min(layout.device_numel, static_cast<int64_t>(t.storage().nbytes()) / t.element_size());
+}
+
 // A raw device tensor (no layout): its bytes are in host order, like CPU memory.
 at::Tensor host_order_alias(const at::Tensor& t) {
   return raw_buffer(t, t.scalar_type()).as_strided(t.sizes(), t.strides(), t.storage_offset());
@@ -60,12 +65,17 @@ void h2d(const at::Tensor& src, const at::Tensor& dst) {
         count(Counter::HostBounces);
       }
     }
-    run_nests(*nests, dst.storage().mutable_data(), layout->device_numel, host.const_data_ptr(), reachable(host),
+    run_nests(*nests, dst.storage().mutable_data(), buffer_elements(dst, *layout), host.const_data_ptr(), reachable(host),
               esize);
   } else {
-    at::Tensor offsets = view_offsets(*layout, dst.sizes(), dst.strides(), dst.storage_offset());
-    at::Tensor values = src.contiguous().view(bits_type(esize)).reshape({-1});
-    raw_buffer(dst, bits_type(esize)).index_copy_(0, offsets.reshape({-1}), values);
+    at::Tensor offsets = view_offsets(*layout, dst.sizes(), dst.strides(), dst.storage_offset()).reshape({-1, 1});
+    at::Tensor values = src.contiguous().view(bits_type(esize)).reshape({-1, 1});
+    if (!layout->address.copies.empty()) {  // every broadcast copy of an element holds its value
+      at::Tensor copies = copy_offsets(*layout).reshape({1, -1});
+      offsets = offsets + copies;
+      values = values.expand({-1, copies.size(1)});
+    }
+    raw_buffer(dst, bits_type(esize)).index_copy_(0, offsets.reshape({-1}), values.reshape({-1}));
     count(Counter::ViewScatters);
   }
   count(Counter::H2DBytes, dst.numel() * esize);
@@ -89,7 +99,7 @@ void d2h(const at::Tensor& src, const at::Tensor& dst) {
       nests = planned ? &*planned : nullptr;
     }
     if (nests) {
-      run_nests(*nests, dst.mutable_data_ptr(), reachable(dst), src.storage().data(), layout->device_numel,
+      run_nests(*nests, dst.mutable_data_ptr(), reachable(dst), src.storage().data(), buffer_elements(src, *layout),
                 src.element_size());
       count(Counter::D2HBytes, src.numel() * src.element_size());
       return;
@@ -104,7 +114,7 @@ at::Tensor d2h_fresh(const at::Tensor& src) {
   const auto options = src.options().device(at::kCPU);
   if (is_whole_base(src, *layout)) {
     at::Tensor out = at::empty_strided(layout->base_size, layout->base_stride, options);
-    run_nests(layout->d2h, out.mutable_data_ptr(), reachable(out), src.storage().data(), layout->device_numel,
+    run_nests(layout->d2h, out.mutable_data_ptr(), reachable(out), src.storage().data(), buffer_elements(src, *layout),
               src.element_size());
     count(Counter::D2HBytes, src.numel() * src.element_size());
     return out.as_strided(src.sizes(), src.strides(), 0);
@@ -124,7 +134,7 @@ void d2d(const at::Tensor& src, const at::Tensor& dst) {
     std::optional<std::vector<Nest>> nests =
         from == to ? std::vector<Nest>{Nest{{from->device_numel}, {1}, {1}, 0, 0}} : relayout_nests(*from, *to);
     if (nests) {
-      run_nests(*nests, dst.storage().mutable_data(), to->device_numel, src.storage().data(), from->device_numel,
+      run_nests(*nests, dst.storage().mutable_data(), buffer_elements(dst, *to), src.storage().data(), buffer_elements(src, *from),
                 src.element_size());
       count(Counter::D2DBytes, src.numel() * src.element_size());
       if (from != to) {

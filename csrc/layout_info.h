@@ -48,6 +48,7 @@ struct AddressGroup {
 struct AddressTable {
   std::vector<std::pair<int64_t, int64_t>> host_order;    // (host dim, base stride), non-size-1 dims
   std::vector<AddressGroup> groups;
+  std::vector<std::pair<int64_t, int64_t>> copies;        // broadcast dims: (size, device stride)
 };
 
 struct LayoutInfo {

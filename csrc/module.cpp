@@ -24,8 +24,11 @@ std::shared_ptr<LayoutInfo> make_layout_info(py::object layout, std::vector<int6
                                              py::object d2h, py::object padding, py::object pad_value,
                                              bool identity, py::object address) {
   TORCH_CHECK_VALUE(base_size.size() == base_stride.size(), "base size and stride differ in length");
-  TORCH_CHECK_VALUE(device_numel >= 0 && storage_nbytes >= device_numel * c10::elementSize(dtype),
-                    "storage of ", storage_nbytes, " bytes cannot hold ", device_numel, " device elements");
+  const int64_t esize = static_cast<int64_t>(c10::elementSize(dtype));
+  TORCH_CHECK_VALUE(device_numel >= 0 && storage_nbytes >= 0 && device_numel <= storage_nbytes / esize,
+                    "storage of ", storage_nbytes, " bytes cannot hold ", device_numel, " device elements of ",
+                    esize, " bytes");
+  for (const auto d : base_size) TORCH_CHECK_VALUE(d >= 0, "base size ", c10::IntArrayRef(base_size), " is negative");
   auto info = std::make_shared<LayoutInfo>();
   info->layout = std::make_shared<PyHandle>(layout.ptr());
   info->base_size = std::move(base_size);
@@ -45,6 +48,7 @@ std::shared_ptr<LayoutInfo> make_layout_info(py::object layout, std::vector<int6
   }
   info->identity = identity;
   info->address = address_from_python(address);
+  check_address(info->address, info->base_size);
   return info;
 }
 

@@ -30,7 +30,21 @@ py::tuple to_tuple(c10::IntArrayRef values) {
   return out;
 }
 
-std::vector<int64_t> int_vector(const py::handle& seq) { return py::cast<std::vector<int64_t>>(seq); }
+std::vector<int64_t> int_vector(const py::handle& seq) {
+  try {
+    return py::cast<std::vector<int64_t>>(seq);
+  } catch (const py::cast_error&) {
+    TORCH_CHECK_VALUE(false, "expected a sequence of ints, got ", std::string(py::repr(seq)));
+  }
+}
+
+int64_t int_value(const py::handle& value) {
+  try {
+    return py::cast<int64_t>(value);
+  } catch (const py::cast_error&) {
+    TORCH_CHECK_VALUE(false, "expected an int, got ", std::string(py::repr(value)));
+  }
+}
 
 std::optional<std::vector<Nest>> optional_nests(const py::object& result) {
   if (result.is_none()) return std::nullopt;
@@ -47,10 +61,11 @@ void set_planner(py::object obj) {
 std::vector<Nest> nests_from_python(const py::handle& seq) {
   std::vector<Nest> nests;
   for (const auto& item : seq) {
-    auto t = py::reinterpret_borrow<py::tuple>(item);
+    TORCH_CHECK_VALUE(py::isinstance<py::tuple>(item) || py::isinstance<py::list>(item), "a DMA nest must be a tuple, got ",
+                      std::string(py::repr(item)));
+    auto t = py::tuple(py::reinterpret_borrow<py::object>(item));
     TORCH_CHECK_VALUE(t.size() == 5, "a DMA nest is (ranges, dst_strides, src_strides, dst_offset, src_offset)");
-    nests.push_back(Nest{int_vector(t[0]), int_vector(t[1]), int_vector(t[2]), py::cast<int64_t>(t[3]),
-                         py::cast<int64_t>(t[4])});
+    nests.push_back(Nest{int_vector(t[0]), int_vector(t[1]), int_vector(t[2]), int_value(t[3]), int_value(t[4])});
     TORCH_CHECK_VALUE(nests.back().ranges.size() == nests.back().dst_strides.size() &&
                           nests.back().ranges.size() == nests.back().src_strides.size(),
                       "a DMA nest needs as many strides as loop ranges");
@@ -61,9 +76,11 @@ std::vector<Nest> nests_from_python(const py::handle& seq) {
 std::vector<Fill> fills_from_python(const py::handle& seq) {
   std::vector<Fill> fills;
   for (const auto& item : seq) {
-    auto t = py::reinterpret_borrow<py::tuple>(item);
+    TORCH_CHECK_VALUE(py::isinstance<py::tuple>(item) || py::isinstance<py::list>(item),
+                      "a padding nest must be a tuple, got ", std::string(py::repr(item)));
+    auto t = py::tuple(py::reinterpret_borrow<py::object>(item));
     TORCH_CHECK_VALUE(t.size() == 3, "a padding nest is (ranges, strides, offset)");
-    fills.push_back(Fill{int_vector(t[0]), int_vector(t[1]), py::cast<int64_t>(t[2])});
+    fills.push_back(Fill{int_vector(t[0]), int_vector(t[1]), int_value(t[2])});
     TORCH_CHECK_VALUE(fills.back().ranges.size() == fills.back().strides.size(),
                       "a padding nest needs as many strides as loop ranges");
   }
@@ -72,14 +89,37 @@ std::vector<Fill> fills_from_python(const py::handle& seq) {
 
 AddressTable address_from_python(const py::handle& table) {
   auto t = py::reinterpret_borrow<py::tuple>(table);
-  TORCH_CHECK_VALUE(t.size() == 2, "an address table is (host_order, groups)");
+  TORCH_CHECK_VALUE(t.size() == 3, "an address table is (host_order, groups, broadcast copies)");
   AddressTable out;
   out.host_order = py::cast<std::vector<std::pair<int64_t, int64_t>>>(t[0]);
   for (const auto& item : t[1]) {
     auto g = py::reinterpret_borrow<py::tuple>(item);
     out.groups.push_back(AddressGroup{int_vector(g[0]), py::cast<std::vector<std::pair<int64_t, int64_t>>>(g[1])});
   }
+  out.copies = py::cast<std::vector<std::pair<int64_t, int64_t>>>(t[2]);
   return out;
+}
+
+void check_address(const AddressTable& table, const std::vector<int64_t>& base_size) {
+  const auto rank = static_cast<int64_t>(base_size.size());
+  auto check_dim = [&](int64_t d) {
+    TORCH_CHECK_VALUE(d >= 0 && d < rank, "address table names host dim ", d, " of a rank-", rank, " base");
+  };
+  for (const auto& [dim, stride] : table.host_order) {
+    check_dim(dim);
+    TORCH_CHECK_VALUE(stride > 0, "address table has host stride ", stride, " for dim ", dim, " (must be > 0)");
+  }
+  for (const auto& group : table.groups) {
+    for (const auto d : group.host_dims) check_dim(d);
+    for (const auto& [step, device_stride] : group.digits) {
+      TORCH_CHECK_VALUE(step > 0 && device_stride >= 0, "address table has digit step ", step,
+                        " and device stride ", device_stride, " (step must be > 0, stride >= 0)");
+    }
+  }
+  for (const auto& [size, device_stride] : table.copies) {
+    TORCH_CHECK_VALUE(size > 0 && device_stride > 0, "address table has a broadcast dim of size ", size,
+                      " and device stride ", device_stride);
+  }
 }
 
 LayoutPtr default_layout(c10::ScalarType dtype, c10::IntArrayRef size, c10::IntArrayRef stride) {

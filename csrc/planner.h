@@ -27,5 +27,7 @@ std::optional<std::vector<Nest>> relayout_nests(const LayoutInfo& src, const Lay
 std::vector<Nest> nests_from_python(const pybind11::handle& seq);
 std::vector<Fill> fills_from_python(const pybind11::handle& seq);
 AddressTable address_from_python(const pybind11::handle& table);
+// Throws ValueError unless every dim, stride and step of the table is usable for this base.
+void check_address(const AddressTable& table, const std::vector<int64_t>& base_size);
 
 }  // namespace torch_layouts

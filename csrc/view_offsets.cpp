@@ -2,6 +2,7 @@
 
 #include <ATen/Parallel.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/tensor.h>
 #include <c10/util/Exception.h>
 
 #include <atomic>
@@ -64,6 +65,18 @@ at::Tensor view_offsets(const LayoutInfo& layout, c10::IntArrayRef sizes, c10::I
                     ", which is not an element of its base tensor (size ", c10::IntArrayRef(base), ", stride ",
                     c10::IntArrayRef(layout.base_stride), ")");
   return out;
+}
+
+at::Tensor copy_offsets(const LayoutInfo& layout) {
+  std::vector<int64_t> offsets{0};
+  for (const auto& [size, device_stride] : layout.address.copies) {
+    std::vector<int64_t> next;
+    next.reserve(offsets.size() * size);
+    for (const int64_t base : offsets)
+      for (int64_t k = 0; k < size; ++k) next.push_back(base + k * device_stride);
+    offsets = std::move(next);
+  }
+  return at::tensor(offsets, at::TensorOptions().dtype(at::kLong));
 }
 
 }  // namespace torch_layouts

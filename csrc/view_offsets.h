@@ -12,4 +12,8 @@ namespace torch_layouts {
 at::Tensor view_offsets(const LayoutInfo& layout, c10::IntArrayRef sizes, c10::IntArrayRef strides,
                         int64_t storage_offset);
 
+// Offsets of every broadcast copy of an element, relative to its first copy (a 1-D int64
+// tensor; just {0} for layouts without broadcast dims).
+at::Tensor copy_offsets(const LayoutInfo& layout);
+
 }  // namespace torch_layouts

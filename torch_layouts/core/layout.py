@@ -88,6 +88,8 @@ class DeviceLayout:
     ) -> None:
         device_size = _int_tuple(device_size, "device_size", 0)
         stride_map = _int_tuple(stride_map, "stride_map", -1)
+        if any(m >= MAX_ELEMENTS for m in stride_map):
+            raise ValueError(f"stride_map {list(stride_map)} has a stride beyond any host tensor (>= 2**62)")
         if len(device_size) != len(stride_map):
             raise ValueError(
                 f"device_size {list(device_size)} and stride_map {list(stride_map)} differ in length"
@@ -367,9 +369,11 @@ class Resolution:
         for group in self.groups:
             partial = torch.zeros_like(pos)
             for i, dig in enumerate(group.digits):
-                partial += coords[dig.dim] * dig.step
                 bound = group.digits[i + 1].step if i + 1 < len(group.digits) else group.size
-                real &= partial < bound
+                # coord * step alone must stay below the bound; testing that first keeps int64 from overflowing
+                fits = coords[dig.dim] <= (bound - 1) // dig.step
+                partial += torch.where(fits, coords[dig.dim], 0) * dig.step
+                real &= fits & (partial < bound)
             for d in reversed(group.host_dims):
                 host_linear += (partial % self.host_size[d]) * row_major[d]
                 partial = partial // self.host_size[d]
@@ -400,6 +404,9 @@ def _resolve(layout: DeviceLayout, size: tuple[int, ...], stride: tuple[int, ...
     dsize, smap, dstride = layout.device_size, layout.stride_map, layout.device_strides
     if math.prod(size) == 0:
         return Resolution(layout, size, stride, (), (), ())
+    if layout.device_numel == 0:
+        raise ValueError(f"{layout!r} has no device positions, so it cannot hold a host tensor of size "
+                         f"{list(size)} ({math.prod(size)} elements)")
     eligible = [d for d in range(len(size)) if size[d] > 1 and stride[d] > 0]
     assigned: dict[int, list[int]] = {d: [] for d in eligible}
     synthetic, broadcast = [], []

@@ -39,15 +39,18 @@ def run_transfers(transfers: Sequence[Transfer], dst: torch.Tensor, src: torch.T
         check_bounds(t.ranges, t.dst_strides, t.dst_offset, dst.numel(), f"destination of nest {t}")
         check_bounds(t.ranges, t.src_strides, t.src_offset, src.numel(), f"source of nest {t}")
     d, s = dst.view(bits), src.view(bits)
+    d0, s0 = d.storage_offset(), s.storage_offset()  # as_strided counts from the storage's start
     for t in transfers:
-        d.as_strided(t.ranges, t.dst_strides, t.dst_offset).copy_(s.as_strided(t.ranges, t.src_strides, t.src_offset))
+        d.as_strided(t.ranges, t.dst_strides, d0 + t.dst_offset).copy_(
+            s.as_strided(t.ranges, t.src_strides, s0 + t.src_offset))
 
 
 def run_fills(fills: Sequence[Fill], device: torch.Tensor, value: float | int | bool) -> None:
     for f in fills:
         check_bounds(f.ranges, f.strides, f.offset, device.numel(), f"padding nest {f}")
+    start = device.storage_offset()
     for f in fills:
-        device.as_strided(f.ranges, f.strides, f.offset).fill_(value)
+        device.as_strided(f.ranges, f.strides, start + f.offset).fill_(value)
 
 
 def execute(program: DmaProgram, host: torch.Tensor, device: torch.Tensor) -> None:

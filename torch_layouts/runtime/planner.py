@@ -75,6 +75,8 @@ def layout_info(layout: DeviceLayout, size: Shape, stride: Shape) -> _C.LayoutIn
         and all(n.device_offset == n.host_offset for n in h2d.nests)
     )
     storage = max(layout.nbytes, _extent_bytes(size, stride, layout.element_size))
+    if storage >= 2**63:
+        raise torch.OutOfMemoryError(f"{layout!r} needs {storage} bytes, more than any device can hold")
     return _C.LayoutInfo(
         layout, list(size), list(stride), layout.dtype, layout.device_numel, storage,
         _tuples(h2d.transfers()), _tuples(d2h.transfers()), [tuple(f) for f in h2d.padding],
@@ -90,7 +92,8 @@ def _address(res: Resolution) -> tuple:
         (list(g.host_dims), [(dig.step, dig.device_stride) for dig in reversed(g.digits)])
         for g in res.groups
     ]
-    return [(d, stride[d]) for d in order], groups
+    copies = [(res.layout.device_size[j], res.layout.device_strides[j]) for j in res.broadcast]
+    return [(d, stride[d]) for d in order], groups, copies
 
 
 def info_for(layout: DeviceLayout, size: Sequence[int]) -> _C.LayoutInfo:
@@ -107,6 +110,8 @@ def default_layout_info(dtype: torch.dtype, size: Shape, stride: Shape) -> _C.La
 def host_nests(layout: DeviceLayout, size: Shape, stride: Shape, host_stride: Shape, h2d: bool) -> list[tuple] | None:
     """Nests between the device buffer and a host tensor whose strides are not the layout's."""
     res = layout.resolve(size, stride)
+    if not h2d and any(n > 1 and s == 0 and t != 0 for n, s, t in zip(size, stride, host_stride)):
+        return None  # an expanded base dim: the host copies must be replicated, not planned
     other = [host_digits(res, group, host_stride) for group in res.groups]
     transfers = plan(res, other, 0, broadcast_full=h2d)
     if transfers is None:

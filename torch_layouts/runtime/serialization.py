@@ -97,6 +97,9 @@ def rebuild(base: torch.Tensor | _Buffer, view: View, requires_grad: bool) -> to
     if isinstance(base, _Buffer):  # copy.copy and other reduce users that do not pickle
         base = restore_buffer(*base.__reduce__()[1])
     size, stride, offset, dtype = view
+    info = _C._layout_info_of(base) if base.device.type == "spyre" else None
+    if info is not None and dtype.itemsize == info.layout.dtype.itemsize:
+        _C._view_offsets(info, list(size), list(stride), offset)  # IndexError if the view leaves its base
     result = torch.empty(0, dtype=dtype, device=base.device).set_(base.untyped_storage(), offset, size, stride)
     return result.requires_grad_(requires_grad)
 
