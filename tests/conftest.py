@@ -245,7 +245,7 @@ class SpyreCase:
 
     def _dims(self) -> list[tuple[int | None, str]]:
         """Device dims as (host dim, part): part is "whole", "tile", "elem" or "synthetic" (host dim None)."""
-        order, eps = self.dim_order, self.eps
+        order = self.dim_order
         if not self.host_size:
             return [(None, "synthetic"), (None, "synthetic")]
         if order[-1] == -1:  # sparse: [o1, ..., o(r-1), synthetic, o0, one element per stick]

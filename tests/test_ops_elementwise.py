@@ -4,7 +4,6 @@ position of the result's device memory."""
 
 from __future__ import annotations
 
-import functools
 import math
 
 import pytest
@@ -13,26 +12,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import torch_layouts
-from torch_layouts import SpyreTensorLayout, _C, htp, mace, tensorrt
+from ops_support import padding_holds_pad_value
+from torch_layouts import SpyreTensorLayout, htp, mace, tensorrt
 
 F16, F32 = torch.float16, torch.float32
 
 
 # -- helpers ---------------------------------------------------------------------------------
-@functools.lru_cache(maxsize=256)
-def real_mask(layout, size: tuple[int, ...], stride: tuple[int, ...]) -> torch.Tensor:
-    return layout.real_mask(size, stride)
-
-
-def padding_holds_pad_value(y: torch.Tensor) -> bool:
-    """Every padding position of ``y``'s device memory holds its layout's pad value."""
-    layout = y.device_tensor_layout()
-    info = _C._layout_info_of(y)
-    real = real_mask(layout, tuple(info.base_size), tuple(info.base_stride))
-    memory = torch_layouts.device_memory(y)
-    pad = torch.tensor(layout.pad_value, dtype=memory.dtype)
-    return bool((memory[~real] == pad).all())
-
 
 def check(y: torch.Tensor, ref: torch.Tensor, exact: bool = True) -> None:
     """``y`` (spyre) equals the CPU result (bit for bit, or within an ulp or so for

@@ -7,18 +7,11 @@ import pytest
 import torch
 
 import torch_layouts
-from torch_layouts import DataFormats, LayoutError, SpyreTensorLayout, _C
+from ops_support import padding_holds_pad_value
+from torch_layouts import DataFormats, LayoutError, SpyreTensorLayout
 from torch_layouts.ops.matmul import rhs_layout
 
 F16, F32 = torch.float16, torch.float32
-
-
-def padding_holds_pad_value(y: torch.Tensor) -> bool:
-    layout = y.device_tensor_layout()
-    info = _C._layout_info_of(y)
-    real = layout.real_mask(tuple(info.base_size), tuple(info.base_stride))
-    memory = torch_layouts.device_memory(y)
-    return bool((memory[~real] == torch.tensor(layout.pad_value, dtype=memory.dtype)).all())
 
 
 def close(out: torch.Tensor, ref: torch.Tensor) -> None:

@@ -4,28 +4,15 @@ and the pad value in the result's padding."""
 
 from __future__ import annotations
 
-import functools
 
 import pytest
 import torch
 
 import torch_layouts
-from torch_layouts import SpyreTensorLayout, _C, htp, mace, tensorrt
+from ops_support import padding_holds_pad_value
+from torch_layouts import SpyreTensorLayout, htp, mace, tensorrt
 
 F16, F32 = torch.float16, torch.float32
-
-
-@functools.lru_cache(maxsize=256)
-def real_mask(layout, size: tuple[int, ...], stride: tuple[int, ...]) -> torch.Tensor:
-    return layout.real_mask(size, stride)
-
-
-def padding_holds_pad_value(y: torch.Tensor) -> bool:
-    layout = y.device_tensor_layout()
-    info = _C._layout_info_of(y)
-    real = real_mask(layout, tuple(info.base_size), tuple(info.base_stride))
-    memory = torch_layouts.device_memory(y)
-    return bool((memory[~real] == torch.tensor(layout.pad_value, dtype=memory.dtype)).all())
 
 
 def tolerance(dtype: torch.dtype, count: int) -> dict:

@@ -44,7 +44,7 @@ from asan_fuzz import (
     random_host,
 )
 from conftest import as_bits, pad_bits
-from hypothesis import assume, given
+from hypothesis import given
 from hypothesis import strategies as st
 from test_reliability_roundtrip import scaled
 

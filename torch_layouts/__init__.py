@@ -6,7 +6,7 @@ Importing it registers the device. Layout families: ``SpyreTensorLayout`` (IBM S
 
 import torch  # noqa: F401  (loads libtorch before the extension that links against it)
 
-from . import _C, htp, mace, tensorrt
+from . import _C, htp, mace, tensorrt  # noqa: F401  (_C: the runtime, torch_layouts._C)
 from .core import DataFormats, DeviceLayout, LayoutTemplate
 from .dma import DmaProgram, dma_program
 from .ops import LayoutError, reset_stats, restickify, stats, strict_layouts, warn_on_fallback
