@@ -7,8 +7,11 @@ Install against the PyTorch already present (never let pip fetch another one):
 import glob
 import os
 
-from setuptools import find_packages, setup
-from torch.utils.cpp_extension import BuildExtension, CppExtension
+# Never autoload the package being built (its installed entry point would import it).
+os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
+
+from setuptools import find_packages, setup  # noqa: E402
+from torch.utils.cpp_extension import BuildExtension, CppExtension  # noqa: E402
 
 flags = ["-O3", "-g0", "-Wall", "-Wno-unused-parameter", "-Wno-interference-size"]
 if os.environ.get("TORCH_LAYOUTS_ASAN"):

@@ -13,6 +13,7 @@ import torch
 import torch_layouts
 from torch_layouts import SpyreTensorLayout, htp, mace, tensorrt
 from torch_layouts.core.layout import _resolve
+from torch_layouts.dma.execute import execute
 from torch_layouts.dma.program import _program
 
 try:
@@ -47,6 +48,30 @@ def copies(repeat: int) -> list[Figure]:
     figures.append(compare_latency("4x4 x.to('spyre') latency", 10, lambda: small.to("spyre"), small.clone,
                                    "x.clone()"))
     return figures
+
+
+def executors(repeat: int) -> list[Figure]:
+    """The DMA program alone, between flat buffers allocated once: the C++ executor the runtime
+    uses and the Python reference executor (as_strided + copy_), against x.clone()."""
+    x = torch.randn(4096, 4096, dtype=torch.float16)
+    layout = SpyreTensorLayout((4096, 4096), torch.float16)
+    h2d, d2h = torch_layouts.dma_program(layout), torch_layouts.dma_program(layout, direction="d2h")
+    host, device, back = x.reshape(-1), torch.empty(layout.device_numel, dtype=torch.float16), torch.empty_like(x)
+    nests_in = [tuple(t) for t in h2d.transfers()]
+    nests_out = [tuple(t) for t in d2h.transfers()]
+    bits = torch.int16
+    return [
+        compare("C++ executor H2D 4096x4096 fp16 (preallocated buffers)", 1.3,
+                lambda: torch_layouts._C._run_nests(nests_in, device.view(bits), host.view(bits)), x.clone,
+                "x.clone()", repeat),
+        compare("C++ executor D2H 4096x4096 fp16 (preallocated buffers)", 1.3,
+                lambda: torch_layouts._C._run_nests(nests_out, back.view(-1).view(bits), device.view(bits)),
+                x.clone, "x.clone()", repeat),
+        compare("reference executor H2D 4096x4096 fp16 (dma.execute)", 1.3, lambda: execute(h2d, host, device),
+                x.clone, "x.clone()", repeat),
+        compare("reference executor D2H 4096x4096 fp16 (dma.execute)", 1.3,
+                lambda: execute(d2h, back.view(-1), device), x.clone, "x.clone()", repeat),
+    ]
 
 
 def program_generation() -> list[Figure]:
@@ -88,7 +113,7 @@ def peak_rss_growth() -> list[Figure]:
 
 
 def run(repeat: int = 15) -> list[Figure]:
-    return copies(repeat) + program_generation() + peak_rss_growth()
+    return copies(repeat) + executors(repeat) + program_generation() + peak_rss_growth()
 
 
 if __name__ == "__main__":

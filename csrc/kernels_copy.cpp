@@ -2,6 +2,7 @@
 #include <ATen/ATen.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/native/Resize.h>
+#include <ATen/ops/_to_copy_native.h>
 #include <torch/library.h>
 
 #include "dma_executor.h"
@@ -176,6 +177,22 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
   return copy_from(self, dst, false);
 }
 
+// Same-device copies (dtype conversions) keep the buffer's dim order through the ops layer;
+// moves between devices take PyTorch's own path (allocation, then a DMA copy).
+at::Tensor to_copy(const at::Tensor& self, std::optional<c10::ScalarType> dtype, std::optional<c10::Layout> layout,
+                   std::optional<c10::Device> device, std::optional<bool> pin_memory, bool non_blocking,
+                   std::optional<c10::MemoryFormat> memory_format) {
+  const c10::Device target = device.value_or(self.device());
+  const bool same_device = self.is_privateuseone() && target.is_privateuseone() &&
+                           (!target.has_index() || target.index() == self.device().index());
+  const bool plain = c10::layout_or_default(layout) == c10::Layout::Strided && !pin_memory.value_or(false) &&
+                     memory_format.value_or(c10::MemoryFormat::Preserve) == c10::MemoryFormat::Preserve;
+  if (same_device && plain) {
+    if (auto converted = convert_on_device(self, dtype.value_or(self.scalar_type()))) return *converted;
+  }
+  return at::native::_to_copy(self, dtype, layout, device, pin_memory, non_blocking, memory_format);
+}
+
 at::Scalar local_scalar_dense(const at::Tensor& self) {
   return at::_local_scalar_dense(d2h_fresh(self));
 }
@@ -188,6 +205,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_copy_from", copy_from);
   m.impl("_copy_from_and_resize", copy_from_and_resize);
   m.impl("_local_scalar_dense", local_scalar_dense);
+  m.impl("_to_copy", to_copy);
 }
 
 }  // namespace torch_layouts

@@ -82,6 +82,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_readonly("storage_nbytes", &LayoutInfo::storage_nbytes);
 
   m.def("_set_planner", &set_planner);
+  m.def("_set_converter", &set_converter);
   m.def("_empty_with_layout", [](std::shared_ptr<LayoutInfo> info, c10::DeviceIndex device) {
     return new_device_tensor(info, c10::Device(c10::DeviceType::PrivateUse1, device));
   });

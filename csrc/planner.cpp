@@ -53,6 +53,20 @@ std::optional<std::vector<Nest>> optional_nests(const py::object& result) {
 
 }  // namespace
 
+PyObject* g_converter = nullptr;
+
+void set_converter(py::object obj) {
+  Py_XINCREF(obj.ptr());
+  g_converter = obj.ptr();
+}
+
+std::optional<at::Tensor> convert_on_device(const at::Tensor& self, c10::ScalarType dtype) {
+  if (g_converter == nullptr) return std::nullopt;
+  py::gil_scoped_acquire gil;
+  py::handle dtype_obj(reinterpret_cast<PyObject*>(torch::getTHPDtype(dtype)));
+  return py::cast<at::Tensor>(py::handle(g_converter)(self, dtype_obj));
+}
+
 void set_planner(py::object obj) {
   Py_XINCREF(obj.ptr());
   g_planner = obj.ptr();

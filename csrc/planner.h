@@ -13,6 +13,10 @@ namespace torch_layouts {
 
 void set_planner(pybind11::object planner);
 
+// The ops layer's on-device dtype conversion (keeps the layout's dim order), if installed.
+void set_converter(pybind11::object converter);
+std::optional<at::Tensor> convert_on_device(const at::Tensor& self, c10::ScalarType dtype);
+
 // The default layout for a host tensor of this dtype, size and strides (memoised).
 LayoutPtr default_layout(c10::ScalarType dtype, c10::IntArrayRef size, c10::IntArrayRef stride);
 

@@ -47,8 +47,9 @@ SCRIPTS = {
         except torch.OutOfMemoryError as e:
             out["error"] = str(e)
     """),
-    "bad memory": ({"TORCH_LAYOUTS_DEVICE_MEMORY": "64XB"}, ""),
-    "bad count zero": ({"TORCH_LAYOUTS_DEVICE_COUNT": "0"}, ""),
+    # a misconfigured device fails where it is first used (importing torch and the package works)
+    "bad memory": ({"TORCH_LAYOUTS_DEVICE_MEMORY": "64XB"}, "torch.ones(2).add(1); torch.empty(1, device='spyre')"),
+    "bad count zero": ({"TORCH_LAYOUTS_DEVICE_COUNT": "0"}, "torch.empty(1, device='spyre')"),
     "oom": ({"TORCH_LAYOUTS_DEVICE_MEMORY": "64MiB"}, """
         MiB = 2**20
         base = torch.spyre.memory_allocated()
@@ -146,9 +147,14 @@ def result(runs: dict, name: str) -> dict:
 
 
 def failure(runs: dict, name: str) -> str:
+    """The error a failed run reports. With the package installed, ``import torch`` loads it
+    through the ``torch.backends`` entry point and reports our error as the cause of its own
+    "Failed to load the backend extension"; the line naming our error is the one returned."""
     _, stderr = runs[name].communicate(timeout=120)
     assert runs[name].returncode != 0
-    return stderr.strip().splitlines()[-1]
+    lines = stderr.strip().splitlines()
+    ours = [line for line in lines if line.startswith(("ValueError:", "TypeError:", "IndexError:"))]
+    return ours[-1] if ours else lines[-1]
 
 
 # -- registration and torch.spyre ------------------------------------------------------------------

@@ -4,7 +4,16 @@ Importing it registers the device. Layout families: ``SpyreTensorLayout`` (IBM S
 ``htp`` (Qualcomm HTP), ``tensorrt`` (NVIDIA TensorRT), ``mace`` (XiaoMi MACE).
 """
 
-import torch  # noqa: F401  (loads libtorch before the extension that links against it)
+
+def _autoload() -> None:
+    """Entry point for ``torch.backends`` autoloading: importing this package does the work.
+
+    Defined before ``import torch``: when this package is imported first, torch's own import
+    calls it on the half-initialised package, and the import then carries on.
+    """
+
+
+import torch  # noqa: E402,F401  (loads libtorch before the extension that links against it)
 
 from . import _C, htp, mace, tensorrt  # noqa: F401  (_C: the runtime, torch_layouts._C)
 from .core import DataFormats, DeviceLayout, LayoutTemplate
@@ -15,10 +24,6 @@ from .runtime.tensor_methods import device_memory, to_layout
 from .spyre import SpyreTensorLayout
 
 _init()
-
-
-def _autoload() -> None:
-    """Entry point for ``torch.backends`` autoloading: importing this package did the work."""
 
 
 __all__ = [

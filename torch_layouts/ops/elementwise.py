@@ -341,19 +341,11 @@ def convert(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return run(COPY, [x], {}, out_dtype=dtype)
 
 
-def to_copy(x: torch.Tensor, *, dtype: torch.dtype | None = None, layout: torch.layout | None = None,
-            device: torch.device | None = None, pin_memory: bool | None = None, non_blocking: bool = False,
-            memory_format: torch.memory_format | None = None) -> torch.Tensor:
-    """``_to_copy``: a dtype conversion on the device; moves elsewhere go through PyTorch's own."""
-    target = torch.device(device) if device is not None else x.device
-    same_device = x.device.type == "spyre" and target.type == "spyre" and target.index in (None, x.device.index)
-    if same_device and layout in (None, torch.strided) and not pin_memory and memory_format in (
-            None, torch.preserve_format):
-        count_kernel("aten::_to_copy")
-        return convert(x, dtype or x.dtype)
-    return A._to_copy.default._op_dk(torch._C.DispatchKey.CompositeExplicitAutograd, x, dtype=dtype, layout=layout,
-                                      device=device, pin_memory=pin_memory, non_blocking=non_blocking,
-                                      memory_format=memory_format)
+def to_copy(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``_to_copy`` within one spyre device (the runtime calls it): a conversion that keeps the
+    layout's dim_order. Moves between devices never come here."""
+    count_kernel("aten::_to_copy")
+    return convert(x, dtype)
 
 
 def clone(x: torch.Tensor, *, memory_format: torch.memory_format | None = None) -> torch.Tensor:
@@ -530,12 +522,12 @@ def _inplace(spec: Spec) -> Callable[..., torch.Tensor]:
 
 
 def register_all() -> None:
+    _C._set_converter(to_copy)
     by_name = {spec.name: spec for spec in SPECS}
     for spec in SPECS:
         register(spec.name, _functional(spec))
     for name, functional in INPLACE.items():
         register(name, _inplace(by_name[functional]))
-    register("_to_copy", to_copy, counted=False)
     register("clone", clone)
     register("fill_.Scalar", fill_)
     register("fill_.Tensor", fill_)
