@@ -13,9 +13,10 @@ os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
 from setuptools import find_packages, setup  # noqa: E402
 from torch.utils.cpp_extension import BuildExtension, CppExtension  # noqa: E402
 
-flags = ["-O3", "-g0", "-Wall", "-Wno-unused-parameter", "-Wno-interference-size"]
+# -fopenmp: at::parallel_for is inlined from ATen's OpenMP header; without it copies run serially.
+flags = ["-O3", "-g0", "-fopenmp", "-Wall", "-Wno-unused-parameter", "-Wno-interference-size"]
 if os.environ.get("TORCH_LAYOUTS_ASAN"):
-    flags = ["-O1", "-g", "-fsanitize=address", "-fno-omit-frame-pointer", "-Wall"]
+    flags = ["-O1", "-g", "-fopenmp", "-fsanitize=address", "-fno-omit-frame-pointer", "-Wall"]
 
 setup(
     name="torch_layouts",
@@ -28,7 +29,7 @@ setup(
             "torch_layouts._C",
             sorted(glob.glob("csrc/*.cpp")),
             extra_compile_args=flags,
-            extra_link_args=["-fsanitize=address"] if os.environ.get("TORCH_LAYOUTS_ASAN") else [],
+            extra_link_args=["-fopenmp"] + (["-fsanitize=address"] if os.environ.get("TORCH_LAYOUTS_ASAN") else []),
         )
     ],
     cmdclass={"build_ext": BuildExtension},
