@@ -24,7 +24,7 @@ from ..runtime.planner import default_layout
 from ..spyre import MAX_RANK, SpyreTensorLayout
 from .elementwise import copy_real, move, restickify_to
 from .operands import (Coords, coords_for, default_coords, has_padding, new_tensor, operand_layout, padded_copy, plan,
-                       raw, reduced_dims, rowmajor, scratch, strides_in_order, view)
+                       raw, reduced_dims, rowmajor, strides_in_order, view)
 from .registry import register
 
 LOW_PRECISION = (torch.float16, torch.bfloat16)
@@ -146,25 +146,21 @@ def reduce_view(v: torch.Tensor, red: tuple[int, ...], kind: str, device: torch.
                 dtype: torch.dtype | None = None) -> torch.Tensor:
     """Reduce the device dims ``red`` of a CPU view, keeping them as size 1.
 
-    ``amax``/``amin`` reduce one dim at a time, the most contiguous first (exact, and far
-    faster on strided views than one multi-dim reduction). Sums accumulate like the CPU's,
-    float16 and bfloat16 in float32 rounded once at the end: one reduced dim is one CPU
-    reduction; several are gathered innermost, in device memory (``scratch``, like a
-    kernel's scratchpad), and each kept position's row is reduced at once."""
+    Every kind reduces one dim at a time, the most contiguous first: far faster on strided
+    views than one multi-dim reduction, and no copy of the input. ``amax``/``amin`` are
+    exact. float16 and bfloat16 sums without a ``dtype`` (their result is low precision
+    anyway) use the CPU's own kernels, which accumulate in float32 and round each stage's
+    result; asking them for float32 instead first copies the whole input to float32, which
+    an explicit ``dtype`` pays for its precision."""
     if not red:
         return v if dtype is None else v.to(dtype)
-    if kind != "sum":
-        for d in sorted(red, key=lambda d: (v.stride(d), d)):
+    native = kind == "sum" and v.dtype in LOW_PRECISION and dtype is None
+    for d in sorted(red, key=lambda d: (v.stride(d), d)):
+        if kind != "sum":
             v = getattr(v, kind)(d, keepdim=True)
-        return v
-    if len(red) == 1:
-        return v.sum(red[0], keepdim=True, dtype=dtype)
-    kept = [d for d in range(v.dim()) if d not in red]
-    gathered = v.permute(kept + sorted(red, key=lambda d: -v.stride(d)))
-    if not gathered.is_contiguous():
-        gathered = scratch(gathered.shape, v.dtype, device).copy_(gathered)
-    rows = gathered.view(math.prod(v.shape[d] for d in kept), -1)
-    return rows.sum(1, dtype=dtype).view([1 if d in red else n for d, n in enumerate(v.shape)])
+        else:
+            v = v.sum(d, keepdim=True) if native else v.sum(d, keepdim=True, dtype=dtype)
+    return v if dtype is None or v.dtype == dtype else v.to(dtype)
 
 
 def reduce(kind: str, x: torch.Tensor, dim: int | Sequence[int] | None, keepdim: bool,
@@ -183,9 +179,9 @@ def reduce(kind: str, x: torch.Tensor, dim: int | Sequence[int] | None, keepdim:
     x, coords, v, red, exact = readable(x, dims)
     pad = x.device_tensor_layout().pad_value
     v = masked(v, coords, exact, pad, identity(kind, x.dtype))
-    if kind == "mean":
-        acc = torch.float32 if out_dtype in LOW_PRECISION else out_dtype
-        values = reduce_view(v, red, "sum", x.device, acc) / math.prod(x.shape[d] for d in dims)
+    if kind == "mean":  # a low-precision mean rounds to its dtype: sum natively, divide in float32
+        acc = None if out_dtype in LOW_PRECISION else out_dtype
+        values = reduce_view(v, red, "sum", x.device, acc).float() / math.prod(x.shape[d] for d in dims)
     else:
         values = reduce_view(v, red, kind, x.device, dtype)
     return write_result(coords, dims, keepdim, values.to(out_dtype), x.device)
