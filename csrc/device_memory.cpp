@@ -49,11 +49,30 @@ int64_t parse_bytes(const char* name, const char* text) {
   return static_cast<int64_t>(value);
 }
 
+// Freed blocks of at least kCacheFrom bytes are kept by host size and handed to the next
+// request of that size, like a device runtime's caching allocator: steady-state allocations
+// then touch no fresh pages. The cache stays below a quarter of the capacity (1 GiB at most)
+// and is dropped whenever an allocation would otherwise not fit.
+constexpr int64_t kCacheFrom = int64_t(1) << 20;
+
 struct DeviceMemory {
   std::mutex mutex;
   int64_t capacity = kDefaultCapacity;
   MemoryStats stats;
+  std::multimap<int64_t, void*> cache;  // host size -> free block
+
+  int64_t cache_limit() const { return std::min(capacity / 4, int64_t(1) << 30); }
+
+  void drop_cache() {  // caller holds mutex
+    for (auto& entry : cache) std::free(entry.second);
+    cache.clear();
+    stats.cached = 0;
+  }
 };
+
+int64_t backing_size(int64_t reserved) {
+  return reserved >= kCacheFrom ? (reserved + kHugePage - 1) / kHugePage * kHugePage : reserved;
+}
 
 struct Devices {
   std::vector<std::unique_ptr<DeviceMemory>> memory;
@@ -78,8 +97,8 @@ struct Devices {
 };
 
 Devices& devices() {
-  static Devices instance;
-  return instance;
+  static Devices* instance = new Devices();  // never destroyed: blocks may be freed during exit
+  return *instance;
 }
 
 DeviceMemory& memory_of(c10::DeviceIndex device) {
@@ -102,16 +121,24 @@ std::string human(int64_t bytes) {
 
 void release(void* ctx) {
   auto* block = static_cast<Block*>(ctx);
+  void* ptr = block->ptr;
   {
     DeviceMemory& mem = *devices().memory[block->device];
     std::lock_guard<std::mutex> lock(mem.mutex);
-    mem.stats.allocated -= block->reserved;
-    mem.stats.requested -= block->nbytes;
-    mem.stats.total_freed += block->reserved;
-    mem.stats.blocks -= 1;
-    mem.stats.num_frees += 1;
+    auto& s = mem.stats;
+    s.allocated -= block->reserved;
+    s.requested -= block->nbytes;
+    s.total_freed += block->reserved;
+    s.blocks -= 1;
+    s.num_frees += 1;
+    if (block->backing >= kCacheFrom && s.cached + block->backing <= mem.cache_limit() &&
+        s.allocated + s.cached + block->backing <= mem.capacity) {
+      mem.cache.emplace(block->backing, ptr);
+      s.cached += block->backing;
+      ptr = nullptr;
+    }
   }
-  std::free(block->ptr);
+  std::free(ptr);
   delete block;
 }
 
@@ -125,18 +152,29 @@ class DeviceAllocator final : public c10::Allocator {
     const auto requested = static_cast<int64_t>(std::min<size_t>(nbytes, size_t(INT64_MAX)));
     const int64_t reserved = requested <= mem.capacity ? (requested + kAlignment - 1) / kAlignment * kAlignment
                                                        : requested;  // rounding only when it cannot overflow
+    const int64_t backing = backing_size(reserved);
+    void* ptr = nullptr;
     {
       std::lock_guard<std::mutex> lock(mem.mutex);
-      if (requested > mem.capacity || reserved > mem.capacity - mem.stats.allocated) {
-        mem.stats.num_ooms += 1;
+      auto& s = mem.stats;
+      if (requested > mem.capacity || reserved > mem.capacity - s.allocated) {
+        s.num_ooms += 1;
         TORCH_CHECK_WITH(OutOfMemoryError, false, "spyre:", int(device), " out of memory: tried to allocate ",
-                         human(requested), " (", requested, " bytes); ", human(mem.capacity - mem.stats.allocated),
-                         " free of ", human(mem.capacity), " capacity (", human(mem.stats.allocated),
+                         human(requested), " (", requested, " bytes); ", human(mem.capacity - s.allocated),
+                         " free of ", human(mem.capacity), " capacity (", human(s.allocated),
                          " allocated). Set TORCH_LAYOUTS_DEVICE_MEMORY to change the capacity.");
       }
-      mem.stats.allocated += reserved;
+      auto cached = mem.cache.find(backing);
+      if (backing >= kCacheFrom && cached != mem.cache.end()) {
+        ptr = cached->second;
+        mem.cache.erase(cached);
+        s.cached -= backing;
+      } else if (s.allocated + s.cached + backing > mem.capacity) {
+        mem.drop_cache();
+      }
+      s.allocated += reserved;
     }
-    void* ptr = reserved > 0 ? host_backing(reserved) : nullptr;
+    if (reserved > 0 && ptr == nullptr) ptr = host_backing(backing);
     if (reserved > 0 && ptr == nullptr) {
       std::lock_guard<std::mutex> lock(mem.mutex);
       mem.stats.allocated -= reserved;
@@ -144,7 +182,7 @@ class DeviceAllocator final : public c10::Allocator {
       TORCH_CHECK_WITH(OutOfMemoryError, false, "spyre:", int(device), " out of memory: the host could not back ",
                        human(requested), " of simulated device memory");
     }
-    auto* block = new Block{ptr, requested, reserved, device, nullptr};
+    auto* block = new Block{ptr, requested, reserved, backing, device, nullptr};
     {
       std::lock_guard<std::mutex> lock(mem.mutex);
       auto& s = mem.stats;
@@ -153,6 +191,7 @@ class DeviceAllocator final : public c10::Allocator {
       s.blocks += 1;
       s.num_allocs += 1;
       s.peak_allocated = std::max(s.peak_allocated, s.allocated);
+      s.peak_reserved = std::max(s.peak_reserved, s.allocated + s.cached);
       s.peak_requested = std::max(s.peak_requested, s.requested);
       s.peak_blocks = std::max(s.peak_blocks, s.blocks);
     }
@@ -195,8 +234,15 @@ void reset_peak_stats(c10::DeviceIndex device) {
   DeviceMemory& mem = memory_of(device);
   std::lock_guard<std::mutex> lock(mem.mutex);
   mem.stats.peak_allocated = mem.stats.allocated;
+  mem.stats.peak_reserved = mem.stats.allocated + mem.stats.cached;
   mem.stats.peak_requested = mem.stats.requested;
   mem.stats.peak_blocks = mem.stats.blocks;
+}
+
+void empty_cache(c10::DeviceIndex device) {
+  DeviceMemory& mem = memory_of(device);
+  std::lock_guard<std::mutex> lock(mem.mutex);
+  mem.drop_cache();
 }
 
 std::map<std::string, int64_t> memory_stats_dict(c10::DeviceIndex device) {
@@ -209,8 +255,9 @@ std::map<std::string, int64_t> memory_stats_dict(c10::DeviceIndex device) {
       {"allocated_bytes.all.freed", s.total_freed},
       {"requested_bytes.all.current", s.requested},
       {"requested_bytes.all.peak", s.peak_requested},
-      {"reserved_bytes.all.current", s.allocated},
-      {"reserved_bytes.all.peak", s.peak_allocated},
+      {"reserved_bytes.all.current", s.allocated + s.cached},
+      {"reserved_bytes.all.peak", s.peak_reserved},
+      {"inactive_split_bytes.all.current", s.cached},
       {"active_bytes.all.current", s.allocated},
       {"active_bytes.all.peak", s.peak_allocated},
       {"allocation.all.current", s.blocks},
@@ -220,7 +267,7 @@ std::map<std::string, int64_t> memory_stats_dict(c10::DeviceIndex device) {
       {"num_alloc_retries", 0},
       {"num_ooms", s.num_ooms},
       {"capacity_bytes", capacity},
-      {"free_bytes", capacity - s.allocated},
+      {"free_bytes", capacity - s.allocated - s.cached},
   };
 }
 

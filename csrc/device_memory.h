@@ -20,13 +20,15 @@ constexpr int64_t kAlignment = 128;
 struct Block {
   void* ptr = nullptr;
   int64_t nbytes = 0;      // bytes requested
-  int64_t reserved = 0;    // bytes counted against the capacity (rounded up)
+  int64_t reserved = 0;    // bytes counted against the capacity (rounded up to 128)
+  int64_t backing = 0;     // host bytes behind it (large blocks: whole 2 MiB pages, reused by size)
   c10::DeviceIndex device = 0;
   std::shared_ptr<const LayoutInfo> layout;
 };
 
 struct MemoryStats {
   int64_t allocated = 0, peak_allocated = 0, total_allocated = 0, total_freed = 0;
+  int64_t cached = 0, peak_reserved = 0;  // free blocks kept for reuse; peak of allocated + cached
   int64_t requested = 0, peak_requested = 0;
   int64_t blocks = 0, peak_blocks = 0, num_allocs = 0, num_frees = 0, num_ooms = 0;
 };
@@ -42,6 +44,7 @@ c10::Allocator* device_allocator();
 Block* block_of(const c10::DataPtr& data);
 
 MemoryStats memory_stats(c10::DeviceIndex device);
+void empty_cache(c10::DeviceIndex device);
 void reset_peak_stats(c10::DeviceIndex device);
 std::map<std::string, int64_t> memory_stats_dict(c10::DeviceIndex device);
 

@@ -119,6 +119,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("_capacity", &device_capacity);
   m.def("_memory_stats", &memory_stats_dict);
   m.def("_reset_peak_memory_stats", &reset_peak_stats);
+  m.def("_empty_cache", &empty_cache);
   m.def("_get_default_generator", [](c10::DeviceIndex device) {
     return py::reinterpret_steal<py::object>(THPGenerator_initDefaultGenerator(default_generator(device)));
   });

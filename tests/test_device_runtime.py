@@ -73,6 +73,13 @@ SCRIPTS = {
         del a
         out["after_del"] = torch.spyre.memory_allocated() - base
         out["big_after_free"] = torch.empty(60 * MiB, dtype=torch.uint8, device="spyre").numel()
+        # two freed 8 MiB blocks fill the 16 MiB cache; a 56 MiB request drops it rather than fail
+        blocks = [torch.empty(8 * MiB, dtype=torch.uint8, device="spyre") for _ in range(2)]
+        del blocks
+        out["cached"] = torch.spyre.memory_stats()["inactive_split_bytes.all.current"]
+        out["free_with_cache"] = torch.spyre.mem_get_info()[0]
+        out["fits_after_drop"] = torch.empty(56 * MiB, dtype=torch.uint8, device="spyre").numel()
+        out["cached_after_drop"] = torch.spyre.memory_stats()["inactive_split_bytes.all.current"]
     """),
     "devices": ({"TORCH_LAYOUTS_DEVICE_COUNT": "3", "TORCH_LAYOUTS_DEVICE_MEMORY": "2GB"}, """
         out["count"] = torch.spyre.device_count()
@@ -267,6 +274,7 @@ def no_gc():
 
 def test_memory_statistics(no_gc):
     assert STAT_KEYS <= set(torch.spyre.memory_stats())
+    torch.spyre.empty_cache()
     s0 = torch.spyre.memory_stats()
     # rank 7: a plain row-major layout of 6 float16 bytes, reserved as one 128-byte block
     small = torch.empty((1, 1, 1, 1, 1, 1, 3), dtype=torch.float16, device="spyre")
@@ -302,6 +310,28 @@ def test_memory_statistics(no_gc):
     assert torch.spyre.memory_allocated() == s0["allocated_bytes.all.current"]
 
 
+def test_freed_large_blocks_are_cached_and_reused(no_gc):
+    torch.spyre.empty_cache()
+    reserved0, allocated0 = torch.spyre.memory_reserved(), torch.spyre.memory_allocated()
+    assert reserved0 == allocated0
+    a = torch.empty(3 * MiB, dtype=torch.uint8, device="spyre")
+    ptr = a.data_ptr()
+    del a  # kept whole (its host backing is rounded to 2 MiB pages) for the next request of that size
+    assert torch.spyre.memory_allocated() == allocated0
+    assert torch.spyre.memory_reserved() == reserved0 + 4 * MiB
+    assert torch.spyre.memory_stats()["inactive_split_bytes.all.current"] == 4 * MiB
+    assert torch.spyre.mem_get_info()[0] == torch.spyre.mem_get_info()[1] - reserved0 - 4 * MiB
+    b = torch.empty(3 * MiB + 5, dtype=torch.uint8, device="spyre")  # same backing size: the same block
+    assert b.data_ptr() == ptr and torch.spyre.memory_reserved() == torch.spyre.memory_allocated()
+    del b
+    small = torch.empty(1000, dtype=torch.uint8, device="spyre")
+    del small  # small blocks go straight back to the host
+    assert torch.spyre.memory_reserved() == reserved0 + 4 * MiB
+    assert torch.spyre.max_memory_reserved() >= reserved0 + 4 * MiB
+    torch.spyre.empty_cache()
+    assert torch.spyre.memory_reserved() == torch.spyre.memory_allocated() == allocated0
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.int8, torch.int64, torch.bool])
 def test_fresh_storage_is_128_byte_aligned(dtype):
     sizes = [(1,), (3,), (5, 7), (1, 1, 1, 1, 1, 1, 5), (2, 3, 1, 1, 1, 1, 3), (129,), (3, 65)]
@@ -333,6 +363,8 @@ def test_out_of_memory(runs):
     assert out["num_ooms"] == 4
     assert out["usable"] == [2 * i for i in range(10)]
     assert out["after_del"] == 0 and out["big_after_free"] == 60 * MiB
+    assert out["cached"] == 16 * MiB and out["free_with_cache"] == 48 * MiB
+    assert out["fits_after_drop"] == 56 * MiB and out["cached_after_drop"] == 0
 
 
 def test_tiny_capacity(runs):

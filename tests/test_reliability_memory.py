@@ -196,6 +196,8 @@ def padded_layouts() -> list[tuple[object, tuple[int, ...], torch.dtype]]:
         (mace.ImageLayout(mace.BufferType.IN_OUT_CHANNEL), (2, 3, 5, 7), torch.float32),
         (mace.ImageLayout(mace.BufferType.CONV2D_FILTER), (5, 3, 3, 3), torch.bfloat16),
         (DeviceLayout([3, 4, 5, 2], [1, 15, 3, -1], torch.int32, pad_value=-3), (4, 15), torch.int32),
+        # over 1 MiB: the block comes back from the allocator's cache of freed blocks
+        (SpyreTensorLayout((1000, 600), torch.float16, pad_value=2), (1000, 600), torch.float16),
     ]
 
 

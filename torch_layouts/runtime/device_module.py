@@ -146,10 +146,11 @@ def reset_peak_memory_stats(device: DeviceLike = None) -> None:
 
 
 def mem_get_info(device: DeviceLike = None) -> tuple[int, int]:
-    """(free bytes, capacity bytes) of the simulated device memory."""
+    """(free bytes, capacity bytes) of the simulated device memory; blocks kept for reuse are not free."""
     stats = _C._memory_stats(_index(device))
     return stats["free_bytes"], stats["capacity_bytes"]
 
 
-def empty_cache() -> None:
-    """Blocks return to the host when freed; there is no cache to empty."""
+def empty_cache(device: DeviceLike = None) -> None:
+    """Return the freed blocks the allocator keeps for reuse to the host (``memory_reserved`` drops)."""
+    _C._empty_cache(_index(device))
