@@ -1,11 +1,12 @@
 """Device kernels against the same ops on CPU tensors, as time ratios (device / CPU).
 
 Targets: ``add`` (4096x4096 float16) <= 1.2, ``matmul`` (2048x2048 float32) <= 1.3;
-``sum`` is reported only. Run alone with ``python benchmarks/bench_ops.py``.
+``add`` into preallocated ``out=`` tensors and ``sum`` are reported only. Run alone with ``python benchmarks/bench_ops.py``.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from pathlib import Path
@@ -25,6 +26,9 @@ except ImportError:  # run as a script
 CASES = (
     # name, shapes, dtype, op, repetitions, target ratio (None: reported only)
     ("add", ((4096, 4096), (4096, 4096)), torch.float16, lambda a, b: a + b, 15, 1.2),
+    # both results preallocated: no allocation (and no page faults on the CPU side) in either
+    ("add, out= preallocated", ((4096, 4096), (4096, 4096)), torch.float16,
+     lambda a, b, out: torch.add(a, b, out=out), 15, None),
     ("matmul", ((2048, 2048), (2048, 2048)), torch.float32, lambda a, b: a @ b, 5, 1.3),
     ("sum(dim=1)", ((4096, 4096),), torch.float16, lambda a: a.sum(dim=1), 15, None),
 )
@@ -37,9 +41,13 @@ def run() -> list[Figure]:
     for name, shapes, dtype, op, repetitions, target in CASES:
         host = [torch.randn(shape, dtype=dtype) for shape in shapes]
         device = [t.to("spyre") for t in host]
+        op_host = op
+        if "out=" in name:
+            op_host = functools.partial(op, out=torch.empty_like(host[0]))
+            op = functools.partial(op, out=torch.empty_like(device[0]))
         shape = "x".join(map(str, shapes[0]))
         figures.append(compare(f"device {name} {shape} {str(dtype).removeprefix('torch.')} / CPU", target,
-                               lambda op=op, device=device: op(*device), lambda op=op, host=host: op(*host),
+                               lambda op=op, device=device: op(*device), lambda op=op_host, host=host: op(*host),
                                "same op on CPU", repetitions))
     return figures
 

@@ -9,7 +9,8 @@ so PyTorch's own autograd formulas run above them:
 * ``reductions`` -- ``sum``, ``mean``, ``amax``, ``amin`` (sparse results when the stick
   dim is reduced);
 * ``softmax`` -- ``softmax``/``log_softmax`` (and backward), ``native_layer_norm``;
-* ``matmul`` -- ``mm``, ``bmm``, ``mv``, ``addmm`` (``matmul``/``linear`` decompose into them).
+* ``matmul`` -- ``mm``, ``bmm``, ``mv``, ``addmm`` (``matmul``/``linear`` decompose into them);
+* ``registry`` -- registration; the ``out=`` overloads of all of them.
 
 ``operands`` reads operands as strided views of their raw device buffers in an op's
 device coordinates; ``rules`` holds strict mode, ``LayoutError`` and ``restickify``;
@@ -20,6 +21,7 @@ counted per op in ``stats()``.
 from __future__ import annotations
 
 from . import elementwise, matmul, reductions, softmax
+from .registry import register_out_variants
 from .rules import LayoutError, restickify, strict_layouts
 from .stats import reset_stats, stats, warn_on_fallback
 
@@ -27,5 +29,6 @@ elementwise.register_all()
 reductions.register_all()
 softmax.register_all()
 matmul.register_all()
+register_out_variants()
 
 __all__ = ["LayoutError", "reset_stats", "restickify", "stats", "strict_layouts", "warn_on_fallback"]

@@ -35,7 +35,7 @@ from ..runtime.planner import default_layout
 from . import rules
 from .operands import (Coords, coords_for, coords_with_dtype, default_coords, info_of, is_whole_dense, new_tensor,
                        operand_layout, plan, raw, real_slices, scalar_view, stick_dim, strides_in_order, view)
-from .registry import register
+from .registry import check_cast, out_overload, register, write_out
 from .stats import count_kernel, count_restickify
 
 A = torch.ops.aten
@@ -216,10 +216,12 @@ def _empty_result(shape: tuple[int, ...], dtype: torch.dtype, device: torch.devi
 
 
 # -- the driver ------------------------------------------------------------------------
-def run(spec: Spec, args: tuple | list, kwargs: dict, *, inplace: bool = False, out_dtype: torch.dtype | None = None,
-        coords: Coords | None = None) -> torch.Tensor:
-    """Run a pointwise op on device memory (see the module docstring)."""
+def run(spec: Spec, args: tuple | list, kwargs: dict, *, target: torch.Tensor | None = None,
+        out_dtype: torch.dtype | None = None, coords: Coords | None = None) -> torch.Tensor:
+    """Run a pointwise op on device memory (see the module docstring); with a ``target``
+    (``args[0]`` for an in-place op, else an ``out=`` tensor) the op writes into it."""
     args = list(args)
+    inplace = target is not None and target is args[0]
     positions = [i for i in spec.operands if i < len(args) and isinstance(args[i], torch.Tensor)]
     device = _common_device(args, positions)
     shape = broadcast_shape([tuple(args[i].shape) for i in positions])
@@ -227,20 +229,21 @@ def run(spec: Spec, args: tuple | list, kwargs: dict, *, inplace: bool = False, 
         result, compute = _call_dtypes(spec, args, kwargs)
     else:
         result, compute = out_dtype, args[positions[0]].dtype
+    if target is not None and not inplace:  # out=: written directly when it is a whole tensor of the result
+        coords = _inplace_coords(target, [args[i] for i in positions])
+        if coords is None or tuple(target.shape) != shape or target.dtype != result or result != compute:
+            return write_out(run(spec, args, kwargs), target)
     if inplace:
-        target = args[0]
         if tuple(target.shape) != shape:
             raise RuntimeError(f"output with shape {list(target.shape)} doesn't match the broadcast shape "
                                f"{list(shape)}")
-        if not torch.can_cast(result, target.dtype):
-            raise RuntimeError(f"result type {_name(result)} can't be cast to the desired output type "
-                               f"{_name(target.dtype)}")
+        check_cast(result, target.dtype)
         coords = _inplace_coords(target, [args[i] for i in positions[1:]])
         if coords is None:
             return target.copy_(run(spec, args, kwargs))
         result = target.dtype
     if math.prod(shape) == 0:
-        return args[0] if inplace else _empty_result(shape, result, device)
+        return target if target is not None else _empty_result(shape, result, device)
     primary = None
     if coords is None:
         primary = next((i for i in positions if i not in spec.masks and args[i].device.type == "spyre"
@@ -265,7 +268,9 @@ def run(spec: Spec, args: tuple | list, kwargs: dict, *, inplace: bool = False, 
         views[i] = _operand(spec, coords, args, i, primary=(i == primary or (inplace and i == 0)))
         shaped.add(i)
     if inplace:
-        out, o, finish = args[0], views[0], None
+        out, o, finish = target, views[0], None
+    elif target is not None:
+        out, o, finish = target, view(target, coords, plan(target, coords)), None
     else:
         out, o, finish = output(coords, result, device)
     pieces, whole = real_slices(coords)
@@ -289,10 +294,6 @@ def broadcast_shape(shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
                                        f"non-singleton dimension {k}")
                 out[k] = n
     return tuple(out)
-
-
-def _name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.").capitalize()
 
 
 def _common_device(args: list, positions: list[int]) -> torch.device:
@@ -518,7 +519,14 @@ def _functional(spec: Spec) -> Callable[..., torch.Tensor]:
 
 
 def _inplace(spec: Spec) -> Callable[..., torch.Tensor]:
-    return lambda *args, **kwargs: run(spec, args, kwargs, inplace=True)
+    return lambda *args, **kwargs: run(spec, args, kwargs, target=args[0])
+
+
+def _out(spec: Spec, out_name: str) -> Callable[..., torch.Tensor]:
+    def kernel(*args: Any, **kwargs: Any) -> torch.Tensor:
+        target = kwargs.pop(out_name)
+        return run(spec, args, kwargs, target=target)
+    return kernel
 
 
 def register_all() -> None:
@@ -526,6 +534,9 @@ def register_all() -> None:
     by_name = {spec.name: spec for spec in SPECS}
     for spec in SPECS:
         register(spec.name, _functional(spec))
+        found = out_overload(spec.name)
+        if found is not None:
+            register(found[0], _out(spec, found[1]))
     for name, functional in INPLACE.items():
         register(name, _inplace(by_name[functional]))
     register("clone", clone)

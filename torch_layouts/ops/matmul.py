@@ -145,9 +145,9 @@ def addmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, beta: float =
         raise RuntimeError(f"addmm: expected 2-D matrices, got {a.dim()}-D and {b.dim()}-D")
     out = matmul("addmm", a, b, ("mat1", "mat2"))
     if alpha != 1:
-        run(MUL, [out, alpha], {}, inplace=True)
+        run(MUL, [out, alpha], {}, target=out)
     if beta != 0:
-        run(ADD, [out, bias], {"alpha": beta}, inplace=True)
+        run(ADD, [out, bias], {"alpha": beta}, target=out)
     return out
 
 
