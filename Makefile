@@ -19,7 +19,7 @@ test-long: setup  ## every suite with many more random examples
 demo: setup  ## moves tensors through every layout family and runs a model on the device
 	$(PYTHON) -m torch_layouts demo
 
-bench: setup  ## performance ratios against same-process baselines -> benchmarks/RESULTS.md
+bench: setup  ## performance ratios against same-process baselines (JSON: benchmarks/results.json; analysis: benchmarks/RESULTS.md)
 	$(PYTHON) benchmarks/run.py
 
 ASAN_DIR ?= /tmp/torch_layouts_asan
