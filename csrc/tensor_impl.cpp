@@ -60,7 +60,7 @@ LayoutPtr layout_of(const at::Tensor& tensor) {
 
 LayoutPtr element_layout_of(const at::Tensor& tensor) {
   LayoutPtr layout = layout_of(tensor);
-  if (layout && c10::elementSize(layout->dtype) == tensor.element_size()) return layout;
+  if (layout && static_cast<int64_t>(c10::elementSize(layout->dtype)) == tensor.element_size()) return layout;
   return nullptr;
 }
 
