@@ -1,4 +1,5 @@
-"""Helpers shared by the op tests: does a result's padding still hold its pad value."""
+"""Helpers shared by the op tests: does a result's padding still hold its pad value, does a
+result match the CPU's."""
 
 from __future__ import annotations
 
@@ -22,3 +23,13 @@ def padding_holds_pad_value(y: torch.Tensor) -> bool:
     real = real_mask(layout, tuple(info.base_size), tuple(info.base_stride))
     memory = torch_layouts.device_memory(y)
     return bool((memory[~real] == torch.tensor(layout.pad_value, dtype=memory.dtype)).all())
+
+
+def matches_cpu(out: torch.Tensor, ref: torch.Tensor, f16: tuple[float, float], other: tuple[float, float]) -> None:
+    """The device result ``out`` has the CPU result ``ref``'s dtype and shape, equals it within
+    the (atol, rtol) for its dtype (``f16`` for float16, else ``other``), and its padding
+    holds the pad value."""
+    atol, rtol = f16 if ref.dtype == torch.float16 else other
+    assert out.dtype == ref.dtype and out.shape == ref.shape
+    torch.testing.assert_close(out.cpu(), ref, atol=atol, rtol=rtol)
+    assert padding_holds_pad_value(out)

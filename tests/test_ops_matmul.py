@@ -3,22 +3,18 @@ seed's rule: A sticked on k, B and C sticked on n, B's k padded to whole sticks 
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 
 import torch_layouts
-from ops_support import padding_holds_pad_value
+from ops_support import matches_cpu
 from torch_layouts import DataFormats, LayoutError, SpyreTensorLayout
 from torch_layouts.ops.matmul import rhs_layout
 
 F16, F32 = torch.float16, torch.float32
-
-
-def close(out: torch.Tensor, ref: torch.Tensor) -> None:
-    tol = {"atol": 2e-2, "rtol": 1e-2} if ref.dtype == F16 else {"atol": 1e-4, "rtol": 1e-4}
-    assert out.dtype == ref.dtype and out.shape == ref.shape
-    torch.testing.assert_close(out.cpu(), ref, **tol)
-    assert padding_holds_pad_value(out)
+close = functools.partial(matches_cpu, f16=(2e-2, 1e-2), other=(1e-4, 1e-4))
 
 
 def restickifies() -> int:

@@ -4,21 +4,17 @@ the pad value in the result's padding."""
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 
 import torch_layouts
-from ops_support import padding_holds_pad_value
+from ops_support import matches_cpu
 from torch_layouts import SpyreTensorLayout, htp
 
 F16, F32 = torch.float16, torch.float32
-
-
-def close(out: torch.Tensor, ref: torch.Tensor) -> None:
-    tol = {"atol": 2e-3, "rtol": 2e-3} if ref.dtype == F16 else {"atol": 1e-5, "rtol": 1e-5}
-    assert out.dtype == ref.dtype and out.shape == ref.shape
-    torch.testing.assert_close(out.cpu(), ref, **tol)
-    assert padding_holds_pad_value(out)
+close = functools.partial(matches_cpu, f16=(2e-3, 2e-3), other=(1e-5, 1e-5))
 
 
 # One row per case: id, shape, dtype, device layout (None: default), dim.
