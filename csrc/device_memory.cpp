@@ -164,8 +164,8 @@ class DeviceAllocator final : public c10::Allocator {
                          " free of ", human(mem.capacity), " capacity (", human(s.allocated),
                          " allocated). Set TORCH_LAYOUTS_DEVICE_MEMORY to change the capacity.");
       }
-      auto cached = mem.cache.find(backing);
-      if (backing >= kCacheFrom && cached != mem.cache.end()) {
+      auto cached = backing >= kCacheFrom ? mem.cache.find(backing) : mem.cache.end();
+      if (cached != mem.cache.end()) {
         ptr = cached->second;
         mem.cache.erase(cached);
         s.cached -= backing;

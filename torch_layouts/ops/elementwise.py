@@ -230,8 +230,9 @@ def run(spec: Spec, args: tuple | list, kwargs: dict, *, target: torch.Tensor | 
     else:
         result, compute = out_dtype, args[positions[0]].dtype
     if target is not None and not inplace:  # out=: written directly when it is a whole tensor of the result
-        coords = _inplace_coords(target, [args[i] for i in positions])
-        if coords is None or tuple(target.shape) != shape or target.dtype != result or result != compute:
+        direct = tuple(target.shape) == shape and target.dtype == result == compute
+        coords = _inplace_coords(target, [args[i] for i in positions]) if direct else None
+        if coords is None:
             return write_out(run(spec, args, kwargs), target)
     if inplace:
         if tuple(target.shape) != shape:
