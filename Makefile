@@ -5,12 +5,13 @@ export MAX_JOBS ?= 2
 
 .PHONY: setup test test-long demo bench asan
 
-setup:  ## PyTorch 2.13.0 (CPU), test tools, and the C++ runtime build
+setup:  ## PyTorch 2.13.0 (CPU) first, then the package with its [test] and [lint] extras (pyproject.toml), built in place
 	@command -v ccache >/dev/null 2>&1 || apt-get install -y -q ccache >/dev/null 2>&1 || true
-	$(PYTHON) -m pip install -q torch==2.13.0 numpy pytest hypothesis expecttest matplotlib ninja
-	$(PYTHON) -m pip install -q --no-build-isolation -e .
+	$(PYTHON) -m pip install -q torch==2.13.0 setuptools ninja
+	$(PYTHON) -m pip install -q --no-build-isolation -e ".[test,lint]"
 
-test: setup  ## the default suite (a few minutes)
+test: setup  ## the linter (ruff, configured in pyproject.toml), then the default suite (a few minutes)
+	$(PYTHON) -m ruff check .
 	$(PYTHON) -m pytest -q tests
 
 test-long: setup  ## every suite with many more random examples

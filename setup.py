@@ -1,7 +1,7 @@
-"""Builds torch_layouts and its C++ runtime (torch_layouts._C).
+"""Builds the C++ runtime torch_layouts._C; the package itself is declared in pyproject.toml.
 
 Install against the PyTorch already present (never let pip fetch another one):
-    pip install torch==2.13.0 && pip install --no-build-isolation -e .
+    pip install torch==2.13.0 && pip install --no-build-isolation -e ".[test]"
 """
 
 import glob
@@ -10,7 +10,7 @@ import os
 # Never autoload the package being built (its installed entry point would import it).
 os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
 
-from setuptools import find_packages, setup  # noqa: E402
+from setuptools import setup  # noqa: E402
 from torch.utils.cpp_extension import BuildExtension, CppExtension  # noqa: E402
 
 # -fopenmp: at::parallel_for is inlined from ATen's OpenMP header; without it copies run serially.
@@ -19,11 +19,6 @@ if os.environ.get("TORCH_LAYOUTS_ASAN"):
     flags = ["-O1", "-g", "-fopenmp", "-fsanitize=address", "-fno-omit-frame-pointer", "-Wall"]
 
 setup(
-    name="torch_layouts",
-    version="0.1.0",
-    description="A simulated PyTorch device whose tensors live in tiled device layouts (Spyre, HTP, TensorRT, MACE)",
-    packages=find_packages(include=["torch_layouts", "torch_layouts.*"]),
-    python_requires=">=3.10",
     ext_modules=[
         CppExtension(
             "torch_layouts._C",
@@ -33,5 +28,4 @@ setup(
         )
     ],
     cmdclass={"build_ext": BuildExtension},
-    entry_points={"torch.backends": ["torch_layouts = torch_layouts:_autoload"]},
 )

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cctype>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <vector>
@@ -15,7 +16,8 @@
 namespace torch_layouts {
 namespace {
 
-constexpr int64_t kDefaultCapacity = int64_t(16) << 30;
+constexpr int64_t kMaxDefaultCapacity = int64_t(16) << 30;
+constexpr int64_t kHostCheckFrom = int64_t(64) << 20;  // allocations this large check host memory first
 constexpr int64_t kHugePage = int64_t(2) << 20;
 
 // Large blocks are backed by transparent huge pages (when the kernel allows it):
@@ -29,6 +31,23 @@ void* host_backing(int64_t bytes) {
     return ptr;
   }
   return posix_memalign(&ptr, kAlignment, static_cast<size_t>(bytes)) == 0 ? ptr : nullptr;
+}
+
+// Host memory the kernel could still hand out without swapping or the OOM killer (MemAvailable),
+// less a safety margin (an eighth of it, at least 256 MiB) for the interpreter and the host copies
+// ops make; -1 when /proc/meminfo cannot be read.
+int64_t host_available() {
+  std::FILE* f = std::fopen("/proc/meminfo", "r");
+  if (f == nullptr) return -1;
+  char line[256];
+  long long kib = -1;
+  while (std::fgets(line, sizeof(line), f)) {
+    if (std::sscanf(line, "MemAvailable: %lld kB", &kib) == 1) break;
+  }
+  std::fclose(f);
+  if (kib < 0) return -1;
+  const int64_t available = static_cast<int64_t>(kib) * 1024;
+  return std::max<int64_t>(0, available - std::max<int64_t>(available / 8, int64_t(256) << 20));
 }
 
 int64_t parse_bytes(const char* name, const char* text) {
@@ -57,7 +76,7 @@ constexpr int64_t kCacheFrom = int64_t(1) << 20;
 
 struct DeviceMemory {
   std::mutex mutex;
-  int64_t capacity = kDefaultCapacity;
+  int64_t capacity = kMaxDefaultCapacity;
   MemoryStats stats;
   std::multimap<int64_t, void*> cache;  // host size -> free block
 
@@ -85,9 +104,12 @@ struct Devices {
                         "TORCH_LAYOUTS_DEVICE_COUNT='", env, "' must be an integer in [1, 64]");
       count = static_cast<int>(value);
     }
-    int64_t capacity = kDefaultCapacity;
+    int64_t capacity = kMaxDefaultCapacity;
     if (const char* env = std::getenv("TORCH_LAYOUTS_DEVICE_MEMORY")) {
       capacity = parse_bytes("TORCH_LAYOUTS_DEVICE_MEMORY", env);
+    } else if (const int64_t host = host_available(); host >= 0) {
+      // By default all devices together never claim more than the host can back.
+      capacity = std::min(capacity, host / count / kAlignment * kAlignment);
     }
     for (int i = 0; i < count; ++i) {
       memory.push_back(std::make_unique<DeviceMemory>());
@@ -174,13 +196,20 @@ class DeviceAllocator final : public c10::Allocator {
       }
       s.allocated += reserved;
     }
-    if (reserved > 0 && ptr == nullptr) ptr = host_backing(backing);
+    // Fresh host pages are only touched later: a large block the host cannot back now would
+    // summon the OOM killer then, so it is refused now, like a block the host refuses outright.
+    int64_t host = -1;
+    const bool host_short = reserved >= kHostCheckFrom && ptr == nullptr && (host = host_available()) >= 0 &&
+                            backing > host;
+    if (reserved > 0 && ptr == nullptr && !host_short) ptr = host_backing(backing);
     if (reserved > 0 && ptr == nullptr) {
       std::lock_guard<std::mutex> lock(mem.mutex);
       mem.stats.allocated -= reserved;
       mem.stats.num_ooms += 1;
       TORCH_CHECK_WITH(OutOfMemoryError, false, "spyre:", int(device), " out of memory: the host could not back ",
-                       human(requested), " of simulated device memory");
+                       human(requested), " of simulated device memory",
+                       host_short ? " (" + human(host) + " of host memory available after a safety margin)" : "",
+                       ". Free tensors or set TORCH_LAYOUTS_DEVICE_MEMORY lower.");
     }
     auto* block = new Block{ptr, requested, reserved, backing, device, nullptr};
     {
@@ -210,9 +239,10 @@ DeviceAllocator g_allocator;
 int device_count() { return static_cast<int>(devices().memory.size()); }
 
 void check_device_index(c10::DeviceIndex device) {
-  TORCH_CHECK_INDEX(device >= 0 && device < device_count(), "invalid device index spyre:", int(device),
-                    ": there ", device_count() == 1 ? "is 1 spyre device" : "are " + std::to_string(device_count()) +
-                    " spyre devices", " (set TORCH_LAYOUTS_DEVICE_COUNT for more)");
+  TORCH_CHECK(device >= 0 && device < device_count(), "The device index is out of range. It must be in [0, ",
+              device_count(), "), but got spyre:", int(device), " (there ",
+              device_count() == 1 ? "is 1 spyre device" : "are " + std::to_string(device_count()) + " spyre devices",
+              "; set TORCH_LAYOUTS_DEVICE_COUNT for more)");
 }
 
 int64_t device_capacity(c10::DeviceIndex device) { return memory_of(device).capacity; }

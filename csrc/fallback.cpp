@@ -1,11 +1,12 @@
 // The boxed CPU fallback: ops without a device kernel run on host copies of their inputs.
-// Random ops draw from the spyre generator (its state is lent to a CPU generator).
+// Random ops draw from the spyre generator: a CPU generator seeded for its (seed, offset).
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/native/CPUFallback.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <memory>
 #include <mutex>
 
@@ -41,25 +42,65 @@ bool draws_default_generator(const c10::OperatorName& name) {
   return name.name == "aten::native_dropout";
 }
 
-// Lends a spyre generator's state to a CPU generator for the duration of one op.
+// Holds a spyre generator for one op: a CPU generator seeded for its (seed, offset) draws the
+// op's values; once the op has run, the offset moves past the values it produced.
 class Loan {
  public:
-  Loan(at::Generator spyre, at::Generator cpu) : spyre_(std::move(spyre)), cpu_(std::move(cpu)) {
-    std::lock_guard<std::mutex> lock(spyre_.mutex());
-    cpu_.set_state(spyre_.get_state());
+  Loan(at::Generator spyre, at::Generator cpu)
+      : spyre_(std::move(spyre)), cpu_(std::move(cpu)), lock_(spyre_.mutex()) {
+    std::lock_guard<std::mutex> cpu_lock(cpu_.mutex());
+    cpu_.set_current_seed(impl()->host_seed());
   }
-  ~Loan() {
-    std::lock_guard<std::mutex> lock(spyre_.mutex());
-    spyre_.set_state(cpu_.get_state());
-  }
+  const at::Generator& spyre() const { return spyre_; }
   const at::Generator& cpu() const { return cpu_; }
+  void done(int64_t values) { impl()->advance(values); }
 
  private:
+  SpyreGeneratorImpl* impl() { return at::check_generator<SpyreGeneratorImpl>(spyre_); }
   at::Generator spyre_, cpu_;
+  std::unique_lock<std::mutex> lock_;
 };
+
+// How many random values an op produced: its largest tensor result.
+int64_t values_produced(const torch::jit::Stack& stack, size_t returns) {
+  int64_t most = 0;
+  for (size_t i = stack.size() - returns; i < stack.size(); ++i) {
+    if (stack[i].isTensor()) most = std::max(most, stack[i].toTensor().numel());
+    if (stack[i].isTensorList()) {
+      for (const at::Tensor& t : stack[i].toTensorList().vec()) most = std::max(most, t.numel());
+    }
+  }
+  return most;
+}
+
+bool is_scalar_type(const c10::TypePtr& type) {
+  if (type->kind() == c10::TypeKind::ScalarTypeType) return true;
+  if (auto optional = type->cast<c10::OptionalType>()) return optional->getElementType()->kind() == c10::TypeKind::ScalarTypeType;
+  return false;
+}
+
+// Spyre has no quantized tensors: an op that would make or read one says so before running.
+void check_not_quantized(const c10::FunctionSchema& schema, const torch::jit::Stack& stack, size_t first) {
+  const auto& args = schema.arguments();
+  for (size_t i = 0; i < args.size(); ++i) {
+    const c10::IValue& value = stack[first + i];
+    std::optional<c10::ScalarType> quantized;
+    if (value.isTensor() && value.toTensor().defined() && value.toTensor().is_quantized()) {
+      quantized = value.toTensor().scalar_type();
+    } else if (value.isInt() && is_scalar_type(args[i].real_type()) &&
+               c10::isQIntType(static_cast<c10::ScalarType>(value.toInt()))) {
+      quantized = static_cast<c10::ScalarType>(value.toInt());
+    }
+    TORCH_CHECK_NOT_IMPLEMENTED(!quantized, schema.operator_name(), " on spyre: spyre has no quantized tensors (",
+                                *quantized, " is host-only). Quantize on the host, e.g. "
+                                "torch.quantize_per_tensor(t.cpu(), scale, zero_point, dtype), and move "
+                                ".dequantize() results to spyre");
+  }
+}
 
 void spyre_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const auto& schema = op.schema();
+  check_not_quantized(schema, *stack, stack->size() - schema.arguments().size());
   count_fallback(schema.operator_name().name + (schema.overload_name().empty() ? "" : "." + schema.overload_name()));
   const auto& args = schema.arguments();
   const size_t first = stack->size() - args.size();
@@ -70,22 +111,31 @@ void spyre_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     c10::IValue& value = (*stack)[first + i];
     at::Generator gen = value.isNone() ? default_generator(device) : value.toGenerator();
     if (gen.device().type() != c10::DeviceType::PrivateUse1) continue;
+    bool lent = false;  // the same generator twice: lend it once (its lock is held)
+    for (const auto& loan : loans) {
+      if (loan->spyre() == gen) {
+        value = c10::IValue(loan->cpu());
+        lent = true;
+      }
+    }
+    if (lent) continue;
     loans.push_back(std::make_unique<Loan>(gen, at::make_generator<at::CPUGeneratorImpl>()));
     value = c10::IValue(loans.back()->cpu());
   }
+  const size_t returns = schema.returns().size();
   if (draws_default_generator(schema.operator_name())) {
-    // The op uses the CPU default generator: lend it the spyre state, then give both back.
+    // The op uses the CPU default generator: lend it for the op, then give its state back.
     at::Generator cpu_default = at::detail::getDefaultCPUGenerator();
     at::Generator saved = cpu_default.clone();
-    {
-      Loan loan(default_generator(device), cpu_default);
-      at::native::cpu_fallback(op, stack);
-    }
+    Loan loan(default_generator(device), cpu_default);
+    at::native::cpu_fallback(op, stack);
+    loan.done(values_produced(*stack, returns));
     std::lock_guard<std::mutex> lock(cpu_default.mutex());
     cpu_default.set_state(saved.get_state());
     return;
   }
   at::native::cpu_fallback(op, stack);
+  for (auto& loan : loans) loan->done(values_produced(*stack, returns));
 }
 
 }  // namespace

@@ -1,6 +1,5 @@
 // PrivateUse1 hooks: device queries, generators and storage resizing for the spyre device.
 #include <ATen/detail/PrivateUse1HooksInterface.h>
-#include <c10/core/CPUAllocator.h>
 #include <c10/core/DeviceGuard.h>
 
 #include <algorithm>
@@ -10,6 +9,7 @@
 #include "device_memory.h"
 #include "generator.h"
 #include "layout_info.h"
+#include "pinned_memory.h"
 
 namespace torch_layouts {
 namespace {
@@ -32,8 +32,9 @@ struct SpyreHooks final : public at::PrivateUse1HooksInterface {
   at::Device getDeviceFromPtr(void* /*data*/) const override {
     return {c10::DeviceType::PrivateUse1, current_device()};
   }
-  bool isPinnedPtr(const void* /*data*/) const override { return false; }
-  at::Allocator* getPinnedMemoryAllocator() const override { return c10::GetCPUAllocator(); }
+  bool isPinnedPtr(const void* data) const override { return is_pinned(data); }
+  at::Allocator* getPinnedMemoryAllocator() const override { return pinned_allocator(); }
+  void init() const override {}  // the simulated devices need no initialisation
 
   // Storage resize keeps the leading bytes; the layout survives only if the buffer still holds it.
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t new_bytes) const override {

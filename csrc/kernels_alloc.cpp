@@ -2,6 +2,7 @@
 #include <ATen/EmptyTensor.h>
 #include <ATen/native/Resize.h>
 #include <ATen/ops/set_cpu_dispatch.h>
+#include <ATen/ops/zeros.h>
 #include <c10/core/MemoryFormat.h>
 #include <torch/library.h>
 
@@ -57,21 +58,69 @@ at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarT
   return empty_strided(size, strides_for(size, format), dtype_opt, layout_opt, device_opt, pin_memory_opt);
 }
 
-// A device buffer has one layout for one host shape: resizing gives a fresh buffer with
-// the default layout of the new shape (old contents are kept only if the shape is unchanged).
+// Elements from the start of a storage to the end of a (size, stride) view at `offset`.
+int64_t extent(c10::IntArrayRef size, c10::IntArrayRef stride, int64_t offset) {
+  int64_t last = offset;
+  for (size_t d = 0; d < size.size(); ++d) {
+    if (size[d] == 0) return offset;
+    last += (size[d] - 1) * stride[d];
+  }
+  return last + 1;
+}
+
+// The first `count` elements of a device storage in storage order (the base tensor's host
+// order for a laid-out buffer, its bytes for a raw one), as a 1-D CPU tensor.
+at::Tensor storage_elements(const at::Tensor& self, const LayoutPtr& layout, int64_t count) {
+  if (!layout) return raw_buffer(self, self.scalar_type()).narrow(0, 0, count).clone();
+  const auto cpu = self.options().device(at::kCPU);
+  at::Tensor host = at::empty_strided(layout->base_size, layout->base_stride, cpu);
+  host.copy_(make_alias(self, layout->base_size, layout->base_stride, 0));
+  return host.as_strided({count}, {1}, 0);
+}
+
+// A buffer that must grow is re-laid: a fresh buffer in the default layout of the new shape
+// (of the whole storage, 1-D, for a view that starts past its storage's first element) holding
+// the old elements in storage order, put under the storage every view of it shares.
+void regrow(const at::Tensor& self, int64_t needed, c10::IntArrayRef size, c10::IntArrayRef stride,
+            const LayoutPtr& layout, int64_t held) {
+  c10::StorageImpl* storage = self.storage().unsafeGetStorageImpl();
+  TORCH_CHECK(storage->resizable(), "Trying to resize storage that is not resizable");
+  TORCH_CHECK(!layout || c10::elementSize(layout->dtype) == static_cast<size_t>(self.element_size()),
+              "cannot grow a ", self.scalar_type(), " view of a spyre buffer laid out for ", layout->dtype,
+              " with resize_; resize the buffer's own tensor instead");
+  const bool whole = self.storage_offset() == 0;
+  LayoutPtr fresh_layout = whole ? default_layout(self.scalar_type(), size, stride)
+                                 : default_layout(self.scalar_type(), {needed}, {1});
+  at::Tensor fresh = new_device_tensor(fresh_layout, self.device());
+  const int64_t keep = std::min(held, needed);
+  if (keep > 0) {
+    at::Tensor flat = at::zeros({extent(fresh_layout->base_size, fresh_layout->base_stride, 0)},
+                                self.options().device(at::kCPU));
+    flat.narrow(0, 0, keep).copy_(storage_elements(self, layout, keep));
+    fresh.copy_(flat.as_strided(fresh_layout->base_size, fresh_layout->base_stride, 0));
+  }
+  c10::StorageImpl* from = fresh.storage().unsafeGetStorageImpl();
+  storage->set_data_ptr_noswap(from->set_data_ptr(c10::DataPtr(nullptr, fresh.device())));
+  storage->set_nbytes(from->nbytes());
+  from->set_nbytes(0);
+  if (auto* spyre = dynamic_cast<SpyreTensorImpl*>(self.unsafeGetTensorImpl())) spyre->set_layout(fresh_layout);
+}
+
+// As on the CPU: the storage (shared with every view) keeps its elements in storage order and
+// grows only when the new shape reaches past its end; the view keeps its storage offset.
 const at::Tensor& resize_(const at::Tensor& self, c10::SymIntArrayRef size_sym,
                           std::optional<c10::MemoryFormat> format) {
   const auto size = C10_AS_INTARRAYREF_SLOW(size_sym);
   at::detail::check_size_nonnegative(size);
   const auto stride = strides_for(size, format);
-  if (self.sizes() == size && self.strides() == c10::IntArrayRef(stride)) return self;
-  LayoutPtr layout = default_layout(self.scalar_type(), size, stride);
-  at::Tensor fresh = new_device_tensor(layout, self.device());
-  auto* impl = self.unsafeGetTensorImpl();
-  impl->set_storage_keep_dtype(fresh.storage());
-  impl->set_storage_offset(0);
-  impl->set_sizes_and_strides(size, stride);
-  if (auto* spyre = dynamic_cast<SpyreTensorImpl*>(impl)) spyre->set_layout(layout);
+  if (self.sizes() == size && (!format || self.strides() == c10::IntArrayRef(stride))) return self;
+  const int64_t needed = extent(size, stride, self.storage_offset());
+  LayoutPtr layout = layout_of(self);
+  if (layout && c10::elementSize(layout->dtype) != static_cast<size_t>(self.element_size())) layout = nullptr;
+  const int64_t held = layout ? extent(layout->base_size, layout->base_stride, 0)
+                              : static_cast<int64_t>(self.storage().nbytes()) / self.element_size();
+  if (needed > held) regrow(self, needed, size, stride, layout ? layout : layout_of(self), held);
+  self.unsafeGetTensorImpl()->set_sizes_and_strides(size, stride);
   return self;
 }
 

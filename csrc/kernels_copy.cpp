@@ -5,7 +5,15 @@
 #include <ATen/ops/_to_copy_native.h>
 #include <torch/library.h>
 
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <cstdlib>
+#include <limits>
+#include <string>
+
 #include "dma_executor.h"
+#include "int64_format.h"
 #include "planner.h"
 #include "runtime_stats.h"
 #include "tensor_impl.h"
@@ -13,6 +21,16 @@
 
 namespace torch_layouts {
 namespace {
+
+bool downcast_warning_from_env() {
+  const char* value = std::getenv("TORCH_SPYRE_DOWNCAST_WARN");
+  if (value == nullptr) return true;
+  std::string text(value);
+  std::transform(text.begin(), text.end(), text.begin(), [](unsigned char c) { return std::tolower(c); });
+  return !(text == "0" || text == "false" || text == "off");
+}
+
+std::atomic<bool> g_downcast_warning{downcast_warning_from_env()};
 
 c10::ScalarType bits_type(int64_t element_size) {
   switch (element_size) {
@@ -151,12 +169,30 @@ void d2d(const at::Tensor& src, const at::Tensor& dst) {
   h2d(d2h_fresh(src).to(dst.scalar_type()), dst);
 }
 
+// int64 lives on the device in Torch-Spyre's IEEE_INT32 format: a host value it cannot hold is
+// refused by name, never wrapped (the simulator's 8-byte slots keep device results whole).
+void check_int32_range(const at::Tensor& values) {
+  constexpr int64_t kMin = std::numeric_limits<int32_t>::min(), kMax = std::numeric_limits<int32_t>::max();
+  auto [low, high] = at::aminmax(values);
+  if (low.item<int64_t>() >= kMin && high.item<int64_t>() <= kMax) return;
+  at::Tensor flat = values.reshape({-1});
+  const int64_t index = ((flat < kMin) | (flat > kMax)).nonzero().select(1, 0)[0].item<int64_t>();
+  TORCH_CHECK_VALUE(false, "int64 value ", flat[index].item<int64_t>(), " (element ", index,
+                    " in row-major order) does not fit the spyre device format IEEE_INT32 of int64 tensors [",
+                    kMin, ", ", kMax, "]; it is refused rather than wrapped");
+}
+
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool /*non_blocking: copies are synchronous*/) {
   if (dst.numel() == 0) return dst;
   at::Tensor src = self.sizes() == dst.sizes() ? self : self.expand(dst.sizes());
   const bool src_dev = src.is_privateuseone(), dst_dev = dst.is_privateuseone();
   if (!src_dev && dst_dev) {
-    h2d(src.scalar_type() == dst.scalar_type() ? src : src.to(dst.scalar_type()), dst);
+    at::Tensor host = src.scalar_type() == dst.scalar_type() ? src : src.to(dst.scalar_type());
+    if (dst.scalar_type() == at::kLong) {
+      warn_int64_downcast();
+      check_int32_range(host);
+    }
+    h2d(host, dst);
   } else if (src_dev && !dst_dev) {
     d2h(src, dst);
   } else {
@@ -183,6 +219,10 @@ at::Tensor to_copy(const at::Tensor& self, std::optional<c10::ScalarType> dtype,
                    std::optional<c10::Device> device, std::optional<bool> pin_memory, bool non_blocking,
                    std::optional<c10::MemoryFormat> memory_format) {
   const c10::Device target = device.value_or(self.device());
+  const auto format = memory_format.value_or(c10::MemoryFormat::Preserve);
+  TORCH_CHECK(!target.is_privateuseone() || format == c10::MemoryFormat::Preserve ||
+                  format == c10::MemoryFormat::Contiguous,
+              "Spyre backend only supports contiguous memory format, got: ", format);
   const bool same_device = self.is_privateuseone() && target.is_privateuseone() &&
                            (!target.has_index() || target.index() == self.device().index());
   const bool plain = c10::layout_or_default(layout) == c10::Layout::Strided && !pin_memory.value_or(false) &&
@@ -200,6 +240,17 @@ at::Scalar local_scalar_dense(const at::Tensor& self) {
 }  // namespace
 
 at::Tensor to_host(const at::Tensor& src) { return d2h_fresh(src).contiguous(); }
+
+bool downcast_warning_enabled() { return g_downcast_warning.load(); }
+
+void set_downcast_warning_enabled(bool enabled) { g_downcast_warning.store(enabled); }
+
+void warn_int64_downcast() {
+  if (!g_downcast_warning.load()) return;
+  TORCH_WARN_ONCE("Backend Spyre does not support int64; int64 tensors are stored as int32 (DataFormats.IEEE_INT32) "
+                  "on the device, and a value outside [-2**31, 2**31 - 1] raises when copied there. Silence this "
+                  "with torch.spyre.set_downcast_warning(False) or TORCH_SPYRE_DOWNCAST_WARN=0.");
+}
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_copy_from", copy_from);

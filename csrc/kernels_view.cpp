@@ -2,6 +2,7 @@
 #include <ATen/InferSize.h>
 #include <ATen/TensorUtils.h>
 #include <ATen/WrapDimUtils.h>
+#include <ATen/ops/view_native.h>
 #include <torch/library.h>
 
 #include "tensor_impl.h"
@@ -49,6 +50,14 @@ at::Tensor unfold(const at::Tensor& self, int64_t dimension, int64_t size, int64
   return make_alias(self, sizes, strides, self.storage_offset());
 }
 
+// PyTorch's dtype view (same bytes, sizes rescaled), checked at once: a view whose elements
+// the buffer's layout cannot address is refused here rather than read wrongly later.
+at::Tensor view_dtype(const at::Tensor& self, c10::ScalarType dtype) {
+  at::Tensor out = at::native::view_dtype(self, dtype);
+  if (out.element_size() != self.element_size()) element_layout_of(out);
+  return out;
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
@@ -58,6 +67,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_reshape_alias", reshape_alias);
   m.impl("alias", alias);
   m.impl("unfold", unfold);
+  m.impl("view.dtype", view_dtype);
 }
 
 }  // namespace torch_layouts

@@ -7,7 +7,9 @@
 #include <c10/core/ScalarType.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 namespace torch_layouts {
@@ -62,7 +64,11 @@ struct LayoutInfo {
   std::vector<Fill> padding;
   c10::Scalar pad_value;
   bool identity = false;              // device order is the base's own dense order, no padding
+  bool dtype_view = false;            // derived for another element size: no nests, copies by address
   AddressTable address;
+  // This buffer's layout as seen through dtype views of another element size (dtype_views.cpp).
+  mutable std::mutex dtype_views_mutex;
+  mutable std::map<c10::ScalarType, std::shared_ptr<const LayoutInfo>> dtype_views;
 };
 
 }  // namespace torch_layouts

@@ -1,13 +1,16 @@
 // Python bindings of the runtime (torch_layouts._C). Kept to bindings only.
 #include <ATen/Context.h>
+#include <torch/csrc/Exceptions.h>
 #include <torch/csrc/Generator.h>
 #include <torch/csrc/utils/pybind.h>
 #include <torch/extension.h>
 
+#include "backend_meta.h"
 #include "device_guard.h"
 #include "device_memory.h"
 #include "dma_executor.h"
 #include "generator.h"
+#include "int64_format.h"
 #include "planner.h"
 #include "runtime_stats.h"
 #include "tensor_impl.h"
@@ -79,7 +82,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_readonly("base_size", &LayoutInfo::base_size)
       .def_readonly("base_stride", &LayoutInfo::base_stride)
       .def_readonly("device_numel", &LayoutInfo::device_numel)
-      .def_readonly("storage_nbytes", &LayoutInfo::storage_nbytes);
+      .def_readonly("storage_nbytes", &LayoutInfo::storage_nbytes)
+      .def_readonly("identity", &LayoutInfo::identity);
 
   m.def("_set_planner", &set_planner);
   m.def("_set_converter", &set_converter);
@@ -96,6 +100,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     auto* impl = dynamic_cast<SpyreTensorImpl*>(t.unsafeGetTensorImpl());
     return impl != nullptr && impl->layout() != nullptr;
   });
+  m.def("_attach_layout", [](const at::Tensor& t, std::shared_ptr<LayoutInfo> info) { attach_layout(t, info); });
+  m.def("_adopt_buffer", &adopt_buffer);
   m.def("_raw_buffer", [](const at::Tensor& t) {
     TORCH_CHECK_VALUE(t.is_privateuseone(), "expected a spyre tensor, got one on ", t.device());
     LayoutPtr layout = layout_of(t);
@@ -121,11 +127,27 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("_reset_peak_memory_stats", &reset_peak_stats);
   m.def("_empty_cache", &empty_cache);
   m.def("_get_default_generator", [](c10::DeviceIndex device) {
-    return py::reinterpret_steal<py::object>(THPGenerator_initDefaultGenerator(default_generator(device)));
+    // THPGenerator_Wrap reuses the generator's Python object while it lives: the same object each call.
+    return py::reinterpret_steal<py::object>(THPGenerator_Wrap(default_generator(device)));
   });
 
   m.def("_counters", &counters);
   m.def("_fallback_counts", &fallback_counts);
   m.def("_reset_stats", &reset_stats);
   m.def("_set_fallback_warning", &set_fallback_warning);
+  m.def("_get_downcast_warning", &downcast_warning_enabled);
+  m.def("_set_downcast_warning", &set_downcast_warning_enabled);
+  m.def("_warn_int64_downcast", []() {
+    HANDLE_TH_ERRORS  // turns the warning into a Python UserWarning (an error under -W error)
+    warn_int64_downcast();
+    END_HANDLE_TH_ERRORS_PYBIND
+  });
+  m.def("_set_fallback_warner", [](py::object warn) {
+    // Kept for the life of the process: never released after the interpreter is gone.
+    auto* held = new py::object(std::move(warn));
+    set_fallback_warner([held](const std::string& message) {
+      py::gil_scoped_acquire gil;
+      (*held)(message);
+    });
+  });
 }

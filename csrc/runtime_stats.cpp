@@ -17,6 +17,7 @@ std::mutex g_mutex;
 std::map<std::string, int64_t> g_fallbacks;
 std::set<std::string> g_warned;
 std::atomic<bool> g_warn{false};
+std::function<void(const std::string&)> g_warner;
 
 }  // namespace
 
@@ -30,9 +31,25 @@ void count_fallback(const std::string& op) {
     warn = g_warn && g_warned.insert(op).second;
   }
   if (warn) {
-    TORCH_WARN("spyre: ", op, " has no device kernel; it runs on the CPU fallback (inputs copied to the host "
-               "and results back).");
+    const std::string message = "spyre: " + op +
+                                " has no device kernel; it runs on the CPU fallback (inputs copied to the host "
+                                "and results back).";
+    std::function<void(const std::string&)> warner;
+    {
+      std::lock_guard<std::mutex> lock(g_mutex);
+      warner = g_warner;
+    }
+    if (warner) {
+      warner(message);
+    } else {
+      TORCH_WARN(message);
+    }
   }
+}
+
+void set_fallback_warner(std::function<void(const std::string& message)> warner) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_warner = std::move(warner);
 }
 
 void set_fallback_warning(bool enabled) {

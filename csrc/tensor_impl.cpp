@@ -6,6 +6,7 @@
 
 #include "device_memory.h"
 #include "dma_executor.h"
+#include "dtype_views.h"
 
 namespace torch_layouts {
 
@@ -50,18 +51,23 @@ void SpyreTensorImpl::shallow_copy_from(const c10::intrusive_ptr<c10::TensorImpl
 }
 
 LayoutPtr layout_of(const at::Tensor& tensor) {
-  if (auto* impl = dynamic_cast<SpyreTensorImpl*>(tensor.unsafeGetTensorImpl())) {
-    if (impl->layout()) return impl->layout();
+  // The storage's block wins: resize_ may re-lay a buffer that other views share.
+  if (tensor.has_storage()) {
+    if (Block* block = block_of(tensor.storage().data_ptr()); block && block->layout) return block->layout;
   }
-  if (!tensor.has_storage()) return nullptr;
-  Block* block = block_of(tensor.storage().data_ptr());
-  return block ? block->layout : nullptr;
+  if (auto* impl = dynamic_cast<SpyreTensorImpl*>(tensor.unsafeGetTensorImpl())) return impl->layout();
+  return nullptr;
 }
 
 LayoutPtr element_layout_of(const at::Tensor& tensor) {
   LayoutPtr layout = layout_of(tensor);
-  if (layout && static_cast<int64_t>(c10::elementSize(layout->dtype)) == tensor.element_size()) return layout;
-  return nullptr;
+  if (!layout || static_cast<int64_t>(c10::elementSize(layout->dtype)) == tensor.element_size()) return layout;
+  if (layout->identity) return nullptr;  // the bytes are in host order: any element size reads them
+  LayoutPtr view = dtype_view_layout(*layout, tensor.scalar_type());
+  TORCH_CHECK(view != nullptr, "a ", tensor.scalar_type(), " view cannot address a spyre buffer laid out for ",
+              layout->dtype, ": the ", tensor.element_size(), "-byte elements' parts are not adjacent on the device "
+              "(copy it to a strided layout first, e.g. .cpu().view(dtype))");
+  return view;
 }
 
 at::Tensor new_device_tensor(const LayoutPtr& layout, c10::Device device) {
@@ -90,6 +96,7 @@ at::Tensor make_alias(const at::Tensor& self, c10::IntArrayRef sizes, c10::IntAr
 }
 
 bool is_whole_base(const at::Tensor& tensor, const LayoutInfo& layout) {
+  if (layout.dtype_view) return false;  // dtype views have no DMA nests: copies go by address
   if (tensor.storage_offset() != 0 || tensor.sizes() != c10::IntArrayRef(layout.base_size)) return false;
   for (int64_t d = 0; d < tensor.dim(); ++d) {
     if (tensor.size(d) > 1 && tensor.stride(d) != layout.base_stride[d]) return false;

@@ -38,7 +38,9 @@ class SpyreTensorImpl final : public c10::TensorImpl {
 // its storage; nullptr for raw device storage (bytes in host order).
 LayoutPtr layout_of(const at::Tensor& tensor);
 
-// The layout when it applies to this tensor's elements (same element size), else nullptr.
+// The layout addressing this tensor's elements: the buffer's, or for a dtype view of another
+// element size the buffer's layout seen through that size (dtype_views.h); nullptr when the
+// bytes are in host order. Throws when a dtype view cannot address the buffer.
 LayoutPtr element_layout_of(const at::Tensor& tensor);
 
 // A fresh device tensor holding `layout`'s base, padding already set to the pad value.

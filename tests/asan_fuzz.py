@@ -158,9 +158,10 @@ def random_host(shape: Sequence[int], dtype: torch.dtype, seed: int) -> torch.Te
     numel = math.prod(shape)
     if dtype == torch.bool:
         return torch.randint(0, 2, (numel,), generator=gen).bool().view(tuple(shape))
-    ints = INT_OF_SIZE[dtype.itemsize]
+    ints = torch.int32 if dtype == torch.int64 else INT_OF_SIZE[dtype.itemsize]  # int64 is held as IEEE_INT32
     info = torch.iinfo(ints)
-    return torch.randint(info.min, info.max, (numel,), dtype=ints, generator=gen).view(dtype).view(tuple(shape))
+    bits = torch.randint(info.min, info.max, (numel,), dtype=ints, generator=gen)
+    return (bits.to(dtype) if dtype == torch.int64 else bits.view(dtype)).view(tuple(shape))
 
 
 def make_layout(device_size: object, stride_map: object, dtype: torch.dtype, spyre: bool,

@@ -53,10 +53,15 @@ def as_bits(t: torch.Tensor) -> torch.Tensor:
 
 
 def random_bits(numel: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
-    """A 1-D tensor of random bit patterns; the first two are -0.0 and an all-ones NaN for floats."""
+    """A 1-D tensor of random bit patterns; the first two are -0.0 and an all-ones NaN for floats.
+
+    int64 values stay in int32's range: the device holds int64 as IEEE_INT32 and refuses others.
+    """
     gen = torch.Generator().manual_seed(seed)
     if dtype == torch.bool:
         return torch.randint(0, 2, (numel,), generator=gen).bool()
+    if dtype == torch.int64:
+        return random_bits(numel, torch.int32, seed).to(torch.int64)
     ints = INT_OF_WIDTH[dtype.itemsize]
     info = torch.iinfo(ints)
     out = torch.randint(info.min, info.max, (numel,), dtype=ints, generator=gen)
@@ -237,7 +242,8 @@ class SpyreCase:
 
     @property
     def eps(self) -> int:
-        return 128 // self.dtype.itemsize
+        device_itemsize = 4 if self.dtype == torch.int64 else self.dtype.itemsize  # int64 sticks as IEEE_INT32
+        return 128 // device_itemsize
 
     def layout(self) -> SpyreTensorLayout:
         return SpyreTensorLayout(self.host_size, self.host_stride, self.dtype, list(self.dim_order),

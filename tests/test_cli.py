@@ -2,7 +2,7 @@
 
 The subprocess runs (the real entry point) start together in a module fixture, a few
 at a time, so the suite pays for torch's import only a handful of times in wall time.
-Expected values come from the seeds and vendor formulas, not from the CLI's own code.
+Expected values come from the vendors' documentation and formulas, not from the CLI's own code.
 """
 
 from __future__ import annotations
@@ -29,9 +29,10 @@ from torch_layouts.cli.specs import UsageError, build_layout
 
 REPO = Path(__file__).resolve().parents[1]
 PICTURE_SHAPE = (round(viz.FIGSIZE[1] * viz.DPI), round(viz.FIGSIZE[0] * viz.DPI))
-SEED_DIM_ORDER = ("SpyreTensorLayout(device_size=[5, 3, 100, 64], stride_map =[15000, 64, 150, 1], "
+DOCUMENTED_DIM_ORDER = ("SpyreTensorLayout(device_size=[5, 3, 100, 64], stride_map =[15000, 64, 150, 1], "
                   "device_dtype=DataFormats.SEN169_FP16)")
-DEMO_PICTURES = ("spyre", "spyre_dim_order", "htp_crouton", "trt_kCHW4", "trt_kCHW32", "mace_in_out_channel")
+DEMO_PICTURES = ("spyre", "spyre_dim_order", "htp_crouton", "trt_kCHW4", "trt_kCHW32", "mace_in_out_channel",
+                 "onednn_nChw16c", "onednn_OIhw4i16o4i")
 
 # (case id, argv, extra environment); "{out}" is replaced by the module's temporary folder.
 RUNS = [
@@ -87,13 +88,13 @@ def _ok(result: subprocess.CompletedProcess) -> str:
 
 
 # -- show ------------------------------------------------------------------------
-def test_show_spyre_prints_the_seed_layout_padding_and_program(runs: dict) -> None:
+def test_show_spyre_prints_the_documented_layout_padding_and_program(runs: dict) -> None:
     stdout = _ok(runs["show_spyre"])
     layout = SpyreTensorLayout((5, 100, 150), torch.float16, [1, 0, 2])
-    assert SEED_DIM_ORDER in stdout
+    assert DOCUMENTED_DIM_ORDER in stdout
     assert re.search(r"device_size\s+\[5, 3, 100, 64\]", stdout)
     assert re.search(r"stride_map\s+\[15000, 64, 150, 1\]", stdout)
-    # 150 fp16 values pad to 192 (seed): 5 * 100 * 192 device elements for 75000 real ones.
+    # 150 fp16 values pad to 192 (Spyre's documentation): 5 * 100 * 192 device elements for 75000 real ones.
     assert "96000 elements (192000 bytes), 21000 of them padding" in stdout
     assert "78.1% (75000 real / 96000 device elements)" in stdout
     assert str(dma_program(layout)) in stdout
@@ -136,7 +137,7 @@ def test_show_text_map_matches_host_map_and_the_kchw4_formula(capsys: pytest.Cap
 
 def test_show_htp_writes_a_png_and_an_svg(runs: dict, out: Path) -> None:
     stdout = _ok(runs["show_htp"])
-    assert "padded [1, 8, 8, 32]" in stdout  # the HTP seed: crouton chunks are 8 x 8 x 32
+    assert "padded [1, 8, 8, 32]" in stdout  # HTP's documentation: crouton chunks are 8 x 8 x 32
     assert "22.0% (450 real / 2048 device elements)" in stdout
     assert image.imread(out / "crouton.png").shape[:2] == PICTURE_SHAPE
     root = ET.parse(out / "crouton.svg").getroot()
@@ -152,9 +153,9 @@ def test_show_mace_prints_the_image(capsys: pytest.CaptureFixture) -> None:
 
 
 # -- dma ---------------------------------------------------------------------------
-def test_dma_prints_the_seed_loop_nest(runs: dict) -> None:
+def test_dma_prints_the_documented_loop_nest(runs: dict) -> None:
     stdout = _ok(runs["dma_text"])
-    # The Spyre seed's DCI example for a (1024, 256) float16 tensor.
+    # The DCI example of Spyre's documentation for a (1024, 256) float16 tensor.
     expected = ["for i in range(4):", "  for j in range(1024):", "    for k in range(64):",
                 "      device[i*65536 + j*64 + k] = host[j*256 + i*64 + k]"]
     lines = stdout.splitlines()

@@ -214,7 +214,8 @@ BAD_INDEX = [
 def test_bad_device_index(name, make):
     if torch.spyre.device_count() != 1:
         pytest.skip("the suite runs with one spyre device")
-    with pytest.raises(IndexError, match=r"invalid device index spyre:\d: there is 1 spyre device"):
+    with pytest.raises(RuntimeError, match=r"The device index is out of range\. It must be in \[0, 1\), but got "
+                                           r"spyre:\d \(there is 1 spyre device"):
         make()
     assert torch.spyre.current_device() == 0
 
@@ -249,8 +250,8 @@ def test_several_devices(runs):
     assert out["set_str"] == [1, "spyre:1"] and out["set_device_obj"] == 2
     for name, index in [("empty", 3), ("set", 5), ("ctx", 3), ("stats", 4)]:
         assert out["errors"][name] == [
-            "IndexError", f"invalid device index spyre:{index}: there are 3 spyre devices "
-            "(set TORCH_LAYOUTS_DEVICE_COUNT for more)"]
+            "RuntimeError", f"The device index is out of range. It must be in [0, 3), but got spyre:{index} "
+            "(there are 3 spyre devices; set TORCH_LAYOUTS_DEVICE_COUNT for more)"]
     assert out["states"] == 3
 
 

@@ -1,4 +1,4 @@
-"""DMA programs: the seed's program, nest structure, padding, strided hosts, JSON, execution, relayout."""
+"""DMA programs: Spyre's documented program, nest structure, padding, strided hosts, JSON, execution, relayout."""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ from test_mace import IMAGE_CASES, expected_image
 from test_tensorrt import ARRAY_CASES, BITS, bind, reference_array
 
 import torch_layouts
-from torch_layouts import SpyreTensorLayout, htp, mace, tensorrt
+from torch_layouts import SpyreTensorLayout, htp, mace, onednn, tensorrt
 from torch_layouts.tensorrt import FormatTemplate
 
 
@@ -52,9 +52,9 @@ def test_htp_issue_example() -> None:
     assert torch.equal(w.to("spyre", device_layout=htp.R4ConvWeightLayout).cpu(), w)
 
 
-# -- TensorRT: device memory against the seed's array forms -------------------------------------
+# -- TensorRT: device memory against its documented array forms---------------------------------
 @pytest.mark.parametrize("fmt, size, dtype, dla, array_dims", ARRAY_CASES, ids=lambda v: str(v))
-def test_tensorrt_device_memory_matches_the_seed_array(fmt, size, dtype, dla, array_dims) -> None:
+def test_tensorrt_device_memory_matches_the_documented_array(fmt, size, dtype, dla, array_dims) -> None:
     bits = BITS[dtype.itemsize]
     index = torch.arange(math.prod(size), dtype=torch.int64).reshape(size)
     x = index.to(bits).view(dtype)  # each element holds its own linear index (mod the width)
@@ -128,6 +128,7 @@ RELAYOUT_SPECS = [
     ("trt kLINEAR", tensorrt.TensorFormat.kLINEAR),
     ("mace in/out channel", mace.ImageLayout(mace.BufferType.IN_OUT_CHANNEL)),
     ("mace in/out width", mace.ImageLayout(mace.BufferType.IN_OUT_WIDTH)),
+    ("onednn nChw16c", onednn.MemoryFormat("nChw16c")),
 ]
 
 

@@ -1,4 +1,4 @@
-"""Qualcomm HTP ChunkedMemoryLayout: the seed's listings, index formulas, round trips, errors."""
+"""Qualcomm HTP ChunkedMemoryLayout: the documented listings, index formulas, round trips, errors."""
 
 from __future__ import annotations
 
@@ -128,7 +128,7 @@ def expected_device(x: torch.Tensor, offsets: torch.Tensor, total: int, pad) -> 
     return out
 
 
-# -- the seed's notation -------------------------------------------------------
+# -- HTP's notation -------------------------------------------------------
 @pytest.mark.parametrize(
     "name, pairs",
     [
@@ -142,7 +142,7 @@ def expected_device(x: torch.Tensor, offsets: torch.Tensor, total: int, pad) -> 
         ("R4ConvWeightLayout", (4, 3, 0, 2, 0, 0, 0, 1, 0, 2, 8, 3, 32, 2, 4)),
     ],
 )
-def test_named_layouts_are_the_seed_table(name, pairs):
+def test_named_layouts_are_the_documented_table(name, pairs):
     template = getattr(htp, name)
     assert template == htp.ChunkedMemoryLayout(*pairs) == htp.TABLE[name]
     assert isinstance(template, LayoutTemplate)
@@ -222,7 +222,7 @@ def test_parse(spec, expected):
     assert htp.parse(spec) == expected
 
 
-# -- hand values for the seed's examples ---------------------------------------
+# -- hand values for the documented examples ---------------------------------------
 @pytest.mark.parametrize(
     "template, size, padded, chunk, grid, device_size, stride_map",
     [
@@ -259,8 +259,8 @@ def test_hand_values(template, size, padded, chunk, grid, device_size, stride_ma
     assert layout.host_size == size
 
 
-# -- the seed's listings, element by element -----------------------------------
-# A listing is a list of lines as printed in the seed. A line is a tuple of host
+# -- the documented listings, element by element -----------------------------------
+# A listing is a list of lines as printed in the HTP documentation. A line is a tuple of host
 # indices in the padded tensor (an index outside the host size is padding);
 # ``...`` inside a line stands for the elements between its neighbours, in the
 # layout's stated order (``key``); a line that is just ``...`` skips rows (gap).
@@ -271,7 +271,7 @@ FLAT_2x3x5x30 = [
     ((0, 0, 1, 0), (0, 0, 1, 1), ..., (0, 0, 1, 29)),
     ...,
     ((0, 0, 4, 0), (0, 0, 4, 1), ..., (0, 0, 4, 29)),
-    ((0, 1, 0, 0), (0, 1, 0, 1), ..., (0, 1, 0, 29)),  # seed typo: prints (0,0,0,1) for (0,1,0,1)
+    ((0, 1, 0, 0), (0, 1, 0, 1), ..., (0, 1, 0, 29)),  # documentation typo: prints (0,0,0,1) for (0,1,0,1)
     ((0, 1, 1, 0), (0, 1, 1, 1), ..., (0, 1, 1, 29)),
     ...,
     ((0, 2, 1, 0), (0, 2, 1, 1), ..., (0, 2, 1, 29)),
@@ -284,7 +284,7 @@ FLAT_2x3x5x30 = [
 
 CROUTON_1x3x5x30 = [
     ((0, 0, 0, 0), (0, 0, 0, 1), ..., (0, 0, 0, 29), (0, 0, 0, 30), (0, 0, 0, 31)),
-    # seed typo: prints (0,0,0,30), (0,0,0,31) at the end of this row, meaning (0,0,1,30), (0,0,1,31)
+    # documentation typo: prints (0,0,0,30), (0,0,0,31) at the end of this row, meaning (0,0,1,30), (0,0,1,31)
     ((0, 0, 1, 0), (0, 0, 1, 1), ..., (0, 0, 1, 29), (0, 0, 1, 30), (0, 0, 1, 31)),
     ...,
     ((0, 0, 4, 0), (0, 0, 4, 1), ..., (0, 0, 4, 29), (0, 0, 4, 30), (0, 0, 4, 31)),
@@ -298,7 +298,7 @@ CROUTON_1x3x5x30 = [
     ...,
     ((0, 2, 4, 0), (0, 2, 4, 1), ..., (0, 2, 4, 29), (0, 2, 4, 30), (0, 2, 4, 31)),
 ]
-# The seed's statements on which stretches of memory are valid data and which are pad.
+# The documentation's statements on which stretches of memory are valid data and which are pad.
 CROUTON_1x3x5x30_SPANS = [
     ((0, 0, 0, 0), (0, 0, 0, 29), "valid"),
     ((0, 0, 0, 30), (0, 0, 0, 31), "pad"),
@@ -343,7 +343,7 @@ CROUTON_2x9x20x50 = [
     # seed: "(1,0,0,0) ... (1,8,23,63) (1,15,0,0) ... (1,15,23,63)", the same summary for n = 1
     ((1, 0, 0, 0), ..., (1, 15, 23, 63)),  # > end of memory layout
 ]
-# The seed's "> start of chunk" marks (and the chunks the listing starts), with offsets by hand.
+# The documentation's "> start of chunk" marks (and the chunks the listing starts), with offsets by hand.
 CROUTON_2x9x20x50_CHUNK_STARTS = [
     ((0, 0, 0, 0), 0),
     ((0, 0, 0, 32), 2048),
@@ -451,7 +451,7 @@ def walk(lines, seq, order):
 
 
 @pytest.mark.parametrize("name", LISTINGS)
-def test_seed_listing(name):
+def test_documented_listing(name):
     template, size, padded, key, lines, ends = LISTINGS[name]
     seq, dev, real = device_order(template, size, padded)
     assert real.padded_size == padded
@@ -465,7 +465,7 @@ def test_seed_listing(name):
         assert last == len(seq) - 1
 
 
-def test_seed_crouton_pad_statements():
+def test_documented_crouton_pad_statements():
     seq, dev, _ = device_order(htp.R4CroutonLayout, (1, 3, 5, 30), (1, 8, 8, 32))
     pos = {idx: k for k, idx in enumerate(seq)}
     for first, last, kind in CROUTON_1x3x5x30_SPANS:
@@ -473,7 +473,7 @@ def test_seed_crouton_pad_statements():
         assert held and all((v == -1) == (kind == "pad") for v in held), (first, last, kind)
 
 
-def test_seed_crouton_chunk_starts():
+def test_documented_crouton_chunk_starts():
     layout = htp.R4CroutonLayout.bind((2, 9, 20, 50), torch.float16)
     for index, offset in CROUTON_2x9x20x50_CHUNK_STARTS:
         assert layout.get_raw(index) == offset
@@ -557,7 +557,7 @@ def test_named_round_trip(name, size, dtype, seed):
 
 
 def reference_offsets(order, sized, size):
-    """The seed's semantics written out: mixed radix over [chunks in order..., sized pairs in order]."""
+    """The documented semantics written out: mixed radix over [chunks in order..., sized pairs in order]."""
     rank = len(size)
     chunk = [math.prod(s for d, s in sized if d == dim) for dim in range(rank)]
     grids = [g.reshape(-1) for g in torch.meshgrid(*(torch.arange(s) for s in size), indexing="ij")]

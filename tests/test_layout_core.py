@@ -2,7 +2,7 @@
 
 Each table row gives a host tensor, a layout and, written independently, what every
 device position must hold: a function of the device coordinates returning the host
-index or None for padding (DESIGN.md section 4).
+index or None for padding (docs/design.md section 4).
 """
 
 from __future__ import annotations

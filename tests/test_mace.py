@@ -1,4 +1,4 @@
-"""MACE OpenCL image layouts and CPU buffer orders (DESIGN.md section 4, seed 001).
+"""MACE OpenCL image layouts and CPU buffer orders (docs/design.md section 8).
 
 Every image is checked against MACE's formulas written out here independently of
 torch_layouts.mace: ``CalImage2DShape`` (mace/core/runtime/opencl/opencl_util.cc)

@@ -132,7 +132,7 @@ def test_scalar_operands(row):
     cases = [
         (y + 2, x + 2), (2 - y, 2 - x), (y * 0.5, x * 0.5), (y / 3, x / 3), (y * y, x * x),
         (y.clamp(-0.5, 0.5), x.clamp(-0.5, 0.5)), (y.clamp(min=0.1), x.clamp(min=0.1)),
-        (y > 0, x > 0), (y * s_dev, x * s_dev.cpu()), (y + s_cpu, x + s_cpu), 
+        (y > 0, x > 0), (y * s_dev, x * s_dev.cpu()), (y + s_cpu, x + s_cpu),
     ]
     for out, ref in cases:
         check(out, ref)

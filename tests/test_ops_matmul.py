@@ -1,5 +1,5 @@
 """Matmul on device memory (mm, bmm, addmm, matmul, linear) against the CPU, with the
-seed's rule: A sticked on k, B and C sticked on n, B's k padded to whole sticks of zeros."""
+Spyre's documented rule: A sticked on k, B and C sticked on n, B's k padded to whole sticks of zeros."""
 
 from __future__ import annotations
 

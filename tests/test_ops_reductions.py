@@ -23,7 +23,7 @@ def tolerance(dtype: torch.dtype, count: int) -> dict:
 
 
 def expected_layout(shape, dtype, order, dims, keepdim):
-    """The seed's rule: drop the reduced dims; reducing the stick dim gives a sparse layout."""
+    """Spyre's documented rule: drop the reduced dims; reducing the stick dim gives a sparse layout."""
     order = list(range(len(shape))) if order is None else list(order)
     sparse = order[-1] == -1 or order[-1] in dims
     real = [d for d in order if d != -1]

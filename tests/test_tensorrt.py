@@ -1,7 +1,7 @@
-"""TensorRT TensorFormat layouts against the seed's array forms and TensorRT's own queries.
+"""TensorRT TensorFormat layouts against TensorRT's documented array forms and its own queries.
 
 The expected buffers are built here, independently of torch_layouts.tensorrt, from the
-seed's text (pad, reshape, permute of an index tensor); strides are checked against
+format table (pad, reshape, permute of an index tensor); strides are checked against
 values worked out by hand from ``IExecutionContext::getTensorStrides`` (units are
 elements; an element is a whole vector for vectorized formats) and against trtexec's
 offset formula ``sum c_d * s_d * V`` (vector dim: ``(c/V) * s * V + c % V``).
@@ -25,7 +25,7 @@ F = TensorFormat
 FP32, FP16, BF16, INT32, INT8 = torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.int8
 BITS = {1: torch.int8, 2: torch.int16, 4: torch.int32}
 
-# -- the seed's array forms, written independently -------------------------------------------------
+# -- TensorRT's array forms, written independently -------------------------------------------------
 VECTOR_MAJOR = {F.kCHW2: (2, 2), F.kCHW4: (4, 2), F.kCHW16: (16, 2), F.kCHW32: (32, 2), F.kCDHW32: (32, 3)}
 VECTOR_MINOR = {F.kHWC8: (8, 2), F.kHWC16: (16, 2), F.kDHWC8: (8, 3), F.kHWC: (1, 2), F.kDHWC: (1, 3)}
 HWC4_LINE = {"orin": 64, "xavier": 32}  # bytes per H step of kDLA_HWC4
@@ -46,7 +46,7 @@ def _round_up(n: int, m: int) -> int:
 
 
 def reference_array(fmt: TensorFormat, index: torch.Tensor, itemsize: int, dla: str = "orin") -> torch.Tensor:
-    """The seed's array form of an int64 index tensor; padding holds -1."""
+    """TensorRT's array form of an int64 index tensor; padding holds -1."""
     if fmt == F.kLINEAR:
         return index.reshape(-1) if index.dim() == 0 else index
     if fmt in VECTOR_MAJOR:
@@ -93,8 +93,8 @@ def bind(fmt: TensorFormat, size: tuple[int, ...], dtype: torch.dtype, dla: str 
     return FormatTemplate(fmt, dla=dla).bind(size, dtype) if fmt.is_dla else fmt.bind(size, dtype)
 
 
-# -- every format: H2D of its own linear indices against the seed's array ---------------------------
-# (format, host size, dtype, dla, expected array dims from the seed's formula, worked out by hand)
+# -- every format: H2D of its own linear indices against TensorRT's array ---------------------------
+# (format, host size, dtype, dla, expected array dims from TensorRT's formula, worked out by hand)
 ARRAY_CASES = [
     (F.kLINEAR, (2, 3, 5), FP32, None, [2, 3, 5]),
     (F.kLINEAR, (), BF16, None, [1]),
@@ -130,7 +130,7 @@ def test_cases_cover_every_format() -> None:
 
 
 @pytest.mark.parametrize("fmt, size, dtype, dla, array_dims", ARRAY_CASES, ids=lambda v: str(v))
-def test_h2d_matches_the_seed_array(fmt, size, dtype, dla, array_dims) -> None:
+def test_h2d_matches_the_documented_array(fmt, size, dtype, dla, array_dims) -> None:
     layout = bind(fmt, size, dtype, dla or "orin")
     assert list(layout.device_size) == array_dims
     index = torch.arange(math.prod(size), dtype=torch.int64).reshape(size)
@@ -200,7 +200,7 @@ def assert_trtexec_offsets(layout: TensorFormatLayout) -> None:
     assert torch.equal(offset.reshape(-1), position)
 
 
-# -- the rules of the seed's table -------------------------------------------------------------------
+# -- the rules of TensorRT's table -------------------------------------------------------------------
 DTYPE_REJECTIONS = [
     (F.kLINEAR, torch.float64), (F.kLINEAR, torch.uint8),
     (F.kCHW2, FP32), (F.kCHW2, INT8), (F.kHWC8, FP32), (F.kHWC8, INT8),

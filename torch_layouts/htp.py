@@ -1,6 +1,6 @@
 """Qualcomm QNN HTP's ``ChunkedMemoryLayout<rank, dim,size, ...>``: tensors cut into chunks.
 
-Notation (the HTP seed): pairs with size 0 list every dim once, in chunk order,
+Notation (HTP's documentation, docs/design.md section 8): pairs with size 0 list every dim once, in chunk order,
 slowest first; pairs with size > 0 describe the inside of a chunk, first listed
 outermost, and a dim may be split more than once (``2,8 ... 2,4`` is 8 groups of 4).
 Each dim ``d`` has chunk size ``C_d`` = product of its sized pairs (1 if none) and
@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .core.family import Family, register
 from .core.layout import DeviceLayout, LayoutTemplate, check_host
 
 Pair = tuple[int, int]
@@ -91,7 +92,7 @@ class ChunkedMemoryLayout(LayoutTemplate):
         return tuple(math.prod(s for d, s in self.chunk_pairs if d == dim) for dim in range(self.rank))
 
     def notation(self) -> str:
-        """The seed's notation, e.g. ``ChunkedMemoryLayout<4, 0,0, 1,0, 2,0, 3,0>``."""
+        """HTP's notation, e.g. ``ChunkedMemoryLayout<4, 0,0, 1,0, 2,0, 3,0>``."""
         return f"ChunkedMemoryLayout<{', '.join([str(self.rank)] + [f'{d},{s}' for d, s in self.pairs])}>"
 
     def _pad_suffix(self) -> str:
@@ -162,7 +163,7 @@ class BoundChunkedLayout(DeviceLayout):
                 f"{self.template._pad_suffix()}")
 
 
-def FlatMemoryLayout(rank: int) -> ChunkedMemoryLayout:  # noqa: N802 - the seed's name
+def FlatMemoryLayout(rank: int) -> ChunkedMemoryLayout:  # noqa: N802 - HTP's name
     """``FlatMemoryLayout<rank>``: row-major, chunks of one element."""
     _check_int(rank, "rank")
     return ChunkedMemoryLayout(rank, *(v for dim in range(rank) for v in (dim, 0)))
@@ -187,7 +188,7 @@ TABLE: dict[str, ChunkedMemoryLayout] = {
     "R4Crouton2Layout": R4Crouton2Layout,
     "R4ConvWeightLayout": R4ConvWeightLayout,
 }
-"""The seed's table of named layouts (and the convolution weight layout)."""
+"""HTP's table of named layouts (and the convolution weight layout)."""
 
 NAMED: dict[str, ChunkedMemoryLayout] = {
     "flat": R4FlatMemoryLayout,
@@ -233,6 +234,36 @@ def parse(spec: str) -> ChunkedMemoryLayout:
             "'4, 0,0, 1,0, 2,0, 3,0, 1,8, 2,8, 3,32'"
         ) from err
 
+
+def _build(notation: str, host_size: tuple[int, ...], dtype: torch.dtype | None, pad_value: int | float,
+           dim_order: Sequence[int] | None) -> BoundChunkedLayout:
+    """The CLI's ``htp:NOTATION``: a named layout or pair list bound to ``host_size`` (float32 by default)."""
+    template = parse(notation)
+    if pad_value != 0:
+        template = ChunkedMemoryLayout(template.rank, *(v for pair in template.pairs for v in pair),
+                                       pad_value=pad_value)
+    return template.bind(host_size, dtype or torch.float32)
+
+
+def _facts(layout: BoundChunkedLayout) -> list[tuple[str, str]]:
+    return [("chunk size", str(list(layout.chunk_size))), ("chunk grid", str(list(layout.chunk_grid))),
+            ("padded host", str(list(layout.padded_size)))]
+
+
+register(Family(
+    name="htp",
+    layout_types=(BoundChunkedLayout,),
+    build=_build,
+    specs=(("htp:NAME", "crouton, crouton4x1, crouton2x2, crouton2, flat, nchw, d32, convweight, "
+                        "or a table name such as R4CroutonLayout"),
+           ("htp:4,0,0,1,0,2,0,3,0,1,8,2,8,3,32", "an HTP ChunkedMemoryLayout pair list (rank, then dim,size "
+                                                  "pairs)")),
+    example="htp:crouton",
+    logical_dims="NHWC (conv weights HWIO)",
+    chunk_name=lambda layout: "chunk row",
+    facts=_facts,
+    safe_classes=(ChunkedMemoryLayout,),
+))
 
 __all__ = [
     "NAMED", "TABLE", "BoundChunkedLayout", "ChunkedMemoryLayout", "FlatMemoryLayout", "R4ConvWeightLayout",

@@ -8,7 +8,7 @@ filters, MIHW for depthwise filters (multiplier 1), 1-D for arguments.
 
 Image shapes and pixel mappings follow MACE's ``OpenCLUtil::CalImage2DShape``
 (mace/core/runtime/opencl/opencl_util.cc) and the buffer_to_image kernels
-(mace/ops/opencl/cl/buffer_to_image.cl); DESIGN.md section 4. WINOGRAD_FILTER is
+(mace/ops/opencl/cl/buffer_to_image.cl); docs/design.md section 8. WINOGRAD_FILTER is
 left out: its kernel transforms the values, it does not only move them.
 """
 
@@ -22,6 +22,7 @@ from typing import Literal
 
 import torch
 
+from .core.family import Family, register
 from .core.layout import DeviceLayout, LayoutTemplate, check_host, contiguous_strides
 
 LANES = 4
@@ -257,3 +258,35 @@ def parse(spec: str) -> ImageLayout | CpuLayout:
         return CpuLayout[name]
     known = ", ".join([*BufferType.__members__, *CpuLayout.__members__])
     raise ValueError(f"unknown MACE layout spec {spec!r}; expected one of {known}")
+
+
+def _build(notation: str, host_size: tuple[int, ...], dtype: torch.dtype | None, pad_value: int | float,
+           dim_order: Sequence[int] | None) -> BoundImageLayout | BoundCpuLayout:
+    """The CLI's ``mace:TYPE``; float32 by default. MACE's images and buffers always pad with zero."""
+    if pad_value != 0:
+        raise ValueError(f"MACE layouts always pad with zero; --pad-value {pad_value} is not possible for "
+                         f"mace:{notation}")
+    return parse(notation).bind(host_size, dtype or torch.float32)
+
+
+def _facts(layout: DeviceLayout) -> list[tuple[str, str]]:
+    if not isinstance(layout, BoundImageLayout):
+        return []
+    width, height = layout.image_shape
+    return [("image", f"{width} x {height} RGBA pixels (width x height)")]
+
+
+register(Family(
+    name="mace",
+    layout_types=(BoundImageLayout, BoundCpuLayout),
+    build=_build,
+    specs=(("mace:TYPE", "a MACE buffer type (IN_OUT_CHANNEL, IN_OUT_HEIGHT, IN_OUT_WIDTH, CONV2D_FILTER, "
+                         "DW_CONV2D_FILTER, ARGUMENT, WEIGHT_HEIGHT, WEIGHT_WIDTH) or a CPU order (CPU_NCHW, "
+                         "CPU_OIHW, CPU_MIHW, CPU_W)"),),
+    example="mace:IN_OUT_CHANNEL",
+    logical_dims="NHWC / OIHW / MIHW / W",
+    chunk_name=lambda layout: "pixel" if isinstance(layout, BoundImageLayout) else "row",
+    facts=_facts,
+    picture_line=lambda layout: layout.image_shape[0] if isinstance(layout, BoundImageLayout) else None,
+    safe_classes=(BufferType, ImageLayout, CpuLayout),
+))

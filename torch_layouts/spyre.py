@@ -1,9 +1,9 @@
 """IBM Spyre's ``SpyreTensorLayout``: sticks of 128 bytes, tiled along the host dims.
 
-Four constructor forms (DESIGN.md section 3)::
+Four constructor forms (docs/design.md section 3)::
 
     SpyreTensorLayout(size, dtype)                          # default layout
-    SpyreTensorLayout(size, dtype, dim_order)               # the seed's form
+    SpyreTensorLayout(size, dtype, dim_order)               # Spyre's documented form
     SpyreTensorLayout(size, stride, dtype, dim_order=None)  # Torch-Spyre's form
     SpyreTensorLayout(device_size, stride_map, DataFormats) # explicit
 
@@ -19,6 +19,7 @@ from collections.abc import Sequence
 import torch
 
 from .core.dtypes import DataFormats, check_device_dtype, data_format, elems_per_stick
+from .core.family import Family, register
 from .core.layout import DeviceLayout, check_host
 
 MAX_RANK = 6
@@ -62,6 +63,26 @@ class SpyreTensorLayout(DeviceLayout):
 
     def elems_per_stick(self) -> int:
         return elems_per_stick(self.dtype)
+
+    def for_host_dtype(self, dtype: torch.dtype) -> SpyreTensorLayout:
+        """This layout holding host tensors of ``dtype``, which must have the same device format.
+
+        Torch-Spyre's IEEE_INT32 layouts hold int64 tensors (the device format of int64):
+
+        >>> SpyreTensorLayout([1, 32], [32, 1], DataFormats.IEEE_INT32).for_host_dtype(torch.int64).dtype
+        torch.int64
+        """
+        dtype = check_device_dtype(dtype)
+        if data_format(dtype) is not self.device_dtype:
+            raise ValueError(f"{self} has device format {self.device_dtype!r}; {dtype} is held as "
+                             f"{data_format(dtype)!r}")
+        if dtype == self.dtype:
+            return self
+        new = object.__new__(type(self))
+        DeviceLayout.__init__(new, self.device_size, self.stride_map, dtype, pad_value=self.pad_value,
+                              host_size=self.host_size, host_stride=self.host_stride)
+        object.__setattr__(new, "dim_order", self.dim_order)
+        return new
 
     @property
     def sparse(self) -> bool:
@@ -137,3 +158,57 @@ def _default_dims(size: tuple[int, ...], stride: tuple[int, ...], order: tuple[i
         stride_map[j] = inner_stride.get(d, stride[d])
         inner_stride[d] = stride_map[j] * device_size[j]
     return device_size, stride_map
+
+
+# -- the family protocol (torch_layouts.core.family): the CLI's spyre specs and picture vocabulary --------
+def parse_spec(notation: str, rank: int, dim_order: Sequence[int] | None = None) -> list[int] | None:
+    """The dim_order of the CLI specs ``spyre``, ``spyre:sparse``, ``spyre:dim_order=1,0,2`` (None: default).
+
+    ``dim_order`` (the ``--dim-order`` option) is merged in; ``parse_spec("sparse", 2)`` -> ``[0, 1, -1]``.
+    """
+    text = notation.replace(" ", "")
+    if text in ("", "sparse"):
+        order = None if dim_order is None else list(dim_order)
+        if text == "sparse":
+            order = order or list(range(rank))
+            order = order if order[-1:] == [-1] else order + [-1]
+        return order
+    if text.startswith("dim_order="):
+        try:
+            order = [int(v) for v in text.removeprefix("dim_order=").split(",")]
+        except ValueError:
+            raise ValueError(f"bad spyre spec 'spyre:{notation}': dim_order takes comma-separated integers "
+                             "like 1,0,2") from None
+        if dim_order is not None and list(dim_order) != order:
+            raise ValueError(f"spyre:{notation} and --dim-order {','.join(map(str, dim_order))} disagree")
+        return order
+    raise ValueError(f"bad spyre spec 'spyre:{notation}': expected spyre, spyre:sparse or spyre:dim_order=1,0,2")
+
+
+def _build(notation: str, host_size: tuple[int, ...], dtype: torch.dtype | None, pad_value: int | float,
+           dim_order: Sequence[int] | None) -> SpyreTensorLayout:
+    order = parse_spec(notation, len(host_size), dim_order)
+    return SpyreTensorLayout(host_size, dtype or torch.float16, order, pad_value=pad_value)
+
+
+def _facts(layout: SpyreTensorLayout) -> list[tuple[str, str]]:
+    facts = [("elems/stick", str(layout.elems_per_stick())), ("sparse", str(layout.sparse))]
+    return ([("dim_order", str(list(layout.dim_order)))] if layout.dim_order is not None else []) + facts
+
+
+register(Family(
+    name="spyre",
+    layout_types=(SpyreTensorLayout,),
+    build=_build,
+    specs=(("spyre", "Spyre default layout (dim_order 0..r-1)"),
+           ("spyre:dim_order=1,0,2", "a Spyre dim_order (same as --dim-order 1,0,2); a trailing -1 = sparse"),
+           ("spyre:sparse", "one element per stick")),
+    example="spyre",
+    logical_dims="any",
+    default_dtype="float16",
+    notation_optional=True,
+    options=("dim_order",),
+    chunk_name=lambda layout: "stick",
+    facts=_facts,
+    safe_classes=(DataFormats,),
+))

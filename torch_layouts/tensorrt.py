@@ -14,8 +14,8 @@ before C (N and any further batch dims) is an outer dim, kept in order, outermos
   {1, 4, 4}; the line is 64 bytes on Orin (default) and 32 bytes on Xavier.
 
 The DLA formats accept any rank: missing C/H/W dims are implicit size-1 dims (and
-still appear in the array form). Allowed dtypes and minimum ranks follow the
-seed's table, plus BF16 where TensorRT 10's I/O-formats table lists it (kLINEAR,
+still appear in the array form). Allowed dtypes and minimum ranks follow
+TensorRT's format table (docs/design.md section 8), plus BF16 where TensorRT 10's I/O-formats table lists it (kLINEAR,
 kCHW2, kHWC8, kDHWC8; the ``TensorFormat`` docs say "bound to FP16 and BF16"), and
 TensorRT 10.6's kDHWC (FP32, rank >= 4).
 """
@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .core.family import Family, register
 from .core.layout import DeviceLayout, LayoutTemplate, check_host
 
 FP32, FP16, BF16, INT32, INT8 = torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.int8
@@ -271,5 +272,43 @@ def _trt_strides(fmt: TensorFormat, size: tuple[int, ...], dims: list[_Dim],
             strides.append(device_strides[carrier[d]] // rule.vector)
     return tuple(strides)
 
+
+_PIXEL_FORMATS = {"kHWC8", "kHWC16", "kDHWC8", "kHWC", "kDHWC", "kDLA_HWC4"}
+
+
+def _build(notation: str, host_size: tuple[int, ...], dtype: torch.dtype | None, pad_value: int | float,
+           dim_order: Sequence[int] | None) -> TensorFormatLayout:
+    """The CLI's ``trt:FORMAT[,PLATFORM]``; float16 by default (float32 for the FP32-only kHWC, kDHWC)."""
+    template = parse(notation)
+    fmt, dla = (template, None) if isinstance(template, TensorFormat) else (template.format, template.dla)
+    if dtype is None:
+        dtype = FP16 if FP16 in _RULES[fmt].dtypes else FP32
+    return TensorFormatLayout(fmt, host_size, dtype, dla=dla, pad_value=pad_value)
+
+
+def _chunk_name(layout: TensorFormatLayout) -> str:
+    name = layout.format.name
+    return "pixel" if name in _PIXEL_FORMATS else "vector" if name.startswith(("kCHW", "kCDHW")) else "line"
+
+
+def _facts(layout: TensorFormatLayout) -> list[tuple[str, str]]:
+    return [("trt strides", f"{list(layout.strides)} (getTensorStrides)"),
+            ("components", f"{layout.components_per_element} per element, vectorized dim {layout.vectorized_dim}")]
+
+
+register(Family(
+    name="trt",
+    aliases=("tensorrt",),
+    layout_types=(TensorFormatLayout,),
+    build=_build,
+    specs=(("trt:FORMAT[,xavier]", "a TensorRT format: kLINEAR, kCHW2/4/16/32, kHWC8, kHWC16, kDHWC8, kCDHW32, "
+                                   "kHWC, kDHWC, kDLA_LINEAR, kDLA_HWC4 (Orin, or ',xavier')"),),
+    example="trt:kCHW4",
+    logical_dims="NCHW (NCDHW)",
+    default_dtype="float16 (float32 for the FP32-only formats kHWC, kDHWC)",
+    chunk_name=_chunk_name,
+    facts=_facts,
+    safe_classes=(TensorFormat, FormatTemplate),
+))
 
 __all__ = ["DLA_PLATFORMS", "FormatTemplate", "TensorFormat", "TensorFormatLayout", "parse"]

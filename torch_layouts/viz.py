@@ -1,12 +1,14 @@
-"""Pictures of a layout, like the Spyre seed's figures: the host (logical) view coloured by
+"""Pictures of a layout, like the figures of Spyre's documentation: the host (logical) view coloured by
 device chunk, and device memory in the same colours with the padding hatched.
 
-A *chunk* is one row of the last device dim: a Spyre stick, a row of an HTP chunk, a
-TensorRT vector or pixel, a MACE RGBA pixel. Element colour = ``device offset //
+A *chunk* is one row of the last device dim, named by the layout's family
+(``Family.chunk_name``): a Spyre stick, a row of an HTP chunk, a TensorRT vector or
+pixel, a MACE RGBA pixel, a oneDNN block. Element colour = ``device offset //
 device_size[-1]``, cycling through 20 colours. Host tensors of rank > 2 are drawn with
 their leading dims flattened into rows (thin lines separate slices of the
 second-to-last dim). Device memory is drawn in order, left to right and top to bottom,
-a block of trailing device dims per line (a MACE image: one image row per line).
+a block of trailing device dims per line, or as many chunks as the family's
+``picture_line`` says (a MACE image: one image row per line).
 
     torch_layouts.viz.draw(layout, "layout.png")            # PNG (Agg) or, by suffix, SVG
 """
@@ -27,9 +29,8 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import MaxNLocator
 
-from . import htp, mace, tensorrt
+from .core import family as families
 from .core.layout import DeviceLayout
-from .spyre import SpyreTensorLayout
 
 FIGSIZE = (13.0, 6.5)  # inches; pictures are FIGSIZE * dpi pixels
 DPI = 100
@@ -42,21 +43,11 @@ PAD_COLOUR = (0.86, 0.86, 0.86)
 HATCH_COLOUR = (0.45, 0.45, 0.45)
 PAD, EMPTY = -1, -2  # device cells: padding, beyond the end of memory (last wrapped line)
 
-_TRT_PIXEL = {"kHWC8", "kHWC16", "kDHWC8", "kHWC", "kDHWC", "kDLA_HWC4"}
-
 
 def chunk_name(layout: DeviceLayout) -> str:
-    """What a row of the last device dim is called in the layout's family."""
-    if isinstance(layout, SpyreTensorLayout):
-        return "stick"
-    if isinstance(layout, htp.BoundChunkedLayout):
-        return "chunk row"
-    if isinstance(layout, tensorrt.TensorFormatLayout):
-        name = layout.format.name
-        return "pixel" if name in _TRT_PIXEL else "vector" if name.startswith(("kCHW", "kCDHW")) else "line"
-    if isinstance(layout, mace.BoundImageLayout):
-        return "pixel"
-    return "row"
+    """What a row of the last device dim is called in the layout's family (its ``Family.chunk_name``)."""
+    family = families.of(layout)
+    return "row" if family is None else family.chunk_name(layout)
 
 
 def chunk_ids(layout: DeviceLayout, host_size: Sequence[int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -168,10 +159,12 @@ def _device_panel(ax: Axes, device: torch.Tensor, host_map: torch.Tensor, layout
 
 
 def _per_line(layout: DeviceLayout) -> int:
-    """Chunks per drawn line: a MACE image's width, else the block of trailing device dims that
-    makes the panel closest to twice as wide as tall."""
-    if isinstance(layout, mace.BoundImageLayout):
-        return layout.image_shape[0]
+    """Chunks per drawn line: the family's choice (a MACE image's width), else the block of
+    trailing device dims that makes the panel closest to twice as wide as tall."""
+    family = families.of(layout)
+    chosen = None if family is None else family.picture_line(layout)
+    if chosen is not None:
+        return chosen
     unit = layout.device_size[-1]
     if unit == 0 or layout.device_numel == 0:
         return 1

@@ -4,6 +4,7 @@
     python -m torch_layouts show htp:crouton --shape 1,3,5,30 --png crouton.png
     python -m torch_layouts dma spyre --shape 1024,256 --json dci.json
     python -m torch_layouts demo
+    python -m torch_layouts compile script.py   # the spyre compiler's report of each compiled graph
 
 Exit status: 0 on success, 1 when the demo finds a disagreement, 2 for bad
 arguments (one line on stderr, never a traceback).
@@ -16,23 +17,8 @@ import sys
 import textwrap
 from collections.abc import Sequence
 
-from .specs import DEFAULT_DTYPE_HELP, UsageError
-
-SPEC_HELP = """layout specs:
-  spyre                       Spyre default layout (dim_order 0..r-1)
-  spyre:dim_order=1,0,2       a Spyre dim_order (same as --dim-order 1,0,2); a trailing -1 = sparse
-  spyre:sparse                one element per stick
-  htp:NAME                    crouton, crouton4x1, crouton2x2, crouton2, flat, nchw, d32, convweight,
-                              or a table name such as R4CroutonLayout
-  htp:4,0,0,1,0,2,0,3,0,1,8,2,8,3,32
-                              an HTP ChunkedMemoryLayout pair list (rank, then dim,size pairs)
-  trt:FORMAT[,xavier]         a TensorRT format: kLINEAR, kCHW2/4/16/32, kHWC8, kHWC16, kDHWC8, kCDHW32,
-                              kHWC, kDHWC, kDLA_LINEAR, kDLA_HWC4 (Orin, or ',xavier')
-  mace:TYPE                   a MACE buffer type (IN_OUT_CHANNEL, IN_OUT_HEIGHT, IN_OUT_WIDTH,
-                              CONV2D_FILTER, DW_CONV2D_FILTER, ARGUMENT, WEIGHT_HEIGHT, WEIGHT_WIDTH)
-                              or a CPU order (CPU_NCHW, CPU_OIHW, CPU_MIHW, CPU_W)
-logical dims: spyre any; htp NHWC (conv weights HWIO); trt NCHW (NCDHW); mace NHWC / OIHW / MIHW / W
-default --dtype: """ + DEFAULT_DTYPE_HELP
+from . import compile as compile_command
+from .specs import UsageError, default_dtype_help, dim_order_families, spec_examples, spec_help
 
 
 class _Parser(argparse.ArgumentParser):
@@ -47,20 +33,21 @@ def _wrap(text: str) -> str:
 
 
 def _layout_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("spec", help="layout spec, e.g. spyre, htp:crouton, trt:kCHW4, mace:IN_OUT_CHANNEL")
+    parser.add_argument("spec", help=f"layout spec, e.g. {spec_examples()}")
     parser.add_argument("--shape", required=True, help="host tensor size, e.g. 5,100,150 (row-major)")
-    parser.add_argument("--dtype", help=f"element type (default: {DEFAULT_DTYPE_HELP})")
-    parser.add_argument("--dim-order", help="spyre only: dim_order, e.g. 1,0,2 (a trailing -1 makes it sparse)")
+    parser.add_argument("--dtype", help=f"element type (default: {default_dtype_help()})")
+    parser.add_argument("--dim-order", help=f"dim_order for {dim_order_families()} layouts, e.g. 1,0,2 (a trailing -1 "
+                                            "makes it sparse)")
     parser.add_argument("--pad-value", default="0", help="value held by padding positions (default 0)")
 
 
 def build_parser() -> argparse.ArgumentParser:
     formatter = argparse.RawDescriptionHelpFormatter
     parser = _Parser(prog="python -m torch_layouts", description=__doc__.replace("``", ""), formatter_class=formatter)
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{show,dma,demo}",
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{show,dma,demo,compile}",
                                      parser_class=_Parser)
 
-    show = commands.add_parser("show", help="a layout in text (and pictures)", epilog=SPEC_HELP,
+    show = commands.add_parser("show", help="a layout in text (and pictures)", epilog=spec_help(),
                                formatter_class=formatter,
                                description=_wrap("Print a layout: notation, device_size/stride_map, padded size, "
                                                  "storage efficiency, its DMA program and a map of device memory."))
@@ -71,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--cols", type=int, default=16, help="memory map columns to print (0 = all; default 16)")
     show.add_argument("--dma-lines", type=int, default=40, help="DMA program lines to print (0 = all; default 40)")
 
-    dma = commands.add_parser("dma", help="a layout's DMA program as loop code or JSON", epilog=SPEC_HELP,
+    dma = commands.add_parser("dma", help="a layout's DMA program as loop code or JSON", epilog=spec_help(),
                               formatter_class=formatter,
                               description=_wrap("Print the DMA program moving a row-major host tensor into (h2d) "
                                                 "or out of (d2h) the layout: loop code, or DCI-like JSON with "
@@ -89,6 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                  "flips one element of device memory after the first upload.)"))
     demo.add_argument("--out", default="layout_pictures", help="folder for the pictures (default ./layout_pictures)")
     demo.add_argument("--no-pictures", action="store_true", help="skip the pictures")
+    compile_command.add_parser(commands, formatter)
     return parser
 
 
@@ -100,6 +88,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .show import run
         elif args.command == "dma":
             from .dma import run
+        elif args.command == "compile":
+            from .compile import run
         else:
             from .demo import run
         return run(args)

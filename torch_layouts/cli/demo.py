@@ -1,7 +1,7 @@
 """``demo``: real tensors through a layout of every family, device to device, and a model on the device.
 
 1. Uploads tensors into Spyre (default and dim_order [1, 0, 2]), HTP crouton, TensorRT
-   kCHW4 and kCHW32 and MACE IN_OUT_CHANNEL layouts; prints each layout, its DMA
+   kCHW4 and kCHW32, MACE IN_OUT_CHANNEL and oneDNN nChw16c and OIhw4i16o4i layouts; prints each layout, its DMA
    program and the device memory it takes; checks the device memory holds every
    element where the layout's ``host_map`` says (padding = pad value) and that the
    tensor comes back bit for bit.
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from .. import _C, device_memory, htp, mace, tensorrt
+from .. import _C, device_memory, htp, mace, onednn, tensorrt
 from ..core.dtypes import BITS_DTYPE
 from ..core.layout import DeviceLayout
 from ..spyre import SpyreTensorLayout
@@ -36,10 +36,10 @@ from .specs import write_error
 
 CORRUPT_ENV = "TORCH_LAYOUTS_DEMO_CORRUPT"
 
-# The seed's printouts for torch.rand(5, 100, 150, dtype=torch.float16) (Spyre tensor layouts doc).
-SEED_DEFAULT = ("SpyreTensorLayout(device_size=[100, 3, 5, 64], stride_map =[150, 64, 15000, 1], "
+# The printouts Spyre's documentation shows for torch.rand(5, 100, 150, dtype=torch.float16) (Spyre tensor layouts doc).
+DOCUMENTED_DEFAULT = ("SpyreTensorLayout(device_size=[100, 3, 5, 64], stride_map =[150, 64, 15000, 1], "
                 "device_dtype=DataFormats.SEN169_FP16)")
-SEED_DIM_ORDER = ("SpyreTensorLayout(device_size=[5, 3, 100, 64], stride_map =[15000, 64, 150, 1], "
+DOCUMENTED_DIM_ORDER = ("SpyreTensorLayout(device_size=[5, 3, 100, 64], stride_map =[15000, 64, 150, 1], "
                   "device_dtype=DataFormats.SEN169_FP16)")
 
 
@@ -107,7 +107,7 @@ def upload(name: str, x: torch.Tensor, spec: object | None, check: Checks, corru
     if corrupt:
         _corrupt(y)
     if expected_text is not None:
-        check("layout prints as in the Spyre seed", str(layout) == expected_text)
+        check("layout prints as in Spyre's documentation", str(layout) == expected_text)
     check("device memory holds every element where host_map says, padding = pad value", _holds(y, x))
     check("back to the host bit for bit", torch.equal(_bits(y.cpu()), _bits(x)))
     check("allocation covers the padded size", used >= layout.nbytes == y.untyped_storage().nbytes(),
@@ -135,20 +135,24 @@ def relayout(label: str, y: torch.Tensor, spec: object, x: torch.Tensor, direct:
 def stage_layouts(check: Checks, corrupt: bool) -> dict[str, DeviceLayout]:
     """Steps 1 and 2; returns the layouts to draw."""
     gen = torch.Generator().manual_seed(0)
-    s = torch.randn(5, 100, 150, generator=gen).half()  # the Spyre seed's example
-    a = torch.randn(1, 3, 5, 30, generator=gen).half()  # NHWC (the HTP seed's crouton example)
+    s = torch.randn(5, 100, 150, generator=gen).half()  # the example of Spyre's documentation
+    a = torch.randn(1, 3, 5, 30, generator=gen).half()  # NHWC (the HTP documentation's crouton example)
     b = torch.randn(2, 40, 5, 7, generator=gen).half()  # NCHW
+    w = torch.randn(20, 40, 3, 3, generator=gen)  # conv weights {O, I, H, W}
     image = mace.ImageLayout(mace.BufferType.IN_OUT_CHANNEL)
+    nchw16c = onednn.MemoryFormat("nChw16c")
     kchw4, kchw32 = tensorrt.TensorFormat.kCHW4, tensorrt.TensorFormat.kCHW32
     print("== 1. Host -> device -> host, one layout per family ==")
     ys = {
-        "spyre": upload("Spyre default layout", s, None, check, corrupt, SEED_DEFAULT),
+        "spyre": upload("Spyre default layout", s, None, check, corrupt, DOCUMENTED_DEFAULT),
         "spyre_dim_order": upload("Spyre dim_order [1, 0, 2]", s, SpyreTensorLayout(s.shape, s.dtype, [1, 0, 2]),
-                                  check, expected_text=SEED_DIM_ORDER),
+                                  check, expected_text=DOCUMENTED_DIM_ORDER),
         "htp_crouton": upload("HTP R4CroutonLayout", a, htp.R4CroutonLayout, check),
         "trt_kCHW4": upload("TensorRT kCHW4", b, kchw4, check),
         "trt_kCHW32": upload("TensorRT kCHW32", b, kchw32, check),
         "mace_in_out_channel": upload("MACE IN_OUT_CHANNEL image", a, image, check),
+        "onednn_nChw16c": upload("oneDNN nChw16c (C padded to 48 with zeros)", b, nchw16c, check),
+        "onednn_OIhw4i16o4i": upload("oneDNN OIhw4i16o4i weights", w, onednn.MemoryFormat("OIhw4i16o4i"), check),
     }
     print(f"\n  device memory in use: {_mib(torch.spyre.memory_allocated())}")
 
@@ -160,6 +164,8 @@ def stage_layouts(check: Checks, corrupt: bool) -> dict[str, DeviceLayout]:
     z = relayout("TensorRT kCHW32 -> Spyre dim_order [1, 0, 2, 3]", z,
                  SpyreTensorLayout(b.shape, b.dtype, [1, 0, 2, 3]), b, None, check)
     relayout("Spyre dim_order [1, 0, 2, 3] -> TensorRT kCHW4", z, kchw4, b, ys["trt_kCHW4"], check)
+    z = relayout("TensorRT kCHW4 -> oneDNN nChw16c", ys["trt_kCHW4"], nchw16c, b, ys["onednn_nChw16c"], check)
+    relayout("oneDNN nChw16c -> TensorRT kCHW32", z, kchw32, b, ys["trt_kCHW32"], check)
     relayout("Spyre default -> Spyre dim_order [1, 0, 2]", ys["spyre"], ys["spyre_dim_order"].device_tensor_layout(),
              s, ys["spyre_dim_order"], check)
     print(f"\n  peak device memory so far: {_mib(torch.spyre.max_memory_allocated())}")
@@ -219,10 +225,24 @@ def stage_models(check: Checks) -> None:
     print(f"\n  ops run through the CPU fallback: {sum(counts.values())} calls of {len(counts)} ops")
 
 
+def stage_compile(check: Checks) -> None:
+    """Step 4: models through ``torch.compile`` on the device, with the compiler's report."""
+    from ..compile.demo import demo_cases  # Dynamo loads only for this step
+
+    print("\n== 4. torch.compile on the device: chosen layouts, restickifies, DCIs and SuperDSCs ==")
+    for title, same, report in demo_cases():
+        print(f"\n  compiled {title}:")
+        print("\n".join("    " + line for line in str(report).splitlines()))
+        check(f"compiled {title} equals eager", same)
+        check(f"compiled {title}: restickify plan proven optimal", report.optimal,
+              f"{report.cost_bytes} B moved by {len(report.restickifies)} restickifies")
+    torch._dynamo.reset()  # compiled graphs hold the models' parameters until their cache is dropped
+
+
 def draw_pictures(layouts: dict[str, DeviceLayout], out: Path) -> None:
     from .. import viz  # matplotlib loads only for pictures
 
-    print(f"\n== 4. Pictures in {out}/ ==")
+    print(f"\n== 5. Pictures in {out}/ ==")
     try:
         for name, layout in layouts.items():
             path = out / f"{name}.png"
@@ -248,6 +268,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"torch_layouts demo on {torch.spyre.get_device_name()}; device memory in use: {_mib(baseline)}")
     layouts = stage_layouts(check, corrupt=bool(os.environ.get(CORRUPT_ENV)))
     stage_models(check)
+    stage_compile(check)
     gc.collect()
     print()
     check("every device tensor freed: memory_allocated() back to its start",

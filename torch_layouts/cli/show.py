@@ -10,10 +10,9 @@ from __future__ import annotations
 import argparse
 import math
 
-from .. import htp, mace, tensorrt
+from ..core import family as families
 from ..core.layout import DeviceLayout, contiguous_strides
 from ..dma import dma_program
-from ..spyre import SpyreTensorLayout
 from .specs import UsageError, check_output, layout_from_args, write_error
 
 PAD = "pad"
@@ -42,21 +41,9 @@ def summary(layout: DeviceLayout) -> str:
 
 
 def family_facts(layout: DeviceLayout) -> list[tuple[str, str]]:
-    """What each family's own vocabulary says about a bound layout."""
-    if isinstance(layout, SpyreTensorLayout):
-        facts = [("elems/stick", str(layout.elems_per_stick())), ("sparse", str(layout.sparse))]
-        return ([("dim_order", str(list(layout.dim_order)))] if layout.dim_order is not None else []) + facts
-    if isinstance(layout, htp.BoundChunkedLayout):
-        return [("chunk size", str(list(layout.chunk_size))), ("chunk grid", str(list(layout.chunk_grid))),
-                ("padded host", str(list(layout.padded_size)))]
-    if isinstance(layout, tensorrt.TensorFormatLayout):
-        return [("trt strides", f"{list(layout.strides)} (getTensorStrides)"),
-                ("components", f"{layout.components_per_element} per element, vectorized dim "
-                               f"{layout.vectorized_dim}")]
-    if isinstance(layout, mace.BoundImageLayout):
-        width, height = layout.image_shape
-        return [("image", f"{width} x {height} RGBA pixels (width x height)")]
-    return []
+    """What the layout's family says about it in its own vocabulary (its ``Family.facts``)."""
+    family = families.of(layout)
+    return [] if family is None else family.facts(layout)
 
 
 def program_text(layout: DeviceLayout, direction: str = "h2d", max_lines: int = 0) -> str:

@@ -1,14 +1,13 @@
 """Layout specs on the command line: ``FAMILY[:NOTATION]`` plus shape, dtype, dim order and pad value.
 
-Specs (``python -m torch_layouts show --help`` lists them too)::
+Each family registered in :mod:`torch_layouts.core.family` parses its own notation
+(``python -m torch_layouts show --help`` lists them)::
 
-    spyre                      Spyre default layout
-    spyre:dim_order=1,0,2      a Spyre dim_order (a trailing -1 makes it sparse)
-    spyre:sparse               the default dim order, sparse (one element per stick)
-    htp:crouton                an HTP named layout (htp.NAMED, htp.TABLE) or a pair list
-    htp:4,0,0,1,0,2,0,3,0,1,8,2,8,3,32
+    spyre                      Spyre default layout (spyre:sparse, spyre:dim_order=1,0,2)
+    htp:crouton                an HTP named layout or a pair list
     trt:kCHW4                  a TensorRT format; trt:kDLA_HWC4,xavier for a DLA platform
     mace:IN_OUT_CHANNEL        a MACE buffer type or CPU order
+    onednn:nChw16c             a oneDNN format tag
 
 Every problem with a spec, a shape or a dtype raises :class:`UsageError` with a
 one-line message; the CLI prints it and exits with status 2.
@@ -18,23 +17,44 @@ from __future__ import annotations
 
 import argparse
 import os
+import textwrap
 from collections.abc import Sequence
 
 import torch
 
-from .. import htp, mace, tensorrt
+from ..core import family as families
 from ..core.dtypes import check_device_dtype
 from ..core.layout import DeviceLayout
-from ..spyre import SpyreTensorLayout
 
-FAMILIES = ("spyre", "htp", "trt", "mace")
-ALIASES = {"tensorrt": "trt"}
 DTYPE_ALIASES = {"fp16": "float16", "half": "float16", "bf16": "bfloat16", "fp32": "float32", "float": "float32",
                  "fp8": "float8_e4m3fn", "int": "int32", "long": "int64"}
 
-FP32_ONLY_TRT = (tensorrt.TensorFormat.kHWC, tensorrt.TensorFormat.kDHWC)
-DEFAULT_DTYPE_HELP = ("float16 for spyre and trt (float32 for the FP32-only TensorRT formats kHWC, kDHWC), "
-                      "float32 for htp and mace")
+
+def spec_help() -> str:
+    """The ``layout specs`` and ``logical dims`` lines of ``--help``, from every registered family."""
+    lines = ["layout specs:"]
+    indent = " " * 30
+    for fam in families.families():
+        for spec, text in fam.specs:
+            body = textwrap.fill(text, 100, initial_indent=indent, subsequent_indent=indent)
+            lines.append(f"  {spec:<26}  {body.lstrip()}" if len(spec) <= 26 else f"  {spec}\n{body}")
+    dims = "; ".join(f"{fam.name} {fam.logical_dims}" for fam in families.families())
+    return "\n".join([*lines, textwrap.fill(f"logical dims: {dims}", 100, subsequent_indent="  "),
+                      textwrap.fill(f"default --dtype: {default_dtype_help()}", 100, subsequent_indent="  ")])
+
+
+def spec_examples() -> str:
+    """One example spec per registered family: ``"htp:crouton, mace:IN_OUT_CHANNEL, ..."``."""
+    return ", ".join(f.example for f in families.families())
+
+
+def dim_order_families() -> str:
+    """The families that take ``--dim-order`` (``"spyre"``)."""
+    return " and ".join(f.name for f in families.families() if "dim_order" in f.options)
+
+
+def default_dtype_help() -> str:
+    return ", ".join(f"{fam.name} {fam.default_dtype}" for fam in families.families())
 
 
 class UsageError(ValueError):
@@ -83,75 +103,29 @@ def parse_pad_value(text: str) -> int | float:
     raise UsageError(f"bad --pad-value {text!r}: expected a number")
 
 
-def split_spec(spec: str) -> tuple[str, str]:
-    """``"htp:crouton"`` -> ``("htp", "crouton")``; the family is checked."""
-    family, _, notation = spec.strip().partition(":")
-    family = ALIASES.get(family.lower(), family.lower())
-    if family not in FAMILIES:
-        raise UsageError(f"bad layout spec {spec!r}: unknown family {family!r} (expected one of "
-                         f"{', '.join(FAMILIES)}, e.g. spyre, htp:crouton, trt:kCHW4, mace:IN_OUT_CHANNEL)")
-    if family != "spyre" and not notation.strip():
-        raise UsageError(f"bad layout spec {spec!r}: {family} needs a layout after the colon, e.g. "
-                         f"{dict(htp='htp:crouton', trt='trt:kCHW4', mace='mace:IN_OUT_CHANNEL')[family]}")
+def split_spec(spec: str) -> tuple[families.Family, str]:
+    """``"htp:crouton"`` -> (the htp family, ``"crouton"``); the family is checked."""
+    name, _, notation = spec.strip().partition(":")
+    family = families.lookup(name)
+    if family is None:
+        raise UsageError(f"bad layout spec {spec!r}: unknown family {name.lower()!r} (expected one of "
+                         f"{', '.join(f.name for f in families.families())}, e.g. {spec_examples()})")
+    if not family.notation_optional and not notation.strip():
+        raise UsageError(f"bad layout spec {spec!r}: {family.name} needs a layout after the colon, e.g. "
+                         f"{family.example}")
     return family, notation.strip()
-
-
-def default_dtype(family: str) -> torch.dtype:
-    return torch.float16 if family in ("spyre", "trt") else torch.float32
 
 
 def build_layout(spec: str, shape: Sequence[int], dtype: torch.dtype | None = None,
                  dim_order: Sequence[int] | None = None, pad_value: int | float = 0) -> DeviceLayout:
     """The concrete layout a spec names, bound to a row-major host tensor of ``shape``."""
     family, notation = split_spec(spec)
-    if dim_order is not None and family != "spyre":
-        raise UsageError(f"--dim-order applies to spyre layouts only, not {spec!r}")
+    if dim_order is not None and "dim_order" not in family.options:
+        raise UsageError(f"--dim-order applies to {dim_order_families()} layouts only, not {spec!r}")
     try:
-        if family == "spyre":
-            order = _spyre_dim_order(notation, len(shape), dim_order)
-            return SpyreTensorLayout(tuple(shape), dtype or default_dtype(family), order, pad_value=pad_value)
-        if family == "htp":
-            template = htp.parse(notation)
-            if pad_value != 0:
-                pairs = [v for pair in template.pairs for v in pair]
-                template = htp.ChunkedMemoryLayout(template.rank, *pairs, pad_value=pad_value)
-            return template.bind(tuple(shape), dtype or default_dtype(family))
-        if family == "trt":
-            return _trt_layout(notation, tuple(shape), dtype, pad_value)
-        if pad_value != 0:
-            raise UsageError(f"MACE layouts always pad with zero; --pad-value {pad_value} is not possible "
-                             f"for {spec!r}")
-        return mace.parse(notation).bind(tuple(shape), dtype or default_dtype(family))
-    except UsageError:
-        raise
+        return family.build(notation, tuple(shape), dtype, pad_value, dim_order)
     except (ValueError, TypeError, IndexError) as err:
         raise UsageError(f"{spec} with --shape {','.join(map(str, shape))}: {err}") from None
-
-
-def _spyre_dim_order(notation: str, rank: int, dim_order: Sequence[int] | None) -> list[int] | None:
-    """The dim_order of ``spyre``, ``spyre:sparse`` or ``spyre:dim_order=...``, merged with --dim-order."""
-    text = notation.replace(" ", "")
-    if text in ("", "sparse"):
-        order = None if dim_order is None else list(dim_order)
-        if text == "sparse":
-            order = (order or list(range(rank)))
-            order = order if order[-1:] == [-1] else order + [-1]
-        return order
-    if text.startswith("dim_order="):
-        order = list(parse_dim_order(text.removeprefix("dim_order=")))
-        if dim_order is not None and list(dim_order) != order:
-            raise UsageError(f"spyre:{notation} and --dim-order {','.join(map(str, dim_order))} disagree")
-        return order
-    raise UsageError(f"bad spyre spec 'spyre:{notation}': expected spyre, spyre:sparse or spyre:dim_order=1,0,2")
-
-
-def _trt_layout(notation: str, shape: tuple[int, ...], dtype: torch.dtype | None,
-                pad_value: int | float) -> tensorrt.TensorFormatLayout:
-    template = tensorrt.parse(notation)
-    fmt, dla = (template, None) if isinstance(template, tensorrt.TensorFormat) else (template.format, template.dla)
-    if dtype is None:
-        dtype = torch.float32 if fmt in FP32_ONLY_TRT else torch.float16
-    return tensorrt.TensorFormatLayout(fmt, shape, dtype, dla=dla, pad_value=pad_value)
 
 
 def layout_from_args(args: argparse.Namespace) -> DeviceLayout:

@@ -5,7 +5,7 @@ host stride (``stride_map``): ``host_offset = sum_j device_coord[j] * stride_map
 ``-1`` marks a synthetic or size-1 dim with no host counterpart, ``0`` a broadcast
 dim. Resolving a layout against a host tensor's size and strides tells which
 device dims step along which host dim, and therefore which device positions hold
-real elements and which are padding (DESIGN.md section 4).
+real elements and which are padding (docs/design.md section 4).
 """
 
 from __future__ import annotations
@@ -175,7 +175,7 @@ class DeviceLayout:
         return str(self)
 
     # -- functions of a host tensor -------------------------------------------
-    def resolve(self, host_size: Sequence[int] | None = None, host_stride: Sequence[int] | None = None) -> Resolution:
+    def resolve(self, host_size: Sequence[int] | None = None, host_stride: Sequence[int] | None = None) -> BoundLayout:
         """Resolve against a host tensor (default: the one the layout was made for)."""
         if host_size is None:
             if self.host_size is None:
@@ -257,18 +257,63 @@ class Component(NamedTuple):
     pad: tuple[Box, ...]
 
 
-class Resolution:
-    """A layout resolved against one host tensor's size and strides."""
+class _Binding(NamedTuple):
+    layout: DeviceLayout
+    size: tuple[int, ...]
+    stride: tuple[int, ...]
 
-    def __init__(self, layout: DeviceLayout, host_size: tuple[int, ...], host_stride: tuple[int, ...],
-                 groups: tuple[Group, ...], synthetic: tuple[int, ...], broadcast: tuple[int, ...]) -> None:
-        self.layout = layout
-        self.host_size = host_size
-        self.host_stride = host_stride
-        self.groups = groups
-        self.synthetic = synthetic
-        self.broadcast = broadcast
-        self.empty = math.prod(host_size) == 0
+
+class BoundLayout(_Binding):
+    """A layout bound to one host tensor's geometry: a frozen, hashable value.
+
+    ``layout`` reads its ``stride_map`` in the host strides ``stride`` of a host tensor
+    of ``size``. What binding derives, ``groups`` (host-dim groups with the device dims,
+    or digits, stepping along them), ``synthetic`` (device dims with no host counterpart),
+    ``broadcast`` (device dims holding copies) and ``empty``, is computed on first use,
+    shared by equal values and stored on the instance; it raises ``ValueError`` when the
+    layout cannot hold such a tensor (``DeviceLayout.resolve`` binds eagerly).
+
+    >>> bound = BoundLayout(DeviceLayout([2, 4], [3, 1], torch.float16), (2, 3), (3, 1))
+    >>> bound.device_offset((1, 2)), bound.host_index(7)
+    (6, None)
+    """
+
+    def _derived(self, name: str) -> Any:
+        self.__dict__.update(_resolve(self.layout, self.size, self.stride).__dict__)
+        return self.__dict__[name]
+
+    @functools.cached_property
+    def groups(self) -> tuple[Group, ...]:
+        """Host-dim groups with the device dims (digits) stepping along them."""
+        return self._derived("groups")
+
+    @functools.cached_property
+    def synthetic(self) -> tuple[int, ...]:
+        """Device dims with no host counterpart (only coordinate 0 is real)."""
+        return self._derived("synthetic")
+
+    @functools.cached_property
+    def broadcast(self) -> tuple[int, ...]:
+        """Device dims holding copies of the same elements (``stride_map`` 0)."""
+        return self._derived("broadcast")
+
+    @functools.cached_property
+    def empty(self) -> bool:
+        return self._derived("empty")
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The shape of a buffer in this layout (its ``device_size``)."""
+        return self.layout.device_size
+
+    # Names of the former ``Resolution`` (runtime/planner.py reads them).
+    @property
+    def host_size(self) -> tuple[int, ...]:
+        return self.size
+
+    @property
+    def host_stride(self) -> tuple[int, ...]:
+        return self.stride
 
     # -- regions ---------------------------------------------------------------
     def components(self, broadcast_full: bool = True) -> list[Component]:
@@ -320,15 +365,15 @@ class Resolution:
     # -- point functions -------------------------------------------------------
     def device_offset(self, index: Sequence[int]) -> int:
         index = tuple(index)
-        if len(index) != len(self.host_size) or any(
-            not isinstance(i, int) or not 0 <= i < s for i, s in zip(index, self.host_size)
+        if len(index) != len(self.size) or any(
+            not isinstance(i, int) or not 0 <= i < s for i, s in zip(index, self.size)
         ):
-            raise IndexError(f"host index {list(index)} is out of range for host size {list(self.host_size)}")
+            raise IndexError(f"host index {list(index)} is out of range for host size {list(self.size)}")
         offset = 0
         for group in self.groups:
             h = 0
             for d in group.host_dims:
-                h = h * self.host_size[d] + index[d]
+                h = h * self.size[d] + index[d]
             for dig in reversed(group.digits):
                 coord, h = divmod(h, dig.step)
                 offset += coord * dig.device_stride
@@ -341,7 +386,7 @@ class Resolution:
         coords = [(device_offset // st) % sz for st, sz in zip(layout.device_strides, layout.device_size)]
         if self.empty or any(coords[j] for j in self.synthetic):
             return None
-        index = [0] * len(self.host_size)
+        index = [0] * len(self.size)
         for group in self.groups:
             partial = 0
             for i, dig in enumerate(group.digits):
@@ -350,7 +395,7 @@ class Resolution:
                 if partial >= bound:
                     return None
             for d in reversed(group.host_dims):
-                partial, index[d] = divmod(partial, self.host_size[d])
+                partial, index[d] = divmod(partial, self.size[d])
         return tuple(index)
 
     # -- vectorised functions ---------------------------------------------------
@@ -365,7 +410,7 @@ class Resolution:
         for j in self.synthetic:
             real &= coords[j] == 0
         host_linear = torch.zeros_like(pos)
-        row_major = contiguous_strides(self.host_size)
+        row_major = contiguous_strides(self.size)
         for group in self.groups:
             partial = torch.zeros_like(pos)
             for i, dig in enumerate(group.digits):
@@ -375,23 +420,23 @@ class Resolution:
                 partial += torch.where(fits, coords[dig.dim], 0) * dig.step
                 real &= fits & (partial < bound)
             for d in reversed(group.host_dims):
-                host_linear += (partial % self.host_size[d]) * row_major[d]
-                partial = partial // self.host_size[d]
+                host_linear += (partial % self.size[d]) * row_major[d]
+                partial = partial // self.size[d]
         return torch.where(real, host_linear, -1)
 
     def device_offsets(self, host_offsets: torch.Tensor) -> torch.Tensor:
         """Device offsets of host elements given by their offsets under ``host_stride``."""
         rest = host_offsets.to(torch.int64)
         coord: dict[int, torch.Tensor] = {}
-        for d in sorted(range(len(self.host_size)), key=lambda d: -self.host_stride[d]):
-            if self.host_size[d] > 1 and self.host_stride[d] > 0:
-                coord[d] = rest // self.host_stride[d]
-                rest = rest - coord[d] * self.host_stride[d]
+        for d in sorted(range(len(self.size)), key=lambda d: -self.stride[d]):
+            if self.size[d] > 1 and self.stride[d] > 0:
+                coord[d] = rest // self.stride[d]
+                rest = rest - coord[d] * self.stride[d]
         out = torch.zeros_like(rest)
         for group in self.groups:
             h = torch.zeros_like(rest)
             for d in group.host_dims:
-                h = h * self.host_size[d] + coord[d]
+                h = h * self.size[d] + coord[d]
             for dig in reversed(group.digits):
                 c = h // dig.step
                 h = h - c * dig.step
@@ -399,11 +444,25 @@ class Resolution:
         return out
 
 
+Resolution = BoundLayout  # the former name, until runtime/planner.py says BoundLayout
+
+
+_DERIVED = ("groups", "synthetic", "broadcast", "empty")
+
+
 @functools.lru_cache(maxsize=4096)
-def _resolve(layout: DeviceLayout, size: tuple[int, ...], stride: tuple[int, ...]) -> Resolution:
+def _resolve(layout: DeviceLayout, size: tuple[int, ...], stride: tuple[int, ...]) -> BoundLayout:
+    bound = BoundLayout(layout, size, stride)
+    bound.__dict__.update(zip(_DERIVED, (*_bind(layout, size, stride), math.prod(size) == 0)))
+    return bound
+
+
+def _bind(layout: DeviceLayout, size: tuple[int, ...], stride: tuple[int, ...]
+          ) -> tuple[tuple[Group, ...], tuple[int, ...], tuple[int, ...]]:
+    """Groups, synthetic and broadcast device dims of ``layout`` over a host tensor (section 4)."""
     dsize, smap, dstride = layout.device_size, layout.stride_map, layout.device_strides
     if math.prod(size) == 0:
-        return Resolution(layout, size, stride, (), (), ())
+        return (), (), ()
     if layout.device_numel == 0:
         raise ValueError(f"{layout!r} has no device positions, so it cannot hold a host tensor of size "
                          f"{list(size)} ({math.prod(size)} elements)")
@@ -456,4 +515,4 @@ def _resolve(layout: DeviceLayout, size: tuple[int, ...], stride: tuple[int, ...
                 f"{extent} elements along host dim(s) {list(host_dims)} have a device position"
             )
         groups.append(Group(host_dims, extent, unit, digits, tuple(real), tuple(pad)))
-    return Resolution(layout, size, stride, tuple(groups), tuple(synthetic), tuple(broadcast))
+    return tuple(groups), tuple(synthetic), tuple(broadcast)

@@ -4,7 +4,7 @@ A group is the set of device dims ("digits") that step along one host dim. Digit
 ``i`` (finest first) contributes ``c_i * steps[i]`` to the host coordinate. A
 position is real iff every partial sum ``P_i = sum_{k<=i} c_k * steps[k]`` is below
 the next coarser step, and the whole sum is below ``bound`` (the host size)
-(DESIGN.md section 4). The real and padding positions are each a disjoint union
+(docs/design.md section 4). The real and padding positions are each a disjoint union
 of boxes; a box holds one ``(start, count)`` range per digit.
 """
 

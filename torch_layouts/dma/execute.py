@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import torch
 
 from ..core.dtypes import BITS_DTYPE
-from .plan import Fill, Transfer, span
+from ..core.mapping import Fill, Transfer, span
 from .program import DmaProgram
 
 

@@ -3,8 +3,9 @@
 ``dma_program(layout, host_size, host_stride)`` reads ``stride_map`` in the host
 strides given (default row-major), as Torch-Spyre's DCI generation does. Each nest
 holds loop ranges, device strides and host strides ordered by decreasing device
-stride, plus a device and a host offset (DESIGN.md section 5). Padding is never
+stride, plus a device and a host offset (docs/design.md section 5). Padding is never
 moved: an H2D program also lists the padding positions it sets to the pad value.
+The nests come from the address-mapping engine (``core/mapping.py``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.layout import DeviceLayout
-from .plan import Fill, Transfer, host_digits, padding, plan, swap
+from ..core.mapping import Fill, Transfer, View, map_addresses, padding, swap
 
 DIRECTIONS = ("h2d", "d2h")
 _LOOP_VARS = "ijklmnopqrstuvwxyzabcdefgh"
@@ -152,8 +153,7 @@ def dma_program(layout: DeviceLayout, host_size: Sequence[int] | None = None,
 def _program(layout: DeviceLayout, size: tuple[int, ...], stride: tuple[int, ...], host_offset: int,
              direction: str) -> DmaProgram:
     res = layout.resolve(size, stride)
-    other = [host_digits(res, g, stride) for g in res.groups]
-    transfers = plan(res, other, host_offset, broadcast_full=direction == "h2d")
+    transfers = map_addresses(None, View(size, stride, host_offset), res, broadcast_full=direction == "h2d")
     assert transfers is not None, "a layout's own host strides are linear in every group"
     nests = tuple(Nest(*t) for t in transfers)
     fills = tuple(padding(res)) if direction == "h2d" else ()

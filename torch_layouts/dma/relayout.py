@@ -3,7 +3,8 @@
 Both layouts hold the same host tensor (same size; each reads its ``stride_map`` in
 its own host strides). Where the two digit structures refine to a common one, the
 copy runs device to device in one pass; otherwise ``relayout_transfers`` returns
-None and the runtime goes through a host buffer.
+None and the runtime goes through a host buffer. The nests come from the
+address-mapping engine (``core/mapping.py``).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import functools
 from collections.abc import Sequence
 
 from ..core.layout import DeviceLayout, check_host
-from .plan import Transfer, plan
+from ..core.mapping import Transfer, map_addresses
 
 
 def relayout_transfers(src: DeviceLayout, dst: DeviceLayout, host_size: Sequence[int],
@@ -27,14 +28,4 @@ def relayout_transfers(src: DeviceLayout, dst: DeviceLayout, host_size: Sequence
 @functools.lru_cache(maxsize=1024)
 def _relayout(src: DeviceLayout, dst: DeviceLayout, size: tuple[int, ...], src_stride: tuple[int, ...],
               dst_stride: tuple[int, ...]) -> list[Transfer] | None:
-    src_res, dst_res = src.resolve(size, src_stride), dst.resolve(size, dst_stride)
-    by_dims = {g.host_dims: g for g in src_res.groups}
-    other = []
-    for group in dst_res.groups:
-        match = by_dims.get(group.host_dims)
-        if match is None:
-            return None
-        other.append([(dig.step, dig.size, dig.device_stride) for dig in match.digits])
-    if len(other) != len(src_res.groups):
-        return None
-    return plan(dst_res, other, 0, broadcast_full=True)
+    return map_addresses(src.resolve(size, src_stride), None, dst.resolve(size, dst_stride))

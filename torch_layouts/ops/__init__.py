@@ -10,6 +10,8 @@ so PyTorch's own autograd formulas run above them:
   dim is reduced);
 * ``softmax`` -- ``softmax``/``log_softmax`` (and backward), ``native_layer_norm``;
 * ``matmul`` -- ``mm``, ``bmm``, ``mv``, ``addmm`` (``matmul``/``linear`` decompose into them);
+* ``rnn`` -- the fused LSTM/GRU cells ``nn.LSTM``/``nn.GRU`` call on accelerators (and backward);
+* ``attention`` -- ``scaled_dot_product_attention``'s backend choice and fused kernel (and backward);
 * ``registry`` -- registration; the ``out=`` overloads of all of them.
 
 ``operands`` reads operands as strided views of their raw device buffers in an op's
@@ -20,7 +22,7 @@ counted per op in ``stats()``.
 
 from __future__ import annotations
 
-from . import elementwise, matmul, reductions, softmax
+from . import attention, elementwise, matmul, reductions, rnn, softmax
 from .registry import register_out_variants
 from .rules import LayoutError, restickify, strict_layouts
 from .stats import reset_stats, stats, warn_on_fallback
@@ -29,6 +31,8 @@ elementwise.register_all()
 reductions.register_all()
 softmax.register_all()
 matmul.register_all()
+rnn.register_all()
+attention.register_all()
 register_out_variants()
 
 __all__ = ["LayoutError", "reset_stats", "restickify", "stats", "strict_layouts", "warn_on_fallback"]

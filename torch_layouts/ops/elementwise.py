@@ -445,6 +445,8 @@ def _clamp(a, lo=None, hi=None, *, out):
 
 def _masked_fill(a, mask, value, *, out):
     out.copy_(a)
+    if isinstance(value, torch.Tensor) and value.dim() and value.numel():
+        value = value.reshape(-1)[0]  # a scalar value the operands were broadcast with (mask wider than a)
     return out.masked_fill_(mask, value)
 
 

@@ -1,7 +1,7 @@
 """Matrix multiplication on device memory: ``mm``, ``bmm``, ``addmm``, ``mv`` (``matmul``
 and ``linear`` reach them through PyTorch's own decompositions).
 
-The seed's rule: ``C[m, n] = A[m, k] @ B[k, n]`` wants A sticked on k, B and C sticked
+Spyre's documented rule: ``C[m, n] = A[m, k] @ B[k, n]`` wants A sticked on k, B and C sticked
 on n, and B's k dim padded to whole sticks whose padded entries are zero before the op
 runs. Here:
 

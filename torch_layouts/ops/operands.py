@@ -8,17 +8,12 @@ view holds, at every real position of the coordinates, the operand's element for
 host index. Ordinary CPU torch ops on such views write straight into the result's
 buffer, at its real positions (``real_slices``).
 
-``plan_view`` derives such a view without touching data. A coordinate dim ``j`` steps
-along an output host-dim group with some step; through the operand's view strides
-(0 where it broadcasts) that is a fixed host-offset stride ``m_j``. In the operand's
-buffer, host offsets decompose into host-dim groups and each group into nested digits;
-``m_j`` must land on one digit (``q`` steps of it) and, summed over the real range of
-every coordinate plus the view's start offset, stay below each digit's size (no
-carries) and each group's extent. Then the operand's device offset is affine in the
-coordinates: stride ``q * device_stride`` per dim. Anything else returns None and the
+``plan_view`` derives such a view without touching data: it is the address-mapping
+engine's ``map_view`` (``core/mapping.py``) from the operand's bound layout, through
+the operand's view of its base tensor, onto the coordinates. Where it finds none the
 caller restickifies the operand (a device-to-device copy into a compatible layout).
 
-The stick rule of the seed ("pointwise operands share the stick dim") is checked on
+Spyre's documented stick rule ("pointwise operands share the stick dim") is checked on
 the way: the coordinates' stick dim must land on the operand's own stick (``q == 1``),
 or the operand must broadcast along it, and no other coordinate dim may walk the
 operand's stick.
@@ -35,29 +30,15 @@ import torch
 
 from .. import _C
 from ..core.dtypes import data_format, elems_per_stick
-from ..core.layout import DeviceLayout, Resolution, contiguous_strides
-from ..dma.plan import Fill
-from ..dma.program import dma_program
+from ..core.layout import BoundLayout, DeviceLayout, contiguous_strides
+from ..core.mapping import Fill, View, map_view, padding
 from ..runtime import planner
 from ..spyre import SpyreTensorLayout
 
 Shape = tuple[int, ...]
 
 
-class Coords(NamedTuple):
-    """A coordinate system: ``layout`` read over a host tensor of ``size`` and ``stride``."""
-
-    layout: DeviceLayout
-    size: Shape
-    stride: Shape
-
-    @property
-    def res(self) -> Resolution:
-        return self.layout.resolve(self.size, self.stride)
-
-    @property
-    def shape(self) -> Shape:
-        return self.layout.device_size
+Coords = BoundLayout  # a coordinate system: a layout bound to the host tensor an op produces
 
 
 class ViewPlan(NamedTuple):
@@ -190,13 +171,12 @@ def operand_layout(coords: Coords, size: Shape, dtype: torch.dtype, stride: Shap
     along the same host dim; dims along broadcast host dims shrink to 1 (the stick stays,
     synthetic). None when a host-dim group mixes broadcast and real dims."""
     stride = stride if stride is not None else strides_in_order(size, coords.stride)
-    res = coords.res
     device_size = list(coords.layout.device_size)
     stride_map = list(coords.layout.stride_map)
     last = len(device_size) - 1
-    for j in res.synthetic:
+    for j in coords.synthetic:
         stride_map[j] = -1
-    for group in res.groups:
+    for group in coords.groups:
         flags = {size[d] == 1 for d in group.host_dims}
         if flags == {True, False}:
             return None
@@ -255,62 +235,6 @@ def element_offset(layout: DeviceLayout, base_size: Shape, base_stride: Shape, o
     return res.device_offset(tuple(index))
 
 
-def _multipliers(coords: Coords, res: Resolution, size: Shape, stride: Shape) -> list[int] | None:
-    """Per coordinate dim: the operand's host-offset stride (0 where it broadcasts)."""
-    rank, rx = len(coords.size), len(size)
-    if rx > rank:
-        return None
-    host = [0] * rank
-    for dx, (n, s) in enumerate(zip(size, stride)):
-        d = dx + rank - rx
-        if n != 1:
-            if n != coords.size[d]:
-                return None
-            host[d] = s
-    mult = [0] * coords.layout.device_rank
-    for group in res.groups:
-        dims = group.host_dims
-        unit, span = host[dims[-1]], coords.size[dims[-1]]
-        for d in reversed(dims[:-1]):
-            if host[d] != unit * span:
-                return None
-            span *= coords.size[d]
-        for dig in group.digits:
-            mult[dig.dim] = dig.step * unit
-    return mult
-
-
-class _Piece(NamedTuple):
-    """A factor of a coordinate dim and the operand digit it walks (None: broadcast)."""
-
-    size: int
-    dst_stride: int
-    target: tuple[int, int, int, int] | None  # (operand group, digit, w, q)
-
-
-def _pieces(groups: list, m: int, size: int, dst_stride: int, refine: bool) -> list[_Piece] | None:
-    """Factors (finest first) of a coordinate dim of ``size`` whose host-offset stride is
-    ``m``, each walking one operand digit; one factor unless ``refine`` splits the dim
-    where it overflows a digit into the next coarser one."""
-    pieces = []
-    while True:
-        if m == 0:
-            return pieces + [_Piece(size, dst_stride, None)]
-        gi = max((g for g in range(len(groups)) if m % groups[g].unit_stride == 0),
-                 key=lambda g: groups[g].unit_stride, default=None)
-        if gi is None:
-            return None
-        w = m // groups[gi].unit_stride
-        i = max(i for i, d in enumerate(groups[gi].digits) if d.step <= w and w % d.step == 0)
-        dig = groups[gi].digits[i]
-        q = w // dig.step
-        span = dig.size // q if dig.size % q == 0 else 0
-        if not refine or q * (size - 1) < dig.size or span <= 1 or size % span:
-            return pieces + [_Piece(size, dst_stride, (gi, i, w, q))]
-        pieces.append(_Piece(span, dst_stride, (gi, i, w, q)))
-        size, dst_stride, m = size // span, dst_stride * span, m * span
-
-
 @functools.lru_cache(maxsize=8192)
 def plan_view(coords: Coords, layout: DeviceLayout, base_size: Shape, base_stride: Shape,
               size: Shape, stride: Shape, offset: int, refine: bool = False) -> ViewPlan | None:
@@ -319,108 +243,24 @@ def plan_view(coords: Coords, layout: DeviceLayout, base_size: Shape, base_strid
     With ``refine``, coordinate dims may split into factors (``ViewPlan.shape``) that
     walk several operand digits: such a plan reads the operand for a copy."""
     try:
-        res = coords.res
-        xres = layout.resolve(base_size, base_stride)
+        found = map_view(layout.resolve(base_size, base_stride), View(size, stride, offset), coords, refine)
     except ValueError:
         return None
-    mult = _multipliers(coords, res, size, stride)
-    if mult is None:
+    if found is None:
         return None
-    groups = sorted(xres.groups, key=lambda g: g.unit_stride)
-    if any(not g.nested for g in groups):
-        return None
-    if any(b.unit_stride < a.unit_stride * a.size for a, b in zip(groups, groups[1:])):
-        return None
-    start = [0] * len(groups)
-    rest = offset
-    for gi in reversed(range(len(groups))):
-        start[gi], rest = divmod(rest, groups[gi].unit_stride)
-        if start[gi] >= groups[gi].size:
-            return None
-    if rest:
-        return None
-    load = list(start)  # the largest group coordinate any real position reaches
-    digit_load: dict[tuple[int, int], int] = {}
-    base = 0
-    for gi, group in enumerate(groups):
-        for i, dig in enumerate(group.digits):
-            value = start[gi] // dig.step
-            if i + 1 < len(group.digits):
-                value %= dig.size
-            digit_load[(gi, i)] = value
-            base += value * dig.device_stride
-    dsize, dstride = coords.layout.device_size, coords.layout.device_strides
-    last, x_last = len(dsize) - 1, layout.device_rank - 1
-    per_dim: list[list[_Piece]] = [[_Piece(n, st, None)] for n, st in zip(dsize, dstride)]
+    nest = found.nest
+    last, x_last = len(coords.shape) - 1, layout.device_rank - 1
     stick_ok = True
-    for group in res.groups:
-        for dig in group.digits:
-            j = dig.dim
-            if dsize[j] == 1:
-                continue
-            found = _pieces(groups, mult[j], dsize[j], dstride[j], refine)
-            if found is None:
-                return None
-            per_dim[j] = found
-            for piece in found:
-                if piece.target is None:
-                    continue
-                gi, i, _, q = piece.target
-                hit = groups[gi].digits[i].dim == x_last
-                if hit and (j != last or q != 1 or len(found) > 1) or (j == last and not hit):
-                    stick_ok = False
-        # the most each operand group / digit gains over the real positions of this group
-        gains: dict[tuple, int] = {}
-        for box in group.real:
-            totals: dict[tuple, int] = {}
-            for dig, (begin, count) in zip(group.digits, box):
-                top, below = begin + count - 1, 1
-                for piece in per_dim[dig.dim]:
-                    if piece.target is not None:
-                        gi, i, w, q = piece.target
-                        reach = min(piece.size - 1, top // below)
-                        totals[("g", gi)] = totals.get(("g", gi), 0) + w * reach
-                        totals[("d", gi, i)] = totals.get(("d", gi, i), 0) + q * reach
-                    below *= piece.size
-            for k, v in totals.items():
-                gains[k] = max(gains.get(k, 0), v)
-        for k, v in gains.items():
-            if k[0] == "g":
-                load[k[1]] += v
-            else:
-                digit_load[(k[1], k[2])] += v
-    if any(load[gi] >= g.size for gi, g in enumerate(groups)):
-        return None
-    if any(v >= groups[gi].digits[i].size for (gi, i), v in digit_load.items()):
-        return None
-    pieces = [piece for dim in per_dim for piece in reversed(dim)]
-    strides = tuple(0 if p.target is None else p.target[3] * groups[p.target[0]].digits[p.target[1]].device_stride
-                    for p in pieces)
-    shape = tuple(p.size for p in pieces)
-    if base + sum((n - 1) * st for n, st in zip(shape, strides)) >= layout.device_numel:
-        return None
-    if len(pieces) != len(dsize):
-        return ViewPlan(strides, base, stick_ok, False, shape, tuple(p.dst_stride for p in pieces),
-                        tuple(len(dim) for dim in per_dim))
-    exact = _is_exact(coords, res, layout, xres, list(strides), base)
-    return ViewPlan(dstride if exact else strides, base, stick_ok, exact)
-
-
-def _is_exact(coords: Coords, res: Resolution, layout: DeviceLayout, xres: Resolution, strides: list[int],
-              base: int) -> bool:
-    if base != 0 or layout.device_size != coords.layout.device_size:
-        return False
-    natural = coords.layout.device_strides
-    grouped = {dig.dim for g in res.groups for dig in g.digits}
-    for j, n in enumerate(layout.device_size):
-        if n == 1:
-            continue
-        if j in grouped:
-            if strides[j] != natural[j]:
-                return False
-        elif not (j in res.synthetic and j in xres.synthetic):
-            return False
-    return True
+    for j, walk in enumerate(found.walks):
+        for dim, q in walk:
+            hit = dim == x_last
+            if dim != -1 and (hit and (j != last or q != 1 or len(walk) > 1) or (j == last and not hit)):
+                stick_ok = False
+    if found.refined:
+        return ViewPlan(nest.src_strides, nest.src_offset, stick_ok, False, nest.ranges, nest.dst_strides,
+                        found.factors)
+    strides = coords.layout.device_strides if found.exact else nest.src_strides
+    return ViewPlan(strides, nest.src_offset, stick_ok, found.exact)
 
 
 # -- padding -----------------------------------------------------------------------------
@@ -434,7 +274,7 @@ def real_slices(coords: Coords) -> tuple[tuple[tuple[slice, ...], ...], bool]:
     and False; or the whole buffer ``((),)`` and True (padding to restore afterwards)
     when there are more than ``MAX_PIECES`` boxes."""
     boxes = []
-    for box in coords.res.real_boxes():
+    for box in coords.real_boxes():
         if len(boxes) == MAX_PIECES:
             return ((),), True
         boxes.append(tuple(slice(begin, begin + count) for begin, count in box))
@@ -444,7 +284,7 @@ def real_slices(coords: Coords) -> tuple[tuple[tuple[slice, ...], ...], bool]:
 @functools.lru_cache(maxsize=2048)
 def fills(coords: Coords) -> tuple[Fill, ...]:
     """Nests covering every padding position of the coordinates' buffer."""
-    return tuple(dma_program(coords.layout, coords.size, coords.stride, 0, "h2d").padding)
+    return tuple(padding(coords))
 
 
 def fill_pad(t: torch.Tensor, coords: Coords, value: float | int | bool) -> torch.Tensor:
@@ -467,7 +307,7 @@ def padded_copy(v: torch.Tensor, coords: Coords, value: float | int | bool, dtyp
 def reduced_dims(coords: Coords, host_dims: frozenset[int]) -> tuple[int, ...] | None:
     """Device dims stepping along ``host_dims``; None if a group mixes them with other dims."""
     out: list[int] = []
-    for group in coords.res.groups:
+    for group in coords.groups:
         inside = set(group.host_dims) & host_dims
         if inside and inside != set(group.host_dims):
             return None

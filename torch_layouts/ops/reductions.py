@@ -6,7 +6,7 @@ must not leak into the result (``amax`` of an all-negative row!): when the paddi
 does not already hold the reduction's identity, a copy with the identity in every
 padding position is reduced instead.
 
-Result layouts follow the seed: the reduced dims are dropped; when the stick dim is
+Result layouts follow Spyre's documented rule: the reduced dims are dropped; when the stick dim is
 reduced the result is sparse (one element per stick: a Spyre layout whose dim_order
 ends in -1); ``keepdim`` keeps them as size-1 dims (stride_map -1). Inputs in layouts
 that are not built from a Spyre dim_order give a result whose device dims are the

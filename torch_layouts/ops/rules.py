@@ -1,6 +1,6 @@
 """Layout rules of the ops: strict mode, ``LayoutError`` and ``restickify``.
 
-The seed's constraints ("Per-operation stick and padding constraints"): pointwise
+Spyre's documented constraints ("Per-operation stick and padding constraints"): pointwise
 operands and the result share the stick dim and layout; matmul wants A sticked on k,
 B and C on n, and B's k padded to whole sticks with zeros. When an operand breaks a
 rule, ops insert a device-side restickify (counted in ``stats()``), like the

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import atexit
-import enum
 
 import torch
 
 from .. import _C
-from . import device_module, planner, printing, serialization, tensor_methods
+from . import device_module, dlpack, planner, printing, serialization, sharing, streams, tensor_methods, torch_spyre_api
 
 
 def _drain_autograd_threads() -> None:
@@ -39,11 +38,9 @@ def init() -> None:
     _C._set_planner(planner)
     tensor_methods.install()
     printing.install()
+    torch_spyre_api.install()
+    dlpack.install()
+    sharing.install()
+    streams.install()
     atexit.register(_drain_autograd_threads)
-    from .. import htp, mace, tensorrt
-
-    families = (htp, mace, tensorrt)
-    safe = [obj for mod in families for obj in vars(mod).values()
-            if isinstance(obj, type) and obj.__module__ == mod.__name__
-            and (issubclass(obj, enum.Enum) or hasattr(obj, "bind"))]
-    serialization.install(safe)
+    serialization.install()  # each family's own classes are allowed when it registers (core.family)

@@ -9,6 +9,9 @@ from typing import Any
 import torch
 
 from .. import _C
+from .amp import get_amp_supported_dtype, is_bf16_supported  # noqa: F401 - torch.spyre API
+from .properties import get_device_capability, get_device_properties, init  # noqa: F401 - torch.spyre API
+from .streams import Event, Stream, current_stream, default_stream, set_stream, stream  # noqa: F401
 
 DeviceLike = torch.device | str | int | None
 
@@ -121,8 +124,8 @@ def set_rng_state_all(new_states: list[torch.Tensor]) -> None:
 
 # -- memory --------------------------------------------------------------------
 def memory_stats(device: DeviceLike = None) -> dict[str, Any]:
-    """Allocator statistics, with the key names of ``torch.cuda.memory_stats``."""
-    return dict(sorted(_C._memory_stats(_index(device)).items()))
+    """Allocator statistics, with the key names of ``torch.cuda.memory_stats`` (``memory.memory_stats``)."""
+    return memory.memory_stats(device)
 
 
 def memory_allocated(device: DeviceLike = None) -> int:
@@ -154,3 +157,18 @@ def mem_get_info(device: DeviceLike = None) -> tuple[int, int]:
 def empty_cache(device: DeviceLike = None) -> None:
     """Return the freed blocks the allocator keeps for reuse to the host (``memory_reserved`` drops)."""
     _C._empty_cache(_index(device))
+
+
+# Torch-Spyre's names: torch_spyre_api.py (last: it imports this module's device helpers).
+from .torch_spyre_api import (  # noqa: E402,F401
+    DataFormats,
+    FallbackWarning,
+    SpyreTensorLayout,
+    default_generators,
+    get_device_dtype,
+    get_downcast_warning,
+    get_elem_in_stick,
+    get_spyre_tensor_layout,
+    memory,
+    set_downcast_warning,
+)

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import torch
 
 from .. import _C
-from ..core.dtypes import check_device_dtype
+from ..core.dtypes import check_device_dtype, data_format, int64_downcast
 from ..core.layout import DeviceLayout, LayoutTemplate, Resolution
 from ..dma.plan import Transfer, host_digits, plan, swap
 from ..dma.program import dma_program
@@ -26,6 +26,7 @@ Shape = tuple[int, ...]
 def default_layout(size: Sequence[int], stride: Sequence[int], dtype: torch.dtype) -> DeviceLayout:
     """The layout a tensor gets without ``device_layout``: Spyre's default, or row-major above rank 6."""
     dtype = check_device_dtype(dtype, "spyre tensor dtype")
+    int64_downcast(dtype)
     if len(size) <= MAX_RANK:
         return SpyreTensorLayout(tuple(size), tuple(stride), dtype)
     order = sorted(range(len(size)), key=lambda d: -stride[d])
@@ -38,17 +39,48 @@ def default_layout(size: Sequence[int], stride: Sequence[int], dtype: torch.dtyp
     )
 
 
-def bind(spec: object, size: Sequence[int], dtype: torch.dtype) -> DeviceLayout:
-    """A concrete layout for a host tensor from a layout or a family template."""
+def is_dense(size: Sequence[int], stride: Sequence[int]) -> bool:
+    """Whether the elements fill offsets [0, numel) once each (a permutation of row-major)."""
+    expected = 1
+    for n, s in sorted(((n, s) for n, s in zip(size, stride) if n != 1), key=lambda p: p[1]):
+        if s != expected:
+            return False
+        expected *= n
+    return True
+
+
+def storage_strides(layout: DeviceLayout, size: Sequence[int], stride: Sequence[int] | None) -> Shape | None:
+    """The strides ``layout``'s stride_map is read in for a tensor of this size and strides.
+
+    As in Torch-Spyre, a stride_map counts host *storage* offsets of the tensor it receives:
+    device coord c holds the element at offset dot(c, stride_map) of the tensor's own storage.
+    A layout made for this size keeps the strides it was made for; a non-dense tensor (gaps or
+    overlaps) is read in row-major order. None: the layout's default.
+    """
+    if stride is None or (layout.host_size == tuple(size) and layout.host_stride is not None):
+        return None
+    return tuple(stride) if math.prod(size) and is_dense(size, stride) else None
+
+
+def bind(spec: object, size: Sequence[int], dtype: torch.dtype, stride: Sequence[int] | None = None
+         ) -> DeviceLayout:
+    """A concrete layout for a host tensor (of strides ``stride``) from a layout or a family template."""
     if isinstance(spec, LayoutTemplate):
         return spec.bind(tuple(size), dtype)
     if isinstance(spec, DeviceLayout):
+        if spec.dtype != dtype and isinstance(spec, SpyreTensorLayout) and spec.device_dtype is data_format(dtype):
+            spec = spec.for_host_dtype(dtype)  # an IEEE_INT32 layout holds int64 tensors, as in Torch-Spyre
         if spec.dtype != dtype:
             raise ValueError(f"device_layout {spec} holds {spec.dtype}, the tensor is {dtype}")
-        if spec.host_size is not None and spec.host_size != tuple(size):
-            raise ValueError(f"device_layout {spec} was made for host size {list(spec.host_size)}; "
-                             f"the tensor's size is {list(size)}")
-        spec.resolve(tuple(size))
+        int64_downcast(dtype)
+        # As in Torch-Spyre, a layout is its stride_map over host storage offsets: one made for
+        # another host size with as many elements holds the same offsets (a flat [N] layout
+        # holds an [a, b] tensor of N elements); resolve() raises when it cannot.
+        if spec.host_size is not None and math.prod(spec.host_size) != math.prod(size):
+            raise ValueError(f"device_layout {spec} was made for host size {list(spec.host_size)} "
+                             f"({math.prod(spec.host_size)} elements); the tensor's size is {list(size)} "
+                             f"({math.prod(size)} elements)")
+        spec.resolve(tuple(size), storage_strides(spec, size, stride))
         return spec
     raise TypeError(f"device_layout must be a layout or a layout template, got {spec!r}")
 

@@ -2,12 +2,18 @@
 
 PyTorch's formatter converts floating tensors to float64 on their own device, and
 float64 is not a device type; formatting a host copy avoids that and any device work.
+As in Torch-Spyre, the device comes last:
+``tensor([1., 2.], dtype=torch.float16, device='spyre:0')``.
 """
 
 from __future__ import annotations
 
+import re
+
 import torch
 from torch import _tensor_str
+
+_DEVICE = re.compile(r", device='spyre:\d+'")
 
 _original_str = _tensor_str._str
 
@@ -19,7 +25,13 @@ def _str(self: torch.Tensor, *, tensor_contents: str | None = None) -> str:
         indent = len("tensor(" if plain else f"{type(self).__name__}(")
         with torch.no_grad():
             tensor_contents = _tensor_str._tensor_str(self.detach().cpu(), indent)
-    return _original_str(self, tensor_contents=tensor_contents)
+    text = _original_str(self, tensor_contents=tensor_contents)
+    if self.device.type != "spyre":
+        return text
+    found = _DEVICE.search(text)
+    if found is None or not text.endswith(")"):
+        return text
+    return text[:found.start()] + text[found.end():-1] + found.group(0) + ")"
 
 
 def install() -> None:

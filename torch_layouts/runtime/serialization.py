@@ -120,10 +120,10 @@ def _subclasses(cls: type) -> list[type]:
     return [cls] + [sub for direct in cls.__subclasses__() for sub in _subclasses(direct)]
 
 
-def install(extra_safe: list[Any]) -> None:
+def install() -> None:
     """Pickle and deep-copy spyre tensors with their layout; allow their records under ``weights_only``."""
     from ..core.layout import _restore
 
     torch.Tensor._reduce_ex_internal = _reduce_ex_internal
     torch.Tensor.__deepcopy__ = _deepcopy
-    torch.serialization.add_safe_globals([rebuild, restore_buffer, _restore, *_subclasses(DeviceLayout), *extra_safe])
+    torch.serialization.add_safe_globals([rebuild, restore_buffer, _restore, *_subclasses(DeviceLayout)])

@@ -14,7 +14,7 @@ import torch
 
 from .. import _C
 from ..core.layout import DeviceLayout
-from .planner import bind, info_for, layout_info
+from .planner import bind, info_for, layout_info, storage_strides
 
 _original: dict[str, Callable[..., Any]] = {}
 
@@ -41,9 +41,13 @@ def _spyre_device(device: torch.device | str | int | None, default: torch.device
 
 def empty_with_layout(spec: object, size: Sequence[int], dtype: torch.dtype, device: torch.device,
                       stride: Sequence[int] | None = None) -> torch.Tensor:
-    """An uninitialised spyre tensor in ``spec`` (a layout or template); padding holds the pad value."""
+    """An uninitialised spyre tensor in ``spec`` (a layout or template); padding holds the pad value.
+
+    ``stride``: the tensor's strides, the units the layout's stride_map is read in (default:
+    those the layout was made for, else row-major).
+    """
     size = tuple(size)
-    layout = bind(spec, size, dtype)
+    layout = bind(spec, size, dtype, stride)
     info = info_for(layout, size) if stride is None else layout_info(layout, size, tuple(stride))
     if stride is not None:
         layout.resolve(size, tuple(stride))
@@ -60,9 +64,10 @@ def _is_whole(tensor: torch.Tensor) -> bool:
     )
 
 
-def relayout(x: torch.Tensor, spec: object, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-    """A new spyre tensor holding ``x`` (any device) in ``spec``; no autograd."""
-    out = empty_with_layout(spec, x.shape, dtype, device)
+def relayout(x: torch.Tensor, spec: object, device: torch.device, dtype: torch.dtype,
+             stride: Sequence[int] | None = None) -> torch.Tensor:
+    """A new spyre tensor holding ``x`` (any device) in ``spec`` with strides ``stride``; no autograd."""
+    out = empty_with_layout(spec, x.shape, dtype, device, stride)
     with torch.no_grad():
         out.copy_(x)
     return out
@@ -72,16 +77,19 @@ class _ToLayout(torch.autograd.Function):
     """Differentiable move into a layout: the gradient goes back to the source's device and layout."""
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, spec: object, device: torch.device) -> torch.Tensor:
+    def forward(ctx: Any, x: torch.Tensor, spec: object, device: torch.device,
+                stride: tuple[int, ...] | None) -> torch.Tensor:
         ctx.source_device = x.device
         ctx.source_layout = device_tensor_layout(x) if x.device.type == "spyre" and _is_whole(x) else None
-        return relayout(x, spec, device, x.dtype)
+        ctx.source_stride = tuple(x.stride())
+        return relayout(x, spec, device, x.dtype, stride)
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None, None]:
         if ctx.source_layout is not None:
-            return relayout(grad, ctx.source_layout, ctx.source_device, grad.dtype), None, None
-        return grad.to(ctx.source_device), None, None
+            stride = None if ctx.source_layout.host_stride is not None else ctx.source_stride
+            return relayout(grad, ctx.source_layout, ctx.source_device, grad.dtype, stride), None, None, None
+        return grad.to(ctx.source_device), None, None, None
 
 
 def to_layout(x: torch.Tensor, spec: object, device: torch.device | None = None, dtype: torch.dtype | None = None,
@@ -90,12 +98,13 @@ def to_layout(x: torch.Tensor, spec: object, device: torch.device | None = None,
     device = _spyre_device(device, x.device if x.device.type == "spyre" else torch.device("spyre"))
     if dtype is not None and dtype != x.dtype:
         x = x.to(dtype)
-    layout = bind(spec, x.shape, x.dtype)
+    layout = bind(spec, x.shape, x.dtype, x.stride())
     if not copy and x.device == device and _is_whole(x) and device_tensor_layout(x) == layout:
         return x
+    stride = storage_strides(layout, x.shape, x.stride())
     if x.requires_grad and torch.is_grad_enabled():
-        return _ToLayout.apply(x, layout, device)
-    return relayout(x, layout, device, x.dtype)
+        return _ToLayout.apply(x, layout, device, stride)
+    return relayout(x, layout, device, x.dtype, stride)
 
 
 def _to(self: torch.Tensor, *args: Any, device_layout: object = None, **kwargs: Any) -> torch.Tensor:
@@ -121,8 +130,20 @@ def _new_empty_strided(self: torch.Tensor, size: Sequence[int], stride: Sequence
 
 def _empty(*size: Any, device_layout: object = None, **kwargs: Any) -> torch.Tensor:
     if device_layout is None:
+        _check_memory_format(kwargs)
         return _original["empty"](*size, **kwargs)
     return _empty_call(_shape(size), None, device_layout, torch.get_default_dtype(), torch.device("spyre"), kwargs)
+
+
+def _check_memory_format(kwargs: dict[str, Any]) -> None:
+    """Spyre tensors are strided in the layout's host order: a channels-last request is refused (Torch-Spyre)."""
+    fmt = kwargs.get("memory_format")
+    if fmt in (None, torch.contiguous_format, torch.preserve_format):
+        return
+    device = kwargs.get("device")
+    device = torch.get_default_device() if device is None else torch.device(device)
+    if device.type == "spyre":
+        raise RuntimeError(f"Spyre backend only supports contiguous memory format, got: {fmt}")
 
 
 def _empty_call(size: tuple[int, ...], stride: tuple[int, ...] | None, spec: object, dtype: torch.dtype,
@@ -131,6 +152,7 @@ def _empty_call(size: tuple[int, ...], stride: tuple[int, ...] | None, spec: obj
     dtype = kwargs.pop("dtype", None) or dtype
     device = _spyre_device(kwargs.pop("device", None), device if device.type == "spyre" else torch.device("spyre"))
     kwargs.pop("pin_memory", None)
+    _check_memory_format({"memory_format": kwargs.pop("memory_format", None), "device": device})
     layout_kw = kwargs.pop("layout", torch.strided)
     if layout_kw not in (None, torch.strided) or kwargs:
         raise TypeError(f"unsupported arguments with device_layout: {sorted(kwargs) or layout_kw}")
@@ -147,6 +169,13 @@ def install() -> None:
     """Add ``device_layout=`` to the PyTorch functions that create or move tensors."""
     if _original:
         return
+    # torch.device("spyre") as a context manager sends the constructors in a set it builds once
+    # from the functions then in torch to the device: build it now, so it holds the torch.empty
+    # the wrapper below calls (else `with torch.device("spyre"): torch.empty(2)` stays on the CPU).
+    from torch.utils._device import _device_constructors
+
+    _device_constructors.cache_clear()
+    _device_constructors()
     _original.update(to=torch.Tensor.to, new_empty=torch.Tensor.new_empty,
                      new_empty_strided=torch.Tensor.new_empty_strided, empty=torch.empty)
     torch.Tensor.to = functools.wraps(_original["to"])(_to)

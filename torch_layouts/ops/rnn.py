@@ -1,0 +1,79 @@
+"""Fused RNN cells on spyre: the kernels PyTorch's ``nn.LSTM``/``nn.GRU`` call on accelerators.
+
+PyTorch sends accelerator tensors (CUDA, XPU, PrivateUse1) to ``_thnn_fused_lstm_cell`` and
+``_thnn_fused_gru_cell``, which have no CPU kernel for the fallback to borrow. These kernels
+compute the same cells from device ops, saving the activated gates as CUDA's kernels do, and
+the matching backward kernels make ``backward()`` work through PyTorch's own formulas.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .registry import register
+
+Tensor = torch.Tensor
+
+
+def _gates(input_gates: Tensor, hidden_gates: Tensor, input_bias: Tensor | None,
+           hidden_bias: Tensor | None) -> tuple[Tensor, Tensor]:
+    if input_bias is not None:
+        input_gates = input_gates + input_bias
+    if hidden_bias is not None:
+        hidden_gates = hidden_gates + hidden_bias
+    return input_gates, hidden_gates
+
+
+def lstm_cell(input_gates: Tensor, hidden_gates: Tensor, cx: Tensor, input_bias: Tensor | None = None,
+              hidden_bias: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    """(hy, cy, workspace): workspace holds the activated gates [i, f, g, o] (CUDA's layout)."""
+    igates, hgates = _gates(input_gates, hidden_gates, input_bias, hidden_bias)
+    i, f, g, o = (igates + hgates).chunk(4, dim=1)
+    i, f, g, o = i.sigmoid(), f.sigmoid(), g.tanh(), o.sigmoid()
+    cy = f * cx + i * g
+    hy = o * cy.tanh()
+    return hy, cy, torch.cat([i, f, g, o], dim=1)
+
+
+def lstm_cell_backward(grad_hy: Tensor | None, grad_cy: Tensor | None, cx: Tensor, cy: Tensor, workspace: Tensor,
+                       has_bias: bool) -> tuple[Tensor, Tensor, Tensor | None]:
+    """(grad of the gates, grad_cx, grad of the bias) of ``lstm_cell``."""
+    i, f, g, o = workspace.chunk(4, dim=1)
+    tanh_cy = cy.tanh()
+    grad_hy = torch.zeros_like(cy) if grad_hy is None else grad_hy
+    grad_c = (torch.zeros_like(cy) if grad_cy is None else grad_cy) + grad_hy * o * (1 - tanh_cy * tanh_cy)
+    grad_gates = torch.cat([grad_c * g * i * (1 - i), grad_c * cx * f * (1 - f), grad_c * i * (1 - g * g),
+                            grad_hy * tanh_cy * o * (1 - o)], dim=1)
+    return grad_gates, grad_c * f, grad_gates.sum(0) if has_bias else None
+
+
+def gru_cell(input_gates: Tensor, hidden_gates: Tensor, hx: Tensor, input_bias: Tensor | None = None,
+             hidden_bias: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """(hy, workspace): workspace holds [r, z, n, hx, hidden n-gate] (CUDA's layout)."""
+    igates, hgates = _gates(input_gates, hidden_gates, input_bias, hidden_bias)
+    i_r, i_z, i_n = igates.chunk(3, dim=1)
+    h_r, h_z, h_n = hgates.chunk(3, dim=1)
+    r, z = (i_r + h_r).sigmoid(), (i_z + h_z).sigmoid()
+    n = (i_n + r * h_n).tanh()
+    hy = n + z * (hx - n)
+    return hy, torch.cat([r, z, n, hx, h_n], dim=1)
+
+
+def gru_cell_backward(grad_hy: Tensor, workspace: Tensor, has_bias: bool
+                      ) -> tuple[Tensor, Tensor, Tensor, Tensor | None, Tensor | None]:
+    """(grad input gates, grad hidden gates, grad_hx, grad input bias, grad hidden bias) of ``gru_cell``."""
+    r, z, n, hx, h_n = workspace.chunk(5, dim=1)
+    grad_n = grad_hy * (1 - z) * (1 - n * n)
+    grad_z = grad_hy * (hx - n) * z * (1 - z)
+    grad_r = grad_n * h_n * r * (1 - r)
+    grad_input = torch.cat([grad_r, grad_z, grad_n], dim=1)
+    grad_hidden = torch.cat([grad_r, grad_z, grad_n * r], dim=1)
+    bias = (grad_input.sum(0), grad_hidden.sum(0)) if has_bias else (None, None)
+    return grad_input, grad_hidden, grad_hy * z, *bias
+
+
+def register_all() -> None:
+    register("_thnn_fused_lstm_cell", lstm_cell)
+    register("_thnn_fused_lstm_cell_backward_impl", lstm_cell_backward)
+    register("_thnn_fused_gru_cell", gru_cell)
+    register("_thnn_fused_gru_cell_backward", gru_cell_backward)
