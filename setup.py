@@ -11,7 +11,7 @@ import os
 os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
 
 from setuptools import setup  # noqa: E402
-from torch.utils.cpp_extension import BuildExtension, CppExtension  # noqa: E402
+from torch.utils.cpp_extension import BuildExtension, CppExtension, include_paths  # noqa: E402
 
 # -fopenmp: at::parallel_for is inlined from ATen's OpenMP header; without it copies run serially.
 flags = ["-O3", "-g0", "-fopenmp", "-Wall", "-Wno-unused-parameter", "-Wno-interference-size"]
@@ -23,6 +23,8 @@ setup(
         CppExtension(
             "torch_layouts._C",
             sorted(glob.glob("csrc/*.cpp")),
+            # Kineto's headers (csrc/kineto_profiler.cpp: the PrivateUse1 activity profiler).
+            include_dirs=[os.path.join(include_paths()[0], "kineto")],
             extra_compile_args=flags,
             extra_link_args=["-fopenmp"] + (["-fsanitize=address"] if os.environ.get("TORCH_LAYOUTS_ASAN") else []),
         )

@@ -4,6 +4,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/native/CPUFallback.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/util/ScopeExit.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -127,11 +128,13 @@ void spyre_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     // The op uses the CPU default generator: lend it for the op, then give its state back.
     at::Generator cpu_default = at::detail::getDefaultCPUGenerator();
     at::Generator saved = cpu_default.clone();
+    auto restore = c10::make_scope_exit([&] {  // also when the op throws; after the loan ends
+      std::lock_guard<std::mutex> lock(cpu_default.mutex());
+      cpu_default.set_state(saved.get_state());
+    });
     Loan loan(default_generator(device), cpu_default);
     at::native::cpu_fallback(op, stack);
     loan.done(values_produced(*stack, returns));
-    std::lock_guard<std::mutex> lock(cpu_default.mutex());
-    cpu_default.set_state(saved.get_state());
     return;
   }
   at::native::cpu_fallback(op, stack);

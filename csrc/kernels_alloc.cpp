@@ -1,6 +1,7 @@
 // Allocation kernels: every device tensor is born with its layout and padding set.
 #include <ATen/EmptyTensor.h>
 #include <ATen/native/Resize.h>
+#include <ATen/ops/empty_like_native.h>
 #include <ATen/ops/set_cpu_dispatch.h>
 #include <ATen/ops/zeros.h>
 #include <c10/core/MemoryFormat.h>
@@ -56,6 +57,18 @@ at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarT
                                std::optional<bool> pin_memory_opt, std::optional<c10::MemoryFormat> format) {
   at::detail::check_size_nonnegative(size);
   return empty_strided(size, strides_for(size, format), dtype_opt, layout_opt, device_opt, pin_memory_opt);
+}
+
+// An explicit channels-last request is refused, as in torch.empty (Torch-Spyre); preserve keeps
+// the source's strides. Kernels asking empty.memory_format for channels-last strides still get them.
+at::Tensor empty_like(const at::Tensor& self, std::optional<c10::ScalarType> dtype_opt,
+                      std::optional<c10::Layout> layout_opt, std::optional<c10::Device> device_opt,
+                      std::optional<bool> pin_memory_opt, std::optional<c10::MemoryFormat> format) {
+  const auto requested = format.value_or(c10::MemoryFormat::Preserve);
+  const bool to_device = device_opt.has_value() ? device_opt->is_privateuseone() : self.is_privateuseone();
+  TORCH_CHECK(!to_device || requested == c10::MemoryFormat::Preserve || requested == c10::MemoryFormat::Contiguous,
+              "Spyre backend only supports contiguous memory format, got: ", requested);
+  return at::native::empty_like(self, dtype_opt, layout_opt, device_opt, pin_memory_opt, format);
 }
 
 // Elements from the start of a storage to the end of a (size, stride) view at `offset`.
@@ -165,6 +178,7 @@ at::Tensor& set_empty_(at::Tensor& self) {
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("empty.memory_format", empty_memory_format);
   m.impl("empty_strided", empty_strided);
+  m.impl("empty_like", empty_like);
   m.impl("resize_", resize_);
   m.impl("set_.source_Storage_storage_offset", set_storage_offset_);
   m.impl("set_.source_Storage", set_storage_);

@@ -357,6 +357,10 @@ def test_deepcopy_keeps_layout_values_and_sharing():
 OPS = [op for op in op_db if op.variant_test_name == "" and op.name in
        ("add", "mul", "sub", "sum", "matmul", "transpose", "view", "reshape", "permute", "softmax")]
 
+# The device's matmul sums in another order than the CPU's: samples (values up to 9, k = 10)
+# differ by rounding, each as far from the float64 result as the CPU's is.
+ORDER_TOLERANCE = {"matmul": {"atol": 1e-4, "rtol": 1e-5}}
+
 
 class TestSpyreDeviceGeneric(TestCase):
     """Every OpInfo sample run on spyre must match the same sample run on the CPU."""
@@ -371,7 +375,7 @@ class TestSpyreDeviceGeneric(TestCase):
             got = op(sample.input, *sample.args, **sample.kwargs)
             want = op(host.input, *host.args, **host.kwargs)
             self.assertEqual(got.device.type, "spyre")
-            self.assertEqual(got.cpu(), want)
+            self.assertEqual(got.cpu(), want, **ORDER_TOLERANCE.get(op.name, {}))
 
     @dtypes(torch.float16, torch.int32, torch.bool)
     def test_views_and_copies(self, device, dtype):

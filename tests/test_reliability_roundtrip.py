@@ -28,7 +28,8 @@ from hypothesis import strategies as st
 
 import torch_layouts
 from torch_layouts import DataFormats, DeviceLayout, SpyreTensorLayout, _C, htp, mace, tensorrt
-from torch_layouts.runtime.planner import is_dense
+from torch_layouts.runtime.layout_records import is_dense
+from torch_layouts.core.layout import contiguous_strides
 
 FAMILIES = ("default", "spyre", "spyre_strided", "spyre_explicit", "core", "htp", "tensorrt", "mace")
 TRT_TEMPLATES = (
@@ -152,7 +153,12 @@ def specs(draw: st.DrawFn, x: torch.Tensor, family: str | None = None, allow_def
         return draw(explicit_spyre(x, pad))
     if family == "core":  # an empty tensor fits any layout: draw one for a non-empty stand-in
         stand_in = tuple(n or draw(st.integers(1, 3)) for n in shape)
-        return draw(layout_cases(host_size=stand_in, strided=False, dtypes=(dtype,))).layout()
+        layout = draw(layout_cases(host_size=stand_in, strided=False, dtypes=(dtype,))).layout()
+        if stand_in != shape:
+            return layout
+        # made for x's row-major offsets: a layout made for this size keeps them for any strides of x
+        return DeviceLayout(layout.device_size, layout.stride_map, dtype, pad_value=layout.pad_value,
+                            host_size=shape, host_stride=contiguous_strides(shape))
     if family == "htp":
         return draw(htp_templates(len(shape), pad))
     if family == "tensorrt":

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import torch
 
 from .core.layout import contiguous_strides
-from .runtime.planner import is_dense
+from .runtime.layout_records import is_dense
 from .runtime.tensor_methods import to_layout
 from .spyre import SpyreTensorLayout
 

@@ -185,6 +185,16 @@ def parse_spec(notation: str, rank: int, dim_order: Sequence[int] | None = None)
     raise ValueError(f"bad spyre spec 'spyre:{notation}': expected spyre, spyre:sparse or spyre:dim_order=1,0,2")
 
 
+def device_default_layout(size: Sequence[int], stride: Sequence[int], dtype: torch.dtype) -> DeviceLayout:
+    """The device's default layout: Spyre's for ``dtype`` (the last dim in sticks), and
+    above rank 6 (more dims than a Spyre layout holds) the host order, unpadded."""
+    if len(size) <= MAX_RANK:
+        return SpyreTensorLayout(tuple(size), tuple(stride), dtype)
+    order = sorted(range(len(size)), key=lambda d: -stride[d])
+    return DeviceLayout([size[d] for d in order], [stride[d] if size[d] != 1 else -1 for d in order], dtype,
+                        host_size=size, host_stride=stride)
+
+
 def _build(notation: str, host_size: tuple[int, ...], dtype: torch.dtype | None, pad_value: int | float,
            dim_order: Sequence[int] | None) -> SpyreTensorLayout:
     order = parse_spec(notation, len(host_size), dim_order)
@@ -211,4 +221,5 @@ register(Family(
     chunk_name=lambda layout: "stick",
     facts=_facts,
     safe_classes=(DataFormats,),
+    device_default=device_default_layout,
 ))

@@ -53,7 +53,7 @@ def chunk_name(layout: DeviceLayout) -> str:
 def chunk_ids(layout: DeviceLayout, host_size: Sequence[int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The colours' meaning: the chunk of every device position (``PAD`` for padding) and of every
     host element (row-major), for a host tensor of ``host_size`` (default: the bound one)."""
-    size = layout.resolve(host_size).host_size
+    size = layout.resolve(host_size).size
     return _chunks(layout, layout.host_map(size), math.prod(size))
 
 
@@ -74,7 +74,7 @@ def draw(layout: DeviceLayout, path: str | os.PathLike, host_size: Sequence[int]
     Raises OSError when ``path`` cannot be written, ValueError for layouts of more than
     ``MAX_ELEMENTS`` device elements.
     """
-    size = layout.resolve(host_size).host_size
+    size = layout.resolve(host_size).size
     if layout.device_numel > MAX_ELEMENTS:
         raise ValueError(f"{layout.describe()} has {layout.device_numel} device elements; pictures are drawn "
                          f"for at most {MAX_ELEMENTS} (pick a smaller host size)")

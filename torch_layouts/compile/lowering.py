@@ -17,10 +17,10 @@ from dataclasses import dataclass
 import torch
 import torch.fx
 
-from ..core.layout import DeviceLayout
+from ..core.layout import BoundLayout, DeviceLayout
 from ..ops import rules
 from ..ops.elementwise import materialize
-from ..ops.operands import Coords, rowmajor
+from ..ops.operands import rowmajor
 from ..ops.stats import count_restickify
 from .placement import Plan, solve
 from .propagate import Propagation, State, TensorInfo, layout_of_state
@@ -151,7 +151,7 @@ def _restickify_fn(layout: DeviceLayout, state: State) -> Callable[[torch.Tensor
     device, the eager kernels' strided copy; counted in ``stats()``)."""
     def spyre_restickify(t: torch.Tensor) -> torch.Tensor:
         size = tuple(t.shape)
-        out = materialize(t, Coords(layout_of_state(size, t.dtype, state), size, rowmajor(size)))
+        out = materialize(t, BoundLayout(layout_of_state(size, t.dtype, state), size, rowmajor(size)))
         count_restickify(t.numel() * t.element_size())
         return out
 

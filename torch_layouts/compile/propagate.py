@@ -36,7 +36,7 @@ from ..core.layout import DeviceLayout
 from ..ops import registry
 from ..ops.matmul import rhs_layout
 from ..ops.operands import stick_dim
-from ..runtime.planner import default_layout
+from ..runtime.layout_records import default_layout
 from ..spyre import MAX_RANK, SpyreTensorLayout
 from .placement import ANY, Mode, PlanNode, Problem, State
 

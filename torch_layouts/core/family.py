@@ -53,6 +53,8 @@ class Family:
     * ``facts``: ``show``'s extra lines in the family's own vocabulary.
     * ``picture_line``: chunks per drawn line of device memory (None: the picture chooses).
     * ``safe_classes``: templates, enums and other values pickled with its layouts.
+    * ``device_default``: the layout a device tensor gets without ``device_layout``, as
+      ``device_default(size, stride, dtype)``; one family (the device's own) declares it.
     """
 
     name: str
@@ -69,6 +71,7 @@ class Family:
     facts: Callable[[DeviceLayout], Facts] = no_facts
     picture_line: Callable[[DeviceLayout], int | None] = auto_line
     safe_classes: tuple[type, ...] = ()
+    device_default: Callable[[Sequence[int], Sequence[int], torch.dtype], DeviceLayout] | None = None
 
 
 _FAMILIES: dict[str, Family] = {}
@@ -104,6 +107,21 @@ def lookup(name: str) -> Family | None:
     """The family a spec prefix names (its name or an alias, any case), or None."""
     key = name.strip().lower()
     return next((f for f in _FAMILIES.values() if key == f.name.lower() or key in map(str.lower, f.aliases)), None)
+
+
+def device_default(size: Sequence[int], stride: Sequence[int], dtype: torch.dtype) -> DeviceLayout:
+    """The layout a device tensor of this size, strides and dtype gets without ``device_layout``.
+
+    Example::
+
+        >>> device_default((4, 100), (100, 1), torch.float16).device_size
+        (2, 4, 64)
+    """
+    owners = [f for f in _FAMILIES.values() if f.device_default is not None]
+    if len(owners) != 1:
+        raise RuntimeError(f"exactly one layout family must declare the device's default layout, "
+                           f"found {[f.name for f in owners]}")
+    return owners[0].device_default(size, stride, dtype)
 
 
 def of(layout: DeviceLayout) -> Family | None:

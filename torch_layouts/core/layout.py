@@ -204,6 +204,16 @@ class DeviceLayout:
         """Boolean mask over device positions: True where a real element lives."""
         return self.host_map(host_size, host_stride) >= 0
 
+    def for_host_dtype(self, dtype: torch.dtype) -> DeviceLayout:
+        """This layout holding host tensors of ``dtype``: itself when it holds that dtype.
+
+        A family whose device format holds several host dtypes (Spyre's IEEE_INT32 holds
+        int64) overrides this; any other dtype raises ``ValueError``.
+        """
+        if dtype != self.dtype:
+            raise ValueError(f"{self} holds {self.dtype}, not {dtype}")
+        return self
+
 
 class LayoutTemplate(abc.ABC):
     """A family's layout notation that becomes a DeviceLayout once bound to a host tensor.
@@ -305,15 +315,6 @@ class BoundLayout(_Binding):
     def shape(self) -> tuple[int, ...]:
         """The shape of a buffer in this layout (its ``device_size``)."""
         return self.layout.device_size
-
-    # Names of the former ``Resolution`` (runtime/planner.py reads them).
-    @property
-    def host_size(self) -> tuple[int, ...]:
-        return self.size
-
-    @property
-    def host_stride(self) -> tuple[int, ...]:
-        return self.stride
 
     # -- regions ---------------------------------------------------------------
     def components(self, broadcast_full: bool = True) -> list[Component]:
@@ -442,9 +443,6 @@ class BoundLayout(_Binding):
                 h = h - c * dig.step
                 out += c * dig.device_stride
         return out
-
-
-Resolution = BoundLayout  # the former name, until runtime/planner.py says BoundLayout
 
 
 _DERIVED = ("groups", "synthetic", "broadcast", "empty")

@@ -146,7 +146,7 @@ def dma_program(layout: DeviceLayout, host_size: Sequence[int] | None = None,
     if isinstance(host_offset, bool) or not isinstance(host_offset, int) or host_offset < 0:
         raise ValueError(f"host_offset must be a non-negative int, got {host_offset!r}")
     res = layout.resolve(host_size, host_stride)
-    return _program(layout, res.host_size, res.host_stride, host_offset, direction)
+    return _program(layout, res.size, res.stride, host_offset, direction)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -29,11 +29,11 @@ from typing import Any, NamedTuple
 import torch
 
 from .. import _C
-from ..core.layout import DeviceLayout
+from ..core.layout import BoundLayout, DeviceLayout
 from ..dma.relayout import relayout_transfers
-from ..runtime.planner import default_layout
+from ..runtime.layout_records import default_layout
 from . import rules
-from .operands import (Coords, coords_for, coords_with_dtype, default_coords, info_of, is_whole_dense, new_tensor,
+from .operands import (coords_for, coords_with_dtype, default_coords, info_of, is_whole_dense, new_tensor,
                        operand_layout, plan, raw, real_slices, scalar_view, stick_dim, strides_in_order, view)
 from .registry import check_cast, out_overload, register, write_out
 from .stats import count_kernel, count_restickify
@@ -103,7 +103,7 @@ def _names(spec: Spec) -> tuple[str, ...]:
     return tuple(a.name for a in _op(spec.name)._schema.arguments)
 
 
-def restickify_to(t: torch.Tensor, coords: Coords) -> torch.Tensor:
+def restickify_to(t: torch.Tensor, coords: BoundLayout) -> torch.Tensor:
     """A copy of ``t`` in a layout whose device dims are the coordinates' own (counted)."""
     rank = len(coords.size)
     size = (1,) * (rank - t.dim()) + tuple(t.shape)
@@ -112,12 +112,12 @@ def restickify_to(t: torch.Tensor, coords: Coords) -> torch.Tensor:
     if layout is None:
         size, source = coords.size, t.expand(coords.size)
         layout = operand_layout(coords, size, t.dtype)
-    out = materialize(source, Coords(layout, size, strides_in_order(size, coords.stride)))
+    out = materialize(source, BoundLayout(layout, size, strides_in_order(size, coords.stride)))
     count_restickify(math.prod(size) * t.element_size())
     return out
 
 
-def materialize(t: torch.Tensor, coords: Coords) -> torch.Tensor:
+def materialize(t: torch.Tensor, coords: BoundLayout) -> torch.Tensor:
     """A new tensor in ``coords`` holding ``t`` (same shape and dtype): a strided copy
     between the two buffers when ``t`` can be read in those coordinates, else the
     runtime's copy (relayout nests, or gathers and scatters)."""
@@ -133,7 +133,7 @@ def materialize(t: torch.Tensor, coords: Coords) -> torch.Tensor:
     return out
 
 
-def copy_real(target: torch.Tensor, values: torch.Tensor, coords: Coords, out: torch.Tensor) -> None:
+def copy_real(target: torch.Tensor, values: torch.Tensor, coords: BoundLayout, out: torch.Tensor) -> None:
     """Copy ``values`` into the real positions of ``target`` (``out``'s buffer shaped like
     the coordinates); its padding keeps the pad value."""
     pieces, whole = real_slices(coords)
@@ -143,7 +143,7 @@ def copy_real(target: torch.Tensor, values: torch.Tensor, coords: Coords, out: t
         _C._fill_padding(out)
 
 
-def operand_view(op: str, named: list[tuple[str, object]], coords: Coords, i: int, *, primary: bool = False,
+def operand_view(op: str, named: list[tuple[str, object]], coords: BoundLayout, i: int, *, primary: bool = False,
                  mask: bool = False) -> torch.Tensor:
     """The view of operand ``named[i]`` in ``coords``: converted to the coordinates' dtype
     or restickified into a compatible layout when it cannot be read as it is (strict mode
@@ -170,19 +170,19 @@ def operand_view(op: str, named: list[tuple[str, object]], coords: Coords, i: in
     return view(t, coords, p)
 
 
-def _operand(spec: Spec, coords: Coords, args: list, i: int, primary: bool) -> torch.Tensor:
+def _operand(spec: Spec, coords: BoundLayout, args: list, i: int, primary: bool) -> torch.Tensor:
     names = _names(spec)
     named = [(names[k], args[k]) for k in range(len(args))]
     return operand_view(spec.name.split(".")[0], named, coords, i, primary=primary, mask=i in spec.masks)
 
 
 @functools.lru_cache(maxsize=1024)
-def _move_nests(src: Coords, dst: Coords) -> list[tuple] | None:
+def _move_nests(src: BoundLayout, dst: BoundLayout) -> list[tuple] | None:
     transfers = relayout_transfers(src.layout, dst.layout, src.size, src.stride, dst.stride)
     return None if transfers is None else [tuple(t) for t in transfers]
 
 
-def move(src: Coords, buffer: torch.Tensor, dst: Coords, out: torch.Tensor) -> None:
+def move(src: BoundLayout, buffer: torch.Tensor, dst: BoundLayout, out: torch.Tensor) -> None:
     """Copy the real elements of a CPU buffer laid out as ``src`` into the device tensor ``out``
     (laid out as ``dst``), device to device; ``out``'s padding is left alone."""
     nests = _move_nests(src, dst)
@@ -192,12 +192,12 @@ def move(src: Coords, buffer: torch.Tensor, dst: Coords, out: torch.Tensor) -> N
     # No direct loop nests between the two: stage the buffer on the device, let the runtime copy.
     staged = DeviceLayout(src.layout.device_size, src.layout.stride_map, out.dtype, host_size=src.size,
                           host_stride=src.stride)
-    tmp = new_tensor(Coords(staged, src.size, src.stride), out.device)
+    tmp = new_tensor(BoundLayout(staged, src.size, src.stride), out.device)
     raw(tmp).copy_(buffer.reshape(-1))
     out.copy_(tmp)
 
 
-def output(coords: Coords, dtype: torch.dtype, device: torch.device
+def output(coords: BoundLayout, dtype: torch.dtype, device: torch.device
            ) -> tuple[torch.Tensor, torch.Tensor, Callable[[], None] | None]:
     """A new result in ``coords`` (or its ``dtype`` variant; its padding already holds the
     pad value), the CPU tensor the op writes at the real positions of ``coords``: the
@@ -217,7 +217,7 @@ def _empty_result(shape: tuple[int, ...], dtype: torch.dtype, device: torch.devi
 
 # -- the driver ------------------------------------------------------------------------
 def run(spec: Spec, args: tuple | list, kwargs: dict, *, target: torch.Tensor | None = None,
-        out_dtype: torch.dtype | None = None, coords: Coords | None = None) -> torch.Tensor:
+        out_dtype: torch.dtype | None = None, coords: BoundLayout | None = None) -> torch.Tensor:
     """Run a pointwise op on device memory (see the module docstring); with a ``target``
     (``args[0]`` for an in-place op, else an ``out=`` tensor) the op writes into it."""
     args = list(args)
@@ -315,7 +315,7 @@ def _common_device(args: list, positions: list[int]) -> torch.device:
     return device
 
 
-def _inplace_coords(target: torch.Tensor, others: list[torch.Tensor]) -> Coords | None:
+def _inplace_coords(target: torch.Tensor, others: list[torch.Tensor]) -> BoundLayout | None:
     """The target's own coordinates, when the op can write its buffer directly."""
     info = info_of(target)
     if info is None or not is_whole_dense(target, info):
@@ -325,7 +325,7 @@ def _inplace_coords(target: torch.Tensor, others: list[torch.Tensor]) -> Coords 
         if t.device.type == "spyre" and t.untyped_storage().data_ptr() == ptr and (
                 t.shape != target.shape or t.stride() != target.stride() or t.storage_offset() != 0):
             return None
-    own = Coords(info.layout, tuple(target.shape), tuple(target.stride()))
+    own = BoundLayout(info.layout, tuple(target.shape), tuple(target.stride()))
     p = plan(target, own)
     return own if p is not None and p.exact else None
 
@@ -367,11 +367,11 @@ def clone(x: torch.Tensor, *, memory_format: torch.memory_format | None = None) 
         coords = coords_for(x)
     elif info is not None and is_whole_dense(x, info):
         layout = operand_layout(coords_for(x), size, x.dtype, stride)
-        coords = Coords(layout, size, stride) if layout is not None else None
+        coords = BoundLayout(layout, size, stride) if layout is not None else None
     else:
         coords = None
     if coords is None:
-        coords = Coords(default_layout(size, stride, x.dtype), size, stride)
+        coords = BoundLayout(default_layout(size, stride, x.dtype), size, stride)
     p = plan(x, coords)
     if p is not None and p.stick_ok:
         return run(COPY, [x], {}, out_dtype=x.dtype, coords=coords)

@@ -31,11 +31,11 @@ import functools
 import torch
 
 from ..core.dtypes import data_format, elems_per_stick
-from ..core.layout import DeviceLayout
+from ..core.layout import BoundLayout, DeviceLayout
 from ..spyre import SpyreTensorLayout
 from . import rules
 from .elementwise import ADD, MUL, copy_real, fill_, materialize, run
-from .operands import Coords, default_coords, info_of, is_whole_dense, new_tensor, plan, raw, rowmajor, scratch
+from .operands import default_coords, info_of, is_whole_dense, new_tensor, plan, raw, rowmajor, scratch
 from .registry import register
 from .stats import count_restickify
 
@@ -62,7 +62,7 @@ def _matrix_order(rank: int) -> tuple[int, ...]:
     return (rank - 1, *range(rank - 2), rank - 2, rank)
 
 
-def _dense(op: str, named: list[tuple[str, torch.Tensor]], i: int, coords: Coords, exact: bool,
+def _dense(op: str, named: list[tuple[str, torch.Tensor]], i: int, coords: BoundLayout, exact: bool,
            requirement: str) -> torch.Tensor:
     """Operand ``i`` as a dense ``(..., rows, padded cols)`` CPU matrix gathered from its
     device buffer, read in ``coords`` (restickified into them when it breaks the rule).
@@ -106,7 +106,7 @@ def matmul(op: str, a: torch.Tensor, b: torch.Tensor, names: tuple[str, str] = (
     b_size = tuple(b.shape)
     dense_a = _dense(op, named, 0, default_coords(tuple(a.shape), dtype), padded_k,
                      "mat1 sticked on k (its last dim) in the default layout")
-    dense_b = _dense(op, named, 1, Coords(rhs_layout(b_size, dtype), b_size, rowmajor(b_size)), padded_k,
+    dense_b = _dense(op, named, 1, BoundLayout(rhs_layout(b_size, dtype), b_size, rowmajor(b_size)), padded_k,
                      "mat2 sticked on n (its last dim), with k padded to whole sticks of zeros")
     product = scratch((*batch, m, dense_b.shape[-1]), dtype, a.device)
     torch.matmul(dense_a, dense_b, out=product)

@@ -1,7 +1,7 @@
 """Operands as strided views of raw device buffers, in an op's device coordinates.
 
 Kernels compute on device memory itself. An op picks a *coordinate system*: a layout
-resolved over the host tensor it produces (``Coords``), usually the layout of its first
+resolved over the host tensor it produces (``BoundLayout``), usually the layout of its first
 full-rank operand. Every device operand is then read as a CPU ``as_strided`` view of
 its own raw buffer (``_C._raw_buffer``) shaped like that layout's ``device_size``: the
 view holds, at every real position of the coordinates, the operand's element for that
@@ -32,13 +32,12 @@ from .. import _C
 from ..core.dtypes import data_format, elems_per_stick
 from ..core.layout import BoundLayout, DeviceLayout, contiguous_strides
 from ..core.mapping import Fill, View, map_view, padding
-from ..runtime import planner
+from ..runtime import layout_records
 from ..spyre import SpyreTensorLayout
 
 Shape = tuple[int, ...]
 
 
-Coords = BoundLayout  # a coordinate system: a layout bound to the host tensor an op produces
 
 
 class ViewPlan(NamedTuple):
@@ -52,7 +51,7 @@ class ViewPlan(NamedTuple):
     dst_strides: Shape | None = None  # ... their strides in the coordinates' buffer ...
     factors: Shape | None = None  # ... and how many factors each coordinate dim has
 
-    def read(self, x: torch.Tensor, coords: Coords) -> torch.Tensor:
+    def read(self, x: torch.Tensor, coords: BoundLayout) -> torch.Tensor:
         """The operand's view: shaped like the coordinates, or like their factors if refined."""
         return raw(x).as_strided(self.shape or coords.shape, self.strides, self.offset)
 
@@ -108,12 +107,12 @@ def strides_in_order(size: Shape, like: Shape) -> Shape:
 
 # -- coordinate systems ----------------------------------------------------------------
 @functools.lru_cache(maxsize=1024)
-def default_coords(size: Shape, dtype: torch.dtype) -> Coords:
+def default_coords(size: Shape, dtype: torch.dtype) -> BoundLayout:
     stride = rowmajor(size)
-    return Coords(planner.default_layout(size, stride, dtype), size, stride)
+    return BoundLayout(layout_records.default_layout(size, stride, dtype), size, stride)
 
 
-def coords_for(x: torch.Tensor) -> Coords:
+def coords_for(x: torch.Tensor) -> BoundLayout:
     """Coordinates an op on ``x`` computes in: ``x``'s own buffer when it is whole, else a
     layout of ``x``'s shape with the same dim_order (when ``x`` can be read in it), else
     the default layout of ``x``'s shape."""
@@ -122,20 +121,20 @@ def coords_for(x: torch.Tensor) -> Coords:
     if info is None:
         return default_coords(size, x.dtype)
     if is_whole_dense(x, info):
-        own = Coords(info.layout, size, stride)
+        own = BoundLayout(info.layout, size, stride)
         p = plan(x, own)
         if p is not None and p.exact:
             return own
     order = getattr(info.layout, "dim_order", None)
     if order and len(order) - (order[-1] == -1) == len(size) and len(size) <= 6:
-        candidate = Coords(SpyreTensorLayout(size, x.dtype, list(order)), size, rowmajor(size))
+        candidate = BoundLayout(SpyreTensorLayout(size, x.dtype, list(order)), size, rowmajor(size))
         p = plan(x, candidate)
         if p is not None and p.stick_ok:
             return candidate
     return default_coords(size, x.dtype)
 
 
-def coords_with_dtype(coords: Coords, dtype: torch.dtype) -> Coords:
+def coords_with_dtype(coords: BoundLayout, dtype: torch.dtype) -> BoundLayout:
     """The layout a result of another dtype gets: the default layout of that dtype with
     the same dim_order when the coordinates are a Spyre layout built from one (read over
     its own host tensor or a permutation of it), else the default layout."""
@@ -144,8 +143,8 @@ def coords_with_dtype(coords: Coords, dtype: torch.dtype) -> Coords:
         return coords
     order = _dim_order_over(layout, coords.size, coords.stride)
     if order is not None:
-        return Coords(SpyreTensorLayout(coords.size, coords.stride, dtype, order), coords.size, coords.stride)
-    return Coords(planner.default_layout(coords.size, coords.stride, dtype), coords.size, coords.stride)
+        return BoundLayout(SpyreTensorLayout(coords.size, coords.stride, dtype, order), coords.size, coords.stride)
+    return BoundLayout(layout_records.default_layout(coords.size, coords.stride, dtype), coords.size, coords.stride)
 
 
 def _dim_order_over(layout: DeviceLayout, size: Shape, stride: Shape) -> list[int] | None:
@@ -165,7 +164,7 @@ def _dim_order_over(layout: DeviceLayout, size: Shape, stride: Shape) -> list[in
 
 
 @functools.lru_cache(maxsize=2048)
-def operand_layout(coords: Coords, size: Shape, dtype: torch.dtype, stride: Shape | None = None) -> DeviceLayout | None:
+def operand_layout(coords: BoundLayout, size: Shape, dtype: torch.dtype, stride: Shape | None = None) -> DeviceLayout | None:
     """A layout for a tensor of ``size`` (the coordinates' rank, 1 where it broadcasts)
     whose device dims are the coordinates' own: every grouped device dim keeps its step
     along the same host dim; dims along broadcast host dims shrink to 1 (the stick stays,
@@ -202,7 +201,7 @@ def operand_layout(coords: Coords, size: Shape, dtype: torch.dtype, stride: Shap
 
 
 # -- views -------------------------------------------------------------------------------
-def plan(x: torch.Tensor, coords: Coords, refine: bool = False) -> ViewPlan | None:
+def plan(x: torch.Tensor, coords: BoundLayout, refine: bool = False) -> ViewPlan | None:
     """How to read device tensor ``x`` (broadcastable to ``coords.size``) in ``coords``."""
     info = info_of(x)
     if info is None:
@@ -211,7 +210,7 @@ def plan(x: torch.Tensor, coords: Coords, refine: bool = False) -> ViewPlan | No
                      tuple(x.shape), tuple(x.stride()), x.storage_offset(), refine)
 
 
-def view(x: torch.Tensor, coords: Coords, p: ViewPlan) -> torch.Tensor:
+def view(x: torch.Tensor, coords: BoundLayout, p: ViewPlan) -> torch.Tensor:
     return raw(x).as_strided(coords.layout.device_size, p.strides, p.offset)
 
 
@@ -236,7 +235,7 @@ def element_offset(layout: DeviceLayout, base_size: Shape, base_stride: Shape, o
 
 
 @functools.lru_cache(maxsize=8192)
-def plan_view(coords: Coords, layout: DeviceLayout, base_size: Shape, base_stride: Shape,
+def plan_view(coords: BoundLayout, layout: DeviceLayout, base_size: Shape, base_stride: Shape,
               size: Shape, stride: Shape, offset: int, refine: bool = False) -> ViewPlan | None:
     """The strided view of a buffer in ``layout`` (holding a base tensor) that reads the
     view ``(size, stride, offset)`` of that base in ``coords``; see the module docstring.
@@ -268,7 +267,7 @@ MAX_PIECES = 16  # beyond this many real boxes, kernels write whole buffers and 
 
 
 @functools.lru_cache(maxsize=2048)
-def real_slices(coords: Coords) -> tuple[tuple[tuple[slice, ...], ...], bool]:
+def real_slices(coords: BoundLayout) -> tuple[tuple[tuple[slice, ...], ...], bool]:
     """Index tuples into a buffer shaped like the coordinates that cover exactly its real
     positions (a few boxes: one per partial tile, the first element of a sparse stick),
     and False; or the whole buffer ``((),)`` and True (padding to restore afterwards)
@@ -282,12 +281,12 @@ def real_slices(coords: Coords) -> tuple[tuple[tuple[slice, ...], ...], bool]:
 
 
 @functools.lru_cache(maxsize=2048)
-def fills(coords: Coords) -> tuple[Fill, ...]:
+def fills(coords: BoundLayout) -> tuple[Fill, ...]:
     """Nests covering every padding position of the coordinates' buffer."""
     return tuple(padding(coords))
 
 
-def fill_pad(t: torch.Tensor, coords: Coords, value: float | int | bool) -> torch.Tensor:
+def fill_pad(t: torch.Tensor, coords: BoundLayout, value: float | int | bool) -> torch.Tensor:
     """Set the padding positions of a contiguous CPU tensor shaped like the coordinates."""
     flat = t.view(-1)
     for f in fills(coords):
@@ -295,7 +294,7 @@ def fill_pad(t: torch.Tensor, coords: Coords, value: float | int | bool) -> torc
     return t
 
 
-def padded_copy(v: torch.Tensor, coords: Coords, value: float | int | bool, dtype: torch.dtype | None = None
+def padded_copy(v: torch.Tensor, coords: BoundLayout, value: float | int | bool, dtype: torch.dtype | None = None
                 ) -> torch.Tensor:
     """A contiguous copy of a view in the coordinates with ``value`` in every padding position."""
     out = torch.empty(coords.layout.device_size, dtype=dtype or v.dtype)
@@ -304,7 +303,7 @@ def padded_copy(v: torch.Tensor, coords: Coords, value: float | int | bool, dtyp
 
 
 @functools.lru_cache(maxsize=1024)
-def reduced_dims(coords: Coords, host_dims: frozenset[int]) -> tuple[int, ...] | None:
+def reduced_dims(coords: BoundLayout, host_dims: frozenset[int]) -> tuple[int, ...] | None:
     """Device dims stepping along ``host_dims``; None if a group mixes them with other dims."""
     out: list[int] = []
     for group in coords.groups:
@@ -317,9 +316,9 @@ def reduced_dims(coords: Coords, host_dims: frozenset[int]) -> tuple[int, ...] |
 
 
 # -- new device tensors ------------------------------------------------------------------
-def new_tensor(coords: Coords, device: torch.device) -> torch.Tensor:
+def new_tensor(coords: BoundLayout, device: torch.device) -> torch.Tensor:
     """A fresh device tensor in the coordinates' layout (padding set to the pad value)."""
-    info = planner.layout_info(coords.layout, coords.size, coords.stride)
+    info = layout_records.layout_info(coords.layout, coords.size, coords.stride)
     return _C._empty_with_layout(info, device.index)
 
 
@@ -331,7 +330,7 @@ def scratch(shape: Sequence[int], dtype: torch.dtype, device: torch.device) -> t
     return raw(buffer)[:numel].view(tuple(shape))
 
 
-def has_padding(coords: Coords) -> bool:
+def has_padding(coords: BoundLayout) -> bool:
     return bool(fills(coords))
 
 

@@ -20,10 +20,11 @@ from collections.abc import Sequence
 
 import torch
 
-from ..runtime.planner import default_layout
+from ..runtime.layout_records import default_layout
 from ..spyre import MAX_RANK, SpyreTensorLayout
 from .elementwise import copy_real, move, restickify_to
-from .operands import (Coords, coords_for, default_coords, has_padding, new_tensor, operand_layout, padded_copy, plan,
+from ..core.layout import BoundLayout
+from .operands import (coords_for, default_coords, has_padding, new_tensor, operand_layout, padded_copy, plan,
                        raw, reduced_dims, rowmajor, strides_in_order, view)
 from .registry import register
 
@@ -58,7 +59,7 @@ def identity(kind: str, dtype: torch.dtype) -> float | int | bool:
 
 
 def readable(x: torch.Tensor, dims: tuple[int, ...]
-             ) -> tuple[torch.Tensor, Coords, torch.Tensor, tuple[int, ...], bool]:
+             ) -> tuple[torch.Tensor, BoundLayout, torch.Tensor, tuple[int, ...], bool]:
     """``x`` (restickified if it must be), its coordinates, its view in them, the device
     dims of the reduced host dims, and whether the view is ``x``'s exact buffer."""
     coords = coords_for(x)
@@ -75,7 +76,7 @@ def readable(x: torch.Tensor, dims: tuple[int, ...]
     return x, coords, view(x, coords, p), red, p.exact
 
 
-def masked(v: torch.Tensor, coords: Coords, exact: bool, pad_value: object, value: object) -> torch.Tensor:
+def masked(v: torch.Tensor, coords: BoundLayout, exact: bool, pad_value: object, value: object) -> torch.Tensor:
     """``v`` when its padding already holds ``value``, else a copy whose padding does."""
     if not has_padding(coords) or (exact and pad_value == value):
         return v
@@ -92,7 +93,7 @@ def _reduced_order(order: tuple[int, ...], dims: tuple[int, ...], keepdim: bool)
     return real + ([-1] if sparse else [])
 
 
-def result_coords(coords: Coords, dims: tuple[int, ...], keepdim: bool, dtype: torch.dtype) -> Coords:
+def result_coords(coords: BoundLayout, dims: tuple[int, ...], keepdim: bool, dtype: torch.dtype) -> BoundLayout:
     """The layout of a reduction's result (see the module docstring)."""
     keep = tuple(1 if d in dims else n for d, n in enumerate(coords.size))
     shape = keep if keepdim else tuple(n for d, n in enumerate(coords.size) if d not in dims)
@@ -103,17 +104,17 @@ def result_coords(coords: Coords, dims: tuple[int, ...], keepdim: bool, dtype: t
         if not shape:
             return default_coords((), dtype)
         if len(shape) <= MAX_RANK + (new_order[-1] == -1):
-            return Coords(SpyreTensorLayout(shape, dtype, new_order), shape, rowmajor(shape))
+            return BoundLayout(SpyreTensorLayout(shape, dtype, new_order), shape, rowmajor(shape))
     keep_stride = strides_in_order(keep, coords.stride)
     stride = keep_stride if keepdim else tuple(s for d, s in enumerate(keep_stride) if d not in dims)
     collapsed = operand_layout(coords, keep, dtype, keep_stride)
     spyre_kept = not isinstance(layout, SpyreTensorLayout) or isinstance(collapsed, SpyreTensorLayout)
     if collapsed is not None and spyre_kept:
-        return Coords(collapsed, shape, stride)
-    return Coords(default_layout(shape, stride, dtype), shape, stride)
+        return BoundLayout(collapsed, shape, stride)
+    return BoundLayout(default_layout(shape, stride, dtype), shape, stride)
 
 
-def write_result(coords: Coords, dims: tuple[int, ...], keepdim: bool, values: torch.Tensor,
+def write_result(coords: BoundLayout, dims: tuple[int, ...], keepdim: bool, values: torch.Tensor,
                  device: torch.device) -> torch.Tensor:
     """A new device tensor holding ``values`` (shaped like the coordinates, size 1 along the
     reduced device dims), laid out by ``result_coords``."""
@@ -125,7 +126,7 @@ def write_result(coords: Coords, dims: tuple[int, ...], keepdim: bool, values: t
     collapsed = operand_layout(coords, keep, dtype, keep_stride)
     if collapsed is None:
         raise RuntimeError(f"internal error: no collapsed layout of {coords} for reduced dims {dims}")
-    src = Coords(collapsed, keep, keep_stride)
+    src = BoundLayout(collapsed, keep, keep_stride)
     src_values = values.expand(src.shape)
     same = (src.layout.device_size, src.layout.stride_map) == (out_coords.layout.device_size,
                                                                 out_coords.layout.stride_map)
@@ -137,7 +138,7 @@ def write_result(coords: Coords, dims: tuple[int, ...], keepdim: bool, values: t
     else:
         kept = iter(out_coords.stride)
         dst_stride = tuple(1 if d in dims else next(kept) for d in range(len(keep)))
-    dst = Coords(out_coords.layout, keep, dst_stride)
+    dst = BoundLayout(out_coords.layout, keep, dst_stride)
     move(src, src_values.contiguous(), dst, out)
     return out
 

@@ -17,7 +17,8 @@ from collections.abc import Sequence
 import torch
 
 from .elementwise import convert, copy_real, operand_view, output
-from .operands import Coords, fill_pad, padded_copy
+from ..core.layout import BoundLayout
+from .operands import fill_pad, padded_copy
 from .reductions import LOW_PRECISION, readable, write_result
 from .registry import register
 
@@ -34,7 +35,7 @@ def _rmax(t: torch.Tensor, red: tuple[int, ...]) -> torch.Tensor:
     return t.amax(red, keepdim=True) if red else t.clone()
 
 
-def _write(coords: Coords, values: torch.Tensor, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+def _write(coords: BoundLayout, values: torch.Tensor, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     out, target, finish = output(coords, dtype, device)
     if finish is None:
         copy_real(target, values, coords, out)

@@ -7,7 +7,7 @@ import atexit
 import torch
 
 from .. import _C
-from . import device_module, dlpack, planner, printing, serialization, sharing, streams, tensor_methods, torch_spyre_api
+from . import device_module, dlpack, layout_records, printing, serialization, sharing, streams, tensor_methods, torch_spyre_api
 
 
 def _drain_autograd_threads() -> None:
@@ -35,7 +35,7 @@ def init() -> None:
     torch.utils.rename_privateuse1_backend("spyre")
     torch._register_device_module("spyre", device_module)
     torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)
-    _C._set_planner(planner)
+    _C._set_planner(layout_records)
     tensor_methods.install()
     printing.install()
     torch_spyre_api.install()

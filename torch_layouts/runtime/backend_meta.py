@@ -31,7 +31,7 @@ import torch
 
 from .. import _C
 from ..core.layout import DeviceLayout
-from .planner import layout_info
+from .layout_records import layout_info
 from .serialization import _base
 from .tensor_methods import empty_with_layout
 

@@ -14,7 +14,7 @@ import torch
 
 from .. import _C
 from ..core.layout import DeviceLayout
-from .planner import bind, info_for, layout_info, storage_strides
+from .layout_records import bind, info_for, layout_info, storage_strides
 
 _original: dict[str, Callable[..., Any]] = {}
 

@@ -1,7 +1,10 @@
-"""What the C++ runtime asks Python: layouts, DMA nests and view offsets.
+"""The runtime's layout records: what the C++ runtime asks Python.
 
-Each answer is memoised; the runtime caches default layouts itself, so the hot path
-of small copies never enters Python.
+A device buffer's layout bound to its host tensor, compiled into the record the C++
+runtime keeps (``_C.LayoutInfo``: DMA nests both ways, padding fills, view addressing);
+the default layout of a new tensor; nests to host tensors of other strides and between
+layouts. Each answer is memoised; the runtime caches default layouts itself, so the hot
+path of small copies never enters Python.
 """
 
 from __future__ import annotations
@@ -13,30 +16,21 @@ from collections.abc import Sequence
 import torch
 
 from .. import _C
-from ..core.dtypes import check_device_dtype, data_format, int64_downcast
-from ..core.layout import DeviceLayout, LayoutTemplate, Resolution
-from ..dma.plan import Transfer, host_digits, plan, swap
+from ..core import family
+from ..core.dtypes import check_device_dtype, int64_downcast
+from ..core.layout import BoundLayout, DeviceLayout, LayoutTemplate
+from ..core.mapping import Transfer, View, map_addresses, swap
 from ..dma.program import dma_program
 from ..dma.relayout import relayout_transfers
-from ..spyre import MAX_RANK, SpyreTensorLayout
 
 Shape = tuple[int, ...]
 
 
 def default_layout(size: Sequence[int], stride: Sequence[int], dtype: torch.dtype) -> DeviceLayout:
-    """The layout a tensor gets without ``device_layout``: Spyre's default, or row-major above rank 6."""
+    """The layout a tensor gets without ``device_layout`` (the device family's default)."""
     dtype = check_device_dtype(dtype, "spyre tensor dtype")
     int64_downcast(dtype)
-    if len(size) <= MAX_RANK:
-        return SpyreTensorLayout(tuple(size), tuple(stride), dtype)
-    order = sorted(range(len(size)), key=lambda d: -stride[d])
-    return DeviceLayout(
-        [size[d] for d in order],
-        [stride[d] if size[d] != 1 else -1 for d in order],
-        dtype,
-        host_size=size,
-        host_stride=stride,
-    )
+    return family.device_default(size, stride, dtype)
 
 
 def is_dense(size: Sequence[int], stride: Sequence[int]) -> bool:
@@ -68,10 +62,11 @@ def bind(spec: object, size: Sequence[int], dtype: torch.dtype, stride: Sequence
     if isinstance(spec, LayoutTemplate):
         return spec.bind(tuple(size), dtype)
     if isinstance(spec, DeviceLayout):
-        if spec.dtype != dtype and isinstance(spec, SpyreTensorLayout) and spec.device_dtype is data_format(dtype):
-            spec = spec.for_host_dtype(dtype)  # an IEEE_INT32 layout holds int64 tensors, as in Torch-Spyre
         if spec.dtype != dtype:
-            raise ValueError(f"device_layout {spec} holds {spec.dtype}, the tensor is {dtype}")
+            try:  # a device format may hold several host dtypes (Spyre's IEEE_INT32 holds int64)
+                spec = spec.for_host_dtype(dtype)
+            except ValueError:
+                raise ValueError(f"device_layout {spec} holds {spec.dtype}, the tensor is {dtype}") from None
         int64_downcast(dtype)
         # As in Torch-Spyre, a layout is its stride_map over host storage offsets: one made for
         # another host size with as many elements holds the same offsets (a flat [N] layout
@@ -116,9 +111,9 @@ def layout_info(layout: DeviceLayout, size: Shape, stride: Shape) -> _C.LayoutIn
     )
 
 
-def _address(res: Resolution) -> tuple:
-    """The resolution flattened for the runtime's view addressing (see csrc/layout_info.h)."""
-    size, stride = res.host_size, res.host_stride
+def _address(res: BoundLayout) -> tuple:
+    """The bound layout flattened for the runtime's view addressing (see csrc/layout_info.h)."""
+    size, stride = res.size, res.stride
     order = sorted((d for d in range(len(size)) if size[d] > 1 and stride[d] > 0), key=lambda d: -stride[d])
     groups = [
         (list(g.host_dims), [(dig.step, dig.device_stride) for dig in reversed(g.digits)])
@@ -131,7 +126,7 @@ def _address(res: Resolution) -> tuple:
 def info_for(layout: DeviceLayout, size: Sequence[int]) -> _C.LayoutInfo:
     """``layout_info`` with the host strides the layout reads its stride_map in."""
     res = layout.resolve(tuple(size))
-    return layout_info(layout, res.host_size, res.host_stride)
+    return layout_info(layout, res.size, res.stride)
 
 
 def default_layout_info(dtype: torch.dtype, size: Shape, stride: Shape) -> _C.LayoutInfo:
@@ -144,8 +139,7 @@ def host_nests(layout: DeviceLayout, size: Shape, stride: Shape, host_stride: Sh
     res = layout.resolve(size, stride)
     if not h2d and any(n > 1 and s == 0 and t != 0 for n, s, t in zip(size, stride, host_stride)):
         return None  # an expanded base dim: the host copies must be replicated, not planned
-    other = [host_digits(res, group, host_stride) for group in res.groups]
-    transfers = plan(res, other, 0, broadcast_full=h2d)
+    transfers = map_addresses(None, View(size, host_stride, 0), res, broadcast_full=h2d)
     if transfers is None:
         return None
     return _tuples(transfers if h2d else swap(transfers))
