@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import torch
 
 from .core.family import Family, register
-from .core.layout import DeviceLayout, LayoutTemplate, check_host
+from .core.layout import DeviceLayout, LayoutTemplate, blocked, check_host
 
 Pair = tuple[int, int]
 
@@ -123,14 +123,8 @@ class BoundChunkedLayout(DeviceLayout):
         if len(size) != template.rank:
             raise ValueError(f"host_size {list(size)} has rank {len(size)}, but {template.notation()} "
                              f"has rank {template.rank}")
-        chunk = template.chunk_size
-        dims = [(d, chunk[d], -(-size[d] // chunk[d])) for d in template.chunk_order]
-        pairs = template.chunk_pairs
-        for i, (d, s) in enumerate(pairs):
-            dims.append((d, math.prod(s2 for d2, s2 in pairs[i + 1:] if d2 == d), s))
-        stride_map = [step * stride[d] if step < size[d] else -1 for d, step, _ in dims]
-        super().__init__([extent for _, _, extent in dims], stride_map, dtype,
-                         pad_value=template.pad_value, host_size=size)
+        device_size, stride_map = blocked(size, stride, template.chunk_order, template.chunk_pairs)
+        super().__init__(device_size, stride_map, dtype, pad_value=template.pad_value, host_size=size)
         object.__setattr__(self, "template", template)
 
     def _identity(self) -> tuple:

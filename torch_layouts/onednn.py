@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import torch
 
 from .core.family import Family, register
-from .core.layout import DeviceLayout, LayoutTemplate, check_host
+from .core.layout import DeviceLayout, LayoutTemplate, blocked, check_host
 
 ABSTRACT = "abcdefghijkl"  # oneDNN's domain-agnostic dim letters (DNNL_MAX_NDIMS = 12)
 ACTIVATION = "ncdhw"
@@ -171,13 +171,8 @@ class BoundMemoryFormat(DeviceLayout):
         if dtype not in DATA_TYPES:
             names = ", ".join(str(t).removeprefix("torch.") for t in DATA_TYPES)
             raise ValueError(f"oneDNN has no memory::data_type for {dtype}; supported: {names}")
-        block = template.block_size
-        dims = [(d, block[d], -(-size[d] // block[d])) for d in template.order]
-        blocks = template.blocks
-        for i, (d, s) in enumerate(blocks):
-            dims.append((d, math.prod(s2 for d2, s2 in blocks[i + 1:] if d2 == d), s))
-        stride_map = [step * stride[d] if step < size[d] else -1 for d, step, _ in dims]
-        super().__init__([extent for _, _, extent in dims], stride_map, dtype, host_size=size)
+        device_size, stride_map = blocked(size, stride, template.order, template.blocks)
+        super().__init__(device_size, stride_map, dtype, host_size=size)
         outer = self.device_strides[: template.ndims]
         object.__setattr__(self, "template", template)
         object.__setattr__(self, "strides", tuple(outer[template.order.index(d)] for d in range(template.ndims)))

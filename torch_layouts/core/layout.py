@@ -59,6 +59,23 @@ def check_host(host_size: object, host_stride: object | None) -> tuple[tuple[int
     return size, stride
 
 
+def blocked(size: Sequence[int], stride: Sequence[int], outer_order: Sequence[int],
+            blocks: Sequence[tuple[int, int]]) -> tuple[list[int], list[int]]:
+    """``(device_size, stride_map)`` of a blocked layout (HTP chunks, oneDNN blocks).
+
+    Outer device dims count whole blocks of the host dims in ``outer_order``; then one device
+    dim per inner block ``(host dim, size)``, outermost first. A dim that a block does not
+    reach (its step past the host extent) gets stride -1. Example: oneDNN's nChw16c over
+    [1, 20, 2, 2] is ``blocked(size, stride, [0, 1, 2, 3], [(1, 16)])``: device_size
+    ``[1, 2, 2, 2, 16]``.
+    """
+    per_dim = [math.prod(n for d, n in blocks if d == dim) for dim in range(len(size))]
+    dims = [(d, per_dim[d], -(-size[d] // per_dim[d])) for d in outer_order]
+    for i, (d, n) in enumerate(blocks):
+        dims.append((d, math.prod(n2 for d2, n2 in blocks[i + 1:] if d2 == d), n))
+    return [extent for _, _, extent in dims], [step * stride[d] if step < size[d] else -1 for d, step, _ in dims]
+
+
 class DeviceLayout:
     """A concrete device layout: an immutable value with pure functions.
 

@@ -4,30 +4,14 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any
 
 import torch
 
 from .. import _C
+from .device_index import DeviceLike, _index
 from .amp import get_amp_supported_dtype, is_bf16_supported  # noqa: F401 - torch.spyre API
 from .properties import get_device_capability, get_device_properties, init  # noqa: F401 - torch.spyre API
 from .streams import Event, Stream, current_stream, default_stream, set_stream, stream  # noqa: F401
-
-DeviceLike = torch.device | str | int | None
-
-
-def _index(device: DeviceLike = None) -> int:
-    if device is None:
-        return _C._get_device()
-    if isinstance(device, str):
-        device = torch.device(device)
-    if isinstance(device, torch.device):
-        if device.type != "spyre":
-            raise ValueError(f"expected a spyre device, got {device}")
-        return _C._get_device() if device.index is None else device.index
-    if isinstance(device, bool) or not isinstance(device, int):
-        raise TypeError(f"device must be a torch.device, str or int, got {device!r}")
-    return device
 
 
 def is_available() -> bool:
@@ -122,41 +106,22 @@ def set_rng_state_all(new_states: list[torch.Tensor]) -> None:
         set_rng_state(state, i)
 
 
-# -- memory --------------------------------------------------------------------
-def memory_stats(device: DeviceLike = None) -> dict[str, Any]:
-    """Allocator statistics, with the key names of ``torch.cuda.memory_stats`` (``memory.memory_stats``)."""
-    return memory.memory_stats(device)
-
-
-def memory_allocated(device: DeviceLike = None) -> int:
-    return _C._memory_stats(_index(device))["allocated_bytes.all.current"]
-
-
-def max_memory_allocated(device: DeviceLike = None) -> int:
-    return _C._memory_stats(_index(device))["allocated_bytes.all.peak"]
-
-
-def memory_reserved(device: DeviceLike = None) -> int:
-    return _C._memory_stats(_index(device))["reserved_bytes.all.current"]
-
-
-def max_memory_reserved(device: DeviceLike = None) -> int:
-    return _C._memory_stats(_index(device))["reserved_bytes.all.peak"]
-
-
-def reset_peak_memory_stats(device: DeviceLike = None) -> None:
-    _C._reset_peak_memory_stats(_index(device))
+# -- memory (torch.spyre.memory's functions, also on torch.spyre as on torch.cuda) --------------
+from .spyre_memory import (  # noqa: E402,F401
+    empty_cache,
+    get_memory_info,
+    max_memory_allocated,
+    max_memory_reserved,
+    memory_allocated,
+    memory_reserved,
+    memory_stats,
+    reset_peak_memory_stats,
+)
 
 
 def mem_get_info(device: DeviceLike = None) -> tuple[int, int]:
     """(free bytes, capacity bytes) of the simulated device memory; blocks kept for reuse are not free."""
-    stats = _C._memory_stats(_index(device))
-    return stats["free_bytes"], stats["capacity_bytes"]
-
-
-def empty_cache(device: DeviceLike = None) -> None:
-    """Return the freed blocks the allocator keeps for reuse to the host (``memory_reserved`` drops)."""
-    _C._empty_cache(_index(device))
+    return get_memory_info(device)
 
 
 # Torch-Spyre's names: torch_spyre_api.py (last: it imports this module's device helpers).

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import _C
-from .device_module import DeviceLike, _index
+from .device_index import DeviceLike, _index
 
 # Counters that only grow (CUDA's "accumulated" statistics): reset_accumulated_memory_stats
 # moves their zero; current and peak values are untouched by it.
