@@ -74,6 +74,10 @@ bool has_spyre_input(const at::RecordFunction& fn) {
 
 class SpyreSession final : public libkineto::IActivityProfilerSession {
  public:
+  ~SpyreSession() override {
+    if (callback_) at::removeCallback(callback_);
+  }
+
   void start() override {
     std::lock_guard<std::mutex> lock(mutex_);
     span_start_ns_ = c10::getTime();

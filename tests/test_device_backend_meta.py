@@ -11,8 +11,10 @@
 
 from __future__ import annotations
 
+import base64
 import copy
 import io
+import pickle
 
 import pytest
 import torch
@@ -84,8 +86,7 @@ def test_set_rejects_another_base_shape_and_corrupt_keys():
         with pytest.raises(ValueError, match="spyre tensor metadata key"):
             torch._C._set_tensor_metadata(a, {key: True})
     # A key whose pickle names a global outside the weights_only allowlist is refused, not run.
-    evil = backend_meta.PREFIX + __import__("base64").urlsafe_b64encode(
-        __import__("pickle").dumps((print, (), ()), protocol=2)).decode()
+    evil = backend_meta.PREFIX + base64.urlsafe_b64encode(pickle.dumps((print, (), ()), protocol=2)).decode()
     with pytest.raises(ValueError, match="corrupt"):
         torch._C._set_tensor_metadata(a, {evil: True})
     with pytest.raises(ValueError, match="two layouts"):
