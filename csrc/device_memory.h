@@ -11,7 +11,7 @@
 
 namespace torch_layouts {
 
-struct LayoutInfo;
+struct BoundLayout;
 
 constexpr int64_t kAlignment = 128;
 
@@ -23,7 +23,7 @@ struct Block {
   int64_t reserved = 0;    // bytes counted against the capacity (rounded up to 128)
   int64_t backing = 0;     // host bytes behind it (large blocks: whole 2 MiB pages, reused by size)
   c10::DeviceIndex device = 0;
-  std::shared_ptr<const LayoutInfo> layout;
+  std::shared_ptr<const BoundLayout> layout;
 };
 
 struct MemoryStats {

@@ -118,7 +118,7 @@ void transpose_any(char* d, const char* s, const Loop& inner, const Loop& next, 
 }
 
 // Loops in destination order (writes run sequentially), merged where both sides run on.
-std::vector<Loop> destination_order(const Nest& nest) {
+std::vector<Loop> destination_order(const Transfer& nest) {
   std::vector<Loop> loops;
   for (size_t k = 0; k < nest.ranges.size(); ++k) {
     if (nest.ranges[k] != 1) loops.push_back({nest.ranges[k], nest.dst_strides[k], nest.src_strides[k]});
@@ -137,7 +137,7 @@ std::vector<Loop> destination_order(const Nest& nest) {
   return merged;
 }
 
-void copy_nest(char* dst, const char* src, const Nest& nest, int64_t esize) {
+void copy_nest(char* dst, const char* src, const Transfer& nest, int64_t esize) {
   std::vector<Loop> loops = destination_order(nest);
   char* d0 = dst + nest.dst_offset * esize;
   const char* s0 = src + nest.src_offset * esize;
@@ -203,7 +203,7 @@ void copy_nest(char* dst, const char* src, const Nest& nest, int64_t esize) {
 
 }  // namespace
 
-void run_nests(const std::vector<Nest>& nests, void* dst, int64_t dst_numel, const void* src, int64_t src_numel,
+void run_nests(const std::vector<Transfer>& nests, void* dst, int64_t dst_numel, const void* src, int64_t src_numel,
                int64_t element_size) {
   for (const auto& nest : nests) {
     check_nest(nest.ranges, nest.dst_strides, nest.dst_offset, dst_numel, "destination");

@@ -3,13 +3,13 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "layout_info.h"
+#include "bound_layout.h"
 
 namespace torch_layouts {
 
 // Copies every nest from src to dst (element offsets). Throws before moving a byte
 // if any nest reaches outside [0, numel) of either buffer.
-void run_nests(const std::vector<Nest>& nests, void* dst, int64_t dst_numel, const void* src,
+void run_nests(const std::vector<Transfer>& nests, void* dst, int64_t dst_numel, const void* src,
                int64_t src_numel, int64_t element_size);
 
 // Sets every position the fills cover in a 1-D typed device buffer to value.

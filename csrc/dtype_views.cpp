@@ -5,8 +5,8 @@
 namespace torch_layouts {
 namespace {
 
-std::shared_ptr<LayoutInfo> derived(const LayoutInfo& from, c10::ScalarType dtype) {
-  auto info = std::make_shared<LayoutInfo>();
+std::shared_ptr<BoundLayout> derived(const BoundLayout& from, c10::ScalarType dtype) {
+  auto info = std::make_shared<BoundLayout>();
   info->layout = from.layout;
   info->dtype = dtype;
   info->storage_nbytes = from.storage_nbytes;
@@ -16,7 +16,7 @@ std::shared_ptr<LayoutInfo> derived(const LayoutInfo& from, c10::ScalarType dtyp
 }
 
 // Each buffer element holds r narrower elements side by side: an extra host dim of size r.
-std::shared_ptr<const LayoutInfo> split(const LayoutInfo& from, c10::ScalarType dtype, int64_t r) {
+std::shared_ptr<const BoundLayout> split(const BoundLayout& from, c10::ScalarType dtype, int64_t r) {
   auto info = derived(from, dtype);
   const auto part = static_cast<int64_t>(from.base_size.size());
   info->base_size = from.base_size;
@@ -39,7 +39,7 @@ std::shared_ptr<const LayoutInfo> split(const LayoutInfo& from, c10::ScalarType 
 // r buffer elements make one wider element: possible when the host dim of stride 1 is the
 // innermost digit of its group, laid out with device stride 1 in runs of a multiple of r, and
 // every other stride is a multiple of r (so the r parts are adjacent and aligned).
-std::shared_ptr<const LayoutInfo> merge(const LayoutInfo& from, c10::ScalarType dtype, int64_t r) {
+std::shared_ptr<const BoundLayout> merge(const BoundLayout& from, c10::ScalarType dtype, int64_t r) {
   const AddressTable& t = from.address;
   if (t.host_order.empty() || from.device_numel % r != 0) return nullptr;
   const int64_t last = t.host_order.back().first;
@@ -82,13 +82,13 @@ std::shared_ptr<const LayoutInfo> merge(const LayoutInfo& from, c10::ScalarType 
 
 }  // namespace
 
-std::shared_ptr<const LayoutInfo> dtype_view_layout(const LayoutInfo& buffer, c10::ScalarType dtype) {
+std::shared_ptr<const BoundLayout> dtype_view_layout(const BoundLayout& buffer, c10::ScalarType dtype) {
   std::lock_guard<std::mutex> lock(buffer.dtype_views_mutex);
   auto found = buffer.dtype_views.find(dtype);
   if (found != buffer.dtype_views.end()) return found->second;
   const auto from = static_cast<int64_t>(c10::elementSize(buffer.dtype));
   const auto to = static_cast<int64_t>(c10::elementSize(dtype));
-  std::shared_ptr<const LayoutInfo> info;
+  std::shared_ptr<const BoundLayout> info;
   if (from % to == 0) {
     info = split(buffer, dtype, from / to);
   } else if (to % from == 0) {

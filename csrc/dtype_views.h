@@ -3,7 +3,7 @@
 
 #include <memory>
 
-#include "layout_info.h"
+#include "bound_layout.h"
 
 namespace torch_layouts {
 
@@ -11,6 +11,6 @@ namespace torch_layouts {
 // that element size cannot address the buffer (a wider element whose bytes are not adjacent and
 // aligned on the device). Narrower elements always can: each buffer element splits into
 // adjacent parts, an extra innermost host dim. Results are cached on `buffer`.
-std::shared_ptr<const LayoutInfo> dtype_view_layout(const LayoutInfo& buffer, c10::ScalarType dtype);
+std::shared_ptr<const BoundLayout> dtype_view_layout(const BoundLayout& buffer, c10::ScalarType dtype);
 
 }  // namespace torch_layouts

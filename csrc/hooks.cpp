@@ -8,7 +8,7 @@
 #include "device_guard.h"
 #include "device_memory.h"
 #include "generator.h"
-#include "layout_info.h"
+#include "bound_layout.h"
 #include "pinned_memory.h"
 
 namespace torch_layouts {

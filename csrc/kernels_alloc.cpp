@@ -8,7 +8,7 @@
 #include <torch/library.h>
 
 #include "device_memory.h"
-#include "planner.h"
+#include "layout_records.h"
 #include "tensor_impl.h"
 
 namespace torch_layouts {

@@ -14,7 +14,7 @@
 
 #include "dma_executor.h"
 #include "int64_format.h"
-#include "planner.h"
+#include "layout_records.h"
 #include "runtime_stats.h"
 #include "tensor_impl.h"
 #include "view_offsets.h"
@@ -55,7 +55,7 @@ int64_t reachable(const at::Tensor& t) {
 }
 
 // Elements of a device buffer a copy may touch: the layout's, never past the storage.
-int64_t buffer_elements(const at::Tensor& t, const LayoutInfo& layout) {
+int64_t buffer_elements(const at::Tensor& t, const BoundLayout& layout) {
   return std::min(layout.device_numel, static_cast<int64_t>(t.storage().nbytes()) / t.element_size());
 }
 
@@ -73,8 +73,8 @@ void h2d(const at::Tensor& src, const at::Tensor& dst) {
   const int64_t esize = dst.element_size();
   if (is_whole_base(dst, *layout)) {
     at::Tensor host = src;
-    const std::vector<Nest>* nests = &layout->h2d;
-    std::optional<std::vector<Nest>> planned;
+    const std::vector<Transfer>* nests = &layout->h2d;
+    std::optional<std::vector<Transfer>> planned;
     if (!has_strides(src, layout->base_stride)) {
       planned = host_nests(*layout, src.strides(), /*h2d=*/true);
       if (planned) {
@@ -111,8 +111,8 @@ void d2h(const at::Tensor& src, const at::Tensor& dst) {
   }
   if (dst.scalar_type() == src.scalar_type() && is_whole_base(src, *layout) &&
       at::has_internal_overlap(dst) == at::MemOverlap::No) {
-    const std::vector<Nest>* nests = &layout->d2h;
-    std::optional<std::vector<Nest>> planned;
+    const std::vector<Transfer>* nests = &layout->d2h;
+    std::optional<std::vector<Transfer>> planned;
     if (!has_strides(dst, layout->base_stride)) {
       planned = host_nests(*layout, dst.strides(), /*h2d=*/false);
       nests = planned ? &*planned : nullptr;
@@ -150,8 +150,8 @@ void d2d(const at::Tensor& src, const at::Tensor& dst) {
   LayoutPtr from = element_layout_of(src), to = element_layout_of(dst);
   if (from && to && src.scalar_type() == dst.scalar_type() && is_whole_base(src, *from) &&
       is_whole_base(dst, *to) && from->base_size == to->base_size) {
-    std::optional<std::vector<Nest>> nests =
-        from == to ? std::vector<Nest>{Nest{{from->device_numel}, {1}, {1}, 0, 0}} : relayout_nests(*from, *to);
+    std::optional<std::vector<Transfer>> nests =
+        from == to ? std::vector<Transfer>{Transfer{{from->device_numel}, {1}, {1}, 0, 0}} : relayout_nests(*from, *to);
     if (nests) {
       run_nests(*nests, dst.storage().mutable_data(), buffer_elements(dst, *to), src.storage().data(), buffer_elements(src, *from),
                 src.element_size());

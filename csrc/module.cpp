@@ -11,7 +11,7 @@
 #include "dma_executor.h"
 #include "generator.h"
 #include "int64_format.h"
-#include "planner.h"
+#include "layout_records.h"
 #include "runtime_stats.h"
 #include "tensor_impl.h"
 #include "view_offsets.h"
@@ -21,7 +21,7 @@ using namespace torch_layouts;
 
 namespace {
 
-std::shared_ptr<LayoutInfo> make_layout_info(py::object layout, std::vector<int64_t> base_size,
+std::shared_ptr<BoundLayout> make_bound_layout(py::object layout, std::vector<int64_t> base_size,
                                              std::vector<int64_t> base_stride, at::ScalarType dtype,
                                              int64_t device_numel, int64_t storage_nbytes, py::object h2d,
                                              py::object d2h, py::object padding, py::object pad_value,
@@ -32,7 +32,7 @@ std::shared_ptr<LayoutInfo> make_layout_info(py::object layout, std::vector<int6
                     "storage of ", storage_nbytes, " bytes cannot hold ", device_numel, " device elements of ",
                     esize, " bytes");
   for (const auto d : base_size) TORCH_CHECK_VALUE(d >= 0, "base size ", c10::IntArrayRef(base_size), " is negative");
-  auto info = std::make_shared<LayoutInfo>();
+  auto info = std::make_shared<BoundLayout>();
   info->layout = std::make_shared<PyHandle>(layout.ptr());
   info->base_size = std::move(base_size);
   info->base_stride = std::move(base_stride);
@@ -74,33 +74,33 @@ void run_nests_py(py::object nests, const at::Tensor& dst, const at::Tensor& src
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  py::class_<LayoutInfo, std::shared_ptr<LayoutInfo>>(m, "LayoutInfo")
-      .def(py::init(&make_layout_info))
-      .def_property_readonly("layout", [](const LayoutInfo& i) {
+  py::class_<BoundLayout, std::shared_ptr<BoundLayout>>(m, "BoundLayout")
+      .def(py::init(&make_bound_layout))
+      .def_property_readonly("layout", [](const BoundLayout& i) {
         return py::reinterpret_borrow<py::object>(i.layout->get());
       })
-      .def_readonly("base_size", &LayoutInfo::base_size)
-      .def_readonly("base_stride", &LayoutInfo::base_stride)
-      .def_readonly("device_numel", &LayoutInfo::device_numel)
-      .def_readonly("storage_nbytes", &LayoutInfo::storage_nbytes)
-      .def_readonly("identity", &LayoutInfo::identity);
+      .def_readonly("base_size", &BoundLayout::base_size)
+      .def_readonly("base_stride", &BoundLayout::base_stride)
+      .def_readonly("device_numel", &BoundLayout::device_numel)
+      .def_readonly("storage_nbytes", &BoundLayout::storage_nbytes)
+      .def_readonly("identity", &BoundLayout::identity);
 
-  m.def("_set_planner", &set_planner);
+  m.def("_set_layout_records", &set_layout_records);
   m.def("_set_converter", &set_converter);
-  m.def("_empty_with_layout", [](std::shared_ptr<LayoutInfo> info, c10::DeviceIndex device) {
+  m.def("_empty_with_layout", [](std::shared_ptr<BoundLayout> info, c10::DeviceIndex device) {
     return new_device_tensor(info, c10::Device(c10::DeviceType::PrivateUse1, device));
   });
   m.def("_layout_of", &layout_object);
-  m.def("_layout_info_of", [](const at::Tensor& t) -> py::object {
+  m.def("_bound_layout_of", [](const at::Tensor& t) -> py::object {
     LayoutPtr layout = t.is_privateuseone() ? layout_of(t) : nullptr;
     if (!layout) return py::none();
-    return py::cast(std::const_pointer_cast<LayoutInfo>(layout));
+    return py::cast(std::const_pointer_cast<BoundLayout>(layout));
   });
   m.def("_impl_carries_layout", [](const at::Tensor& t) {
     auto* impl = dynamic_cast<SpyreTensorImpl*>(t.unsafeGetTensorImpl());
     return impl != nullptr && impl->layout() != nullptr;
   });
-  m.def("_attach_layout", [](const at::Tensor& t, std::shared_ptr<LayoutInfo> info) { attach_layout(t, info); });
+  m.def("_attach_layout", [](const at::Tensor& t, std::shared_ptr<BoundLayout> info) { attach_layout(t, info); });
   m.def("_adopt_buffer", &adopt_buffer);
   m.def("_raw_buffer", [](const at::Tensor& t) {
     TORCH_CHECK_VALUE(t.is_privateuseone(), "expected a spyre tensor, got one on ", t.device());
@@ -115,7 +115,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     if (!layout->padding.empty()) run_fills(layout->padding, raw_buffer(t, layout->dtype), layout->pad_value);
   });
   m.def("_run_nests", &run_nests_py);
-  m.def("_view_offsets", [](std::shared_ptr<LayoutInfo> info, std::vector<int64_t> sizes, std::vector<int64_t> strides,
+  m.def("_view_offsets", [](std::shared_ptr<BoundLayout> info, std::vector<int64_t> sizes, std::vector<int64_t> strides,
                             int64_t offset) { return view_offsets(*info, sizes, strides, offset); });
 
   m.def("_device_count", &device_count);

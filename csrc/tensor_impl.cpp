@@ -95,7 +95,7 @@ at::Tensor make_alias(const at::Tensor& self, c10::IntArrayRef sizes, c10::IntAr
   return result;
 }
 
-bool is_whole_base(const at::Tensor& tensor, const LayoutInfo& layout) {
+bool is_whole_base(const at::Tensor& tensor, const BoundLayout& layout) {
   if (layout.dtype_view) return false;  // dtype views have no DMA nests: copies go by address
   if (tensor.storage_offset() != 0 || tensor.sizes() != c10::IntArrayRef(layout.base_size)) return false;
   for (int64_t d = 0; d < tensor.dim(); ++d) {

@@ -6,11 +6,11 @@
 
 #include <memory>
 
-#include "layout_info.h"
+#include "bound_layout.h"
 
 namespace torch_layouts {
 
-using LayoutPtr = std::shared_ptr<const LayoutInfo>;
+using LayoutPtr = std::shared_ptr<const BoundLayout>;
 
 class SpyreTensorImpl final : public c10::TensorImpl {
  public:
@@ -51,7 +51,7 @@ at::Tensor make_alias(const at::Tensor& self, c10::IntArrayRef sizes, c10::IntAr
                       int64_t storage_offset);
 
 // True when `tensor` spans exactly the host tensor its layout holds.
-bool is_whole_base(const at::Tensor& tensor, const LayoutInfo& layout);
+bool is_whole_base(const at::Tensor& tensor, const BoundLayout& layout);
 
 // Reads a device tensor (any view) into a fresh contiguous CPU tensor (kernels_copy.cpp).
 at::Tensor to_host(const at::Tensor& src);

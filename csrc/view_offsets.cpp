@@ -9,7 +9,7 @@
 
 namespace torch_layouts {
 
-at::Tensor view_offsets(const LayoutInfo& layout, c10::IntArrayRef sizes, c10::IntArrayRef strides,
+at::Tensor view_offsets(const BoundLayout& layout, c10::IntArrayRef sizes, c10::IntArrayRef strides,
                         int64_t storage_offset) {
   at::Tensor out = at::empty(sizes, at::TensorOptions().dtype(at::kLong));
   int64_t* result = out.mutable_data_ptr<int64_t>();
@@ -67,7 +67,7 @@ at::Tensor view_offsets(const LayoutInfo& layout, c10::IntArrayRef sizes, c10::I
   return out;
 }
 
-at::Tensor copy_offsets(const LayoutInfo& layout) {
+at::Tensor copy_offsets(const BoundLayout& layout) {
   std::vector<int64_t> offsets{0};
   for (const auto& [size, device_stride] : layout.address.copies) {
     std::vector<int64_t> next;

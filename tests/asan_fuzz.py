@@ -11,7 +11,7 @@ RuntimeError), never touches memory outside its buffers and never crashes:
 * explicit layouts (random ``device_size``/``stride_map`` with huge and negative values)
   used with ``x.to("spyre", device_layout=...)``: a layout that is accepted must round
   trip bit for bit with its padding holding the pad value;
-* runtime layout records (``_C.LayoutInfo``) with random H2D/D2H nests, padding fills and
+* runtime layout records (``_C.BoundLayout``) with random H2D/D2H nests, padding fills and
   view address tables: allocation, copies and view reads/writes check every offset, and
   the correct record works exactly.
 
@@ -213,8 +213,8 @@ def identity_record(numel: int) -> Record:
     return nest, nest, [], address
 
 
-def check_layout_info(numel: int, record: Record) -> str:
-    """A runtime layout record (``_C.LayoutInfo``) with arbitrary nests, padding fills and view
+def check_bound_layout(numel: int, record: Record) -> str:
+    """A runtime layout record (``_C.BoundLayout``) with arbitrary nests, padding fills and view
     address table: building it, allocating its buffer (runs the fills), H2D and D2H (run the
     nests) and view reads/writes (use the address table) work or raise an allowed exception;
     the correct record must work exactly; every allocated block is freed again."""
@@ -228,7 +228,7 @@ def check_layout_info(numel: int, record: Record) -> str:
     before = torch.spyre.memory_allocated()
     outcome = "ran"
     try:
-        info = _C.LayoutInfo(layout, [numel], [1], torch.float32, layout.device_numel, 4 * layout.device_numel,
+        info = _C.BoundLayout(layout, [numel], [1], torch.float32, layout.device_numel, 4 * layout.device_numel,
                              h2d, d2h, fills, 0.0, False, address)
         tensor = _C._empty_with_layout(info, 0)
         tensor.copy_(values)
@@ -326,7 +326,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = check_run_nests(nests, dst_numel, src_numel, rng.choice([1, 2, 4, 8]), seed=i)
         tally[f"nests {result}"] = tally.get(f"nests {result}", 0) + 1
         numel = rng.randint(0, 12)
-        result = check_layout_info(numel, random_record(rng, numel))
+        result = check_bound_layout(numel, random_record(rng, numel))
         tally[f"record {result}"] = tally.get(f"record {result}", 0) + 1
         device_size, stride_map, dtype, spyre, shape = random_layout(rng)
         layout = make_layout(device_size, stride_map, dtype, spyre)

@@ -19,7 +19,7 @@ def real_mask(layout: DeviceLayout, size: tuple[int, ...], stride: tuple[int, ..
 def padding_holds_pad_value(y: torch.Tensor) -> bool:
     """Every padding position of ``y``'s device memory holds its layout's pad value."""
     layout = y.device_tensor_layout()
-    info = _C._layout_info_of(y)
+    info = _C._bound_layout_of(y)
     real = real_mask(layout, tuple(info.base_size), tuple(info.base_stride))
     memory = torch_layouts.device_memory(y)
     return bool((memory[~real] == torch.tensor(layout.pad_value, dtype=memory.dtype)).all())

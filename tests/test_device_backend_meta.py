@@ -51,7 +51,7 @@ def test_get_names_the_layout_and_set_attaches_it_to_raw_bytes(name, shape, dtyp
     keys = layout_keys(d)
     assert len(keys) == 1 and torch._C._get_tensor_metadata(d)[keys[0]] is True
     layout, base_size, base_stride = backend_meta.decode(keys[0])
-    info = _C._layout_info_of(d)
+    info = _C._bound_layout_of(d)
     assert layout == _C._layout_of(d) and list(base_size) == info.base_size and list(base_stride) == info.base_stride
     assert layout_keys(d[..., :1]) == keys  # views name their buffer's layout
 

@@ -10,9 +10,9 @@
   tensor with an allowed exception or move it bit for bit (``asan_fuzz.check_layout``).
 * DMA programs for random host views (sizes, strides, offsets, buffer sizes) run by the
   Python executor either raise or move exactly the view's elements.
-* Runtime layout records (``_C.LayoutInfo``) with random nests, padding fills and view
+* Runtime layout records (``_C.BoundLayout``) with random nests, padding fills and view
   address tables only ever raise from allocation, H2D, D2H and view reads/writes, and the
-  correct record works exactly (``asan_fuzz.check_layout_info``).
+  correct record works exactly (``asan_fuzz.check_bound_layout``).
 
 ``test_asan_fuzz_script`` runs the standalone loop (``tests/asan_fuzz.py``) in a
 subprocess with a 4 MiB device, so huge layouts meet OutOfMemoryError instead of host
@@ -37,7 +37,7 @@ from asan_fuzz import (
     BIG,
     GUARD,
     check_layout,
-    check_layout_info,
+    check_bound_layout,
     check_run_nests,
     identity_record,
     make_layout,
@@ -275,17 +275,17 @@ def records(draw: st.DrawFn) -> tuple[int, tuple]:
 
 @scaled(150)
 @given(records())
-def test_layout_info_fuzz(case: tuple[int, tuple]) -> None:
+def test_bound_layout_record_fuzz(case: tuple[int, tuple]) -> None:
     """Random H2D/D2H nests, padding fills and address tables in a runtime layout record:
     allocation, copies and view reads/writes either work or raise an allowed exception."""
     numel, record = case
-    check_layout_info(numel, record)
+    check_bound_layout(numel, record)
 
 
 @pytest.mark.parametrize("numel", [0, 1, 7])
-def test_correct_layout_info_works(numel: int) -> None:
-    """The fuzzer's baseline record is right (and still matches LayoutInfo's signature)."""
-    assert check_layout_info(numel, identity_record(numel)) == "ran"
+def test_correct_bound_layout_record_works(numel: int) -> None:
+    """The fuzzer's baseline record is right (and still matches _C.BoundLayout's signature)."""
+    assert check_bound_layout(numel, identity_record(numel)) == "ran"
 
 
 # -- the standalone loop, with a small device ------------------------------------------------------
@@ -368,11 +368,11 @@ def test_python_executor_ignores_storage_offset() -> None:
     assert device.tolist() == [-7.0] * 4 + [0.0, 1.0, 2.0, 3.0]
 
 
-def test_layout_info_rejects_overflowing_device_numel() -> None:
+def test_bound_layout_record_rejects_overflowing_device_numel() -> None:
     layout = DeviceLayout([4], [1], torch.float32)
     nests, _, fills, address = identity_record(4)
     with pytest.raises(ValueError):
-        _C.LayoutInfo(layout, [4], [1], torch.float32, 2**62, 16, [((1000,), (1,), (0,), 0, 0)], nests, fills, 0.0,
+        _C.BoundLayout(layout, [4], [1], torch.float32, 2**62, 16, [((1000,), (1,), (0,), 0, 0)], nests, fills, 0.0,
                       False, address)
 
 
@@ -388,7 +388,7 @@ def test_address_table_is_validated(address: tuple) -> None:
         nest = [((4,), (1,), (1,), 0, 0)]
         layout = DeviceLayout([4], [1], torch.float32)
         try:
-            info = _C.LayoutInfo(layout, [4], [1], torch.float32, 4, 16, nest, nest, [], 0.0, False, {address!r})
+            info = _C.BoundLayout(layout, [4], [1], torch.float32, 4, 16, nest, nest, [], 0.0, False, {address!r})
             t = _C._empty_with_layout(info, 0)
             t[1::2].cpu()
         except ValueError:

@@ -33,7 +33,7 @@ from ..core.layout import BoundLayout, DeviceLayout
 from ..dma.relayout import relayout_transfers
 from ..runtime.layout_records import default_layout
 from . import rules
-from .operands import (coords_for, coords_with_dtype, default_coords, info_of, is_whole_dense, new_tensor,
+from .operands import (coords_for, coords_with_dtype, default_coords, record_of, is_whole_dense, new_tensor,
                        operand_layout, plan, raw, real_slices, scalar_view, stick_dim, strides_in_order, view)
 from .registry import check_cast, out_overload, register, write_out
 from .stats import count_kernel, count_restickify
@@ -157,7 +157,7 @@ def operand_view(op: str, named: list[tuple[str, object]], coords: BoundLayout, 
         p = plan(t, coords)
         if p is not None and p.stick_ok:
             return view(t, coords, p)
-    info = info_of(t)
+    info = record_of(t)
     if (not primary and info is not None and t.element_size() == coords.layout.element_size
             and is_whole_dense(t, info)):
         target = operand_layout(coords, (1,) * (len(coords.size) - t.dim()) + tuple(t.shape), t.dtype)
@@ -317,7 +317,7 @@ def _common_device(args: list, positions: list[int]) -> torch.device:
 
 def _inplace_coords(target: torch.Tensor, others: list[torch.Tensor]) -> BoundLayout | None:
     """The target's own coordinates, when the op can write its buffer directly."""
-    info = info_of(target)
+    info = record_of(target)
     if info is None or not is_whole_dense(target, info):
         return None
     ptr = target.untyped_storage().data_ptr()
@@ -357,7 +357,7 @@ def clone(x: torch.Tensor, *, memory_format: torch.memory_format | None = None) 
     A copy that moves the stick to another dim (``k.transpose(-2, -1).contiguous()``) is
     counted as a restickify."""
     size = tuple(x.shape)
-    info = info_of(x)
+    info = record_of(x)
     stride = None
     if memory_format not in (None, torch.preserve_format):
         stride = tuple(torch.empty(size, memory_format=memory_format, device="meta").stride())

@@ -35,7 +35,7 @@ from ..core.layout import BoundLayout, DeviceLayout
 from ..spyre import SpyreTensorLayout
 from . import rules
 from .elementwise import ADD, MUL, copy_real, fill_, materialize, run
-from .operands import default_coords, info_of, is_whole_dense, new_tensor, plan, raw, rowmajor, scratch
+from .operands import default_coords, record_of, is_whole_dense, new_tensor, plan, raw, rowmajor, scratch
 from .registry import register
 from .stats import count_restickify
 
@@ -69,7 +69,7 @@ def _dense(op: str, named: list[tuple[str, torch.Tensor]], i: int, coords: Bound
     With ``exact`` (k is padded) the buffer must be the coordinates' own, zero padded."""
     name, t = named[i]
     p = plan(t, coords, refine=True)
-    info = info_of(t)
+    info = record_of(t)
     if p is None or not p.stick_ok or (exact and (not p.exact or info.layout.pad_value != 0)):
         if info is not None and is_whole_dense(t, info):
             rules.check(op, requirement, named, name, coords.layout)

@@ -57,9 +57,9 @@ class ViewPlan(NamedTuple):
 
 
 # -- small helpers ------------------------------------------------------------------
-def info_of(x: torch.Tensor) -> _C.LayoutInfo | None:
+def record_of(x: torch.Tensor) -> _C.BoundLayout | None:
     """The layout record of a device tensor whose elements its layout describes."""
-    info = _C._layout_info_of(x)
+    info = _C._bound_layout_of(x)
     if info is None or info.layout.dtype.itemsize != x.element_size():
         return None
     return info
@@ -81,7 +81,7 @@ def is_dense(size: Shape, stride: Shape) -> bool:
     return True
 
 
-def is_whole_dense(x: torch.Tensor, info: _C.LayoutInfo) -> bool:
+def is_whole_dense(x: torch.Tensor, info: _C.BoundLayout) -> bool:
     """``x`` covers exactly its buffer's base tensor (possibly permuted or reshaped)."""
     return (
         x.storage_offset() == 0
@@ -117,7 +117,7 @@ def coords_for(x: torch.Tensor) -> BoundLayout:
     layout of ``x``'s shape with the same dim_order (when ``x`` can be read in it), else
     the default layout of ``x``'s shape."""
     size, stride = tuple(x.shape), tuple(x.stride())
-    info = info_of(x)
+    info = record_of(x)
     if info is None:
         return default_coords(size, x.dtype)
     if is_whole_dense(x, info):
@@ -203,7 +203,7 @@ def operand_layout(coords: BoundLayout, size: Shape, dtype: torch.dtype, stride:
 # -- views -------------------------------------------------------------------------------
 def plan(x: torch.Tensor, coords: BoundLayout, refine: bool = False) -> ViewPlan | None:
     """How to read device tensor ``x`` (broadcastable to ``coords.size``) in ``coords``."""
-    info = info_of(x)
+    info = record_of(x)
     if info is None:
         return None
     return plan_view(coords, info.layout, tuple(info.base_size), tuple(info.base_stride),
@@ -216,7 +216,7 @@ def view(x: torch.Tensor, coords: BoundLayout, p: ViewPlan) -> torch.Tensor:
 
 def scalar_view(x: torch.Tensor) -> torch.Tensor:
     """A 0-dim CPU view of the element of a 0-dim device tensor (or None if unreadable)."""
-    info = info_of(x)
+    info = record_of(x)
     if info is None:
         return None
     offset = element_offset(info.layout, tuple(info.base_size), tuple(info.base_stride), x.storage_offset())
@@ -318,7 +318,7 @@ def reduced_dims(coords: BoundLayout, host_dims: frozenset[int]) -> tuple[int, .
 # -- new device tensors ------------------------------------------------------------------
 def new_tensor(coords: BoundLayout, device: torch.device) -> torch.Tensor:
     """A fresh device tensor in the coordinates' layout (padding set to the pad value)."""
-    info = layout_records.layout_info(coords.layout, coords.size, coords.stride)
+    info = layout_records.bound_record(coords.layout, coords.size, coords.stride)
     return _C._empty_with_layout(info, device.index)
 
 
@@ -336,7 +336,7 @@ def has_padding(coords: BoundLayout) -> bool:
 
 def stick_dim(x: torch.Tensor) -> int | None:
     """The dim of ``x`` its buffer's stick runs along (None: sparse or unknown)."""
-    info = info_of(x)
+    info = record_of(x)
     if info is None:
         return None
     layout = info.layout

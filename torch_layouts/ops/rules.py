@@ -62,7 +62,7 @@ def describe(t: object) -> str:
     stick = operands.stick_dim(t)
     where = "sparse or unsticked" if stick is None else f"sticked on dim {stick}"
     text = f"{layout} ({where}, size {list(t.shape)})"
-    info = operands.info_of(t)
+    info = operands.record_of(t)
     if info is not None and not operands.is_whole_dense(t, info):
         text += f", a view (stride {list(t.stride())}, offset {t.storage_offset()}) of a {list(info.base_size)} buffer"
     return text

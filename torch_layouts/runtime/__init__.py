@@ -35,7 +35,7 @@ def init() -> None:
     torch.utils.rename_privateuse1_backend("spyre")
     torch._register_device_module("spyre", device_module)
     torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)
-    _C._set_planner(layout_records)
+    _C._set_layout_records(layout_records)
     tensor_methods.install()
     printing.install()
     torch_spyre_api.install()

@@ -31,7 +31,7 @@ import torch
 
 from .. import _C
 from ..core.layout import DeviceLayout
-from .layout_records import layout_info
+from .layout_records import bound_record
 from .serialization import _base
 from .tensor_methods import empty_with_layout
 
@@ -67,9 +67,9 @@ def decode(key: str) -> Record:
 def apply(tensor: torch.Tensor, key: str) -> None:
     """Give ``tensor``'s buffer the layout ``key`` names (see the module docstring)."""
     layout, base_size, base_stride = decode(key)
-    current = _C._layout_info_of(tensor)
+    current = _C._bound_layout_of(tensor)
     if current is None:
-        info = layout_info(layout, base_size, base_stride)
+        info = bound_record(layout, base_size, base_stride)
         if tensor.element_size() == layout.element_size:
             _C._view_offsets(info, list(tensor.shape), list(tensor.stride()), tensor.storage_offset())
         _C._attach_layout(tensor, info)

@@ -29,7 +29,7 @@ _original: dict[str, Callable[..., Any]] = {}
 
 def is_strided_buffer(tensor: torch.Tensor) -> bool:
     """The device buffer holds ``tensor``'s elements where its strides say (no tiling, no padding)."""
-    info = _C._layout_info_of(tensor)
+    info = _C._bound_layout_of(tensor)
     return info is None or info.identity
 
 

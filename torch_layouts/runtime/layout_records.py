@@ -1,7 +1,7 @@
 """The runtime's layout records: what the C++ runtime asks Python.
 
 A device buffer's layout bound to its host tensor, compiled into the record the C++
-runtime keeps (``_C.LayoutInfo``: DMA nests both ways, padding fills, view addressing);
+runtime keeps (``_C.BoundLayout``: DMA nests both ways, padding fills, view addressing);
 the default layout of a new tensor; nests to host tensors of other strides and between
 layouts. Each answer is memoised; the runtime caches default layouts itself, so the hot
 path of small copies never enters Python.
@@ -91,7 +91,7 @@ def _tuples(transfers: Sequence[Transfer]) -> list[tuple]:
 
 
 @functools.lru_cache(maxsize=4096)
-def layout_info(layout: DeviceLayout, size: Shape, stride: Shape) -> _C.LayoutInfo:
+def bound_record(layout: DeviceLayout, size: Shape, stride: Shape) -> _C.BoundLayout:
     """The runtime's compiled form of a layout holding a host tensor of this size and strides."""
     h2d = dma_program(layout, size, stride, 0, "h2d")
     d2h = dma_program(layout, size, stride, 0, "d2h")
@@ -104,7 +104,7 @@ def layout_info(layout: DeviceLayout, size: Shape, stride: Shape) -> _C.LayoutIn
     storage = max(layout.nbytes, _extent_bytes(size, stride, layout.element_size))
     if storage >= 2**63:
         raise torch.OutOfMemoryError(f"{layout!r} needs {storage} bytes, more than any device can hold")
-    return _C.LayoutInfo(
+    return _C.BoundLayout(
         layout, list(size), list(stride), layout.dtype, layout.device_numel, storage,
         _tuples(h2d.transfers()), _tuples(d2h.transfers()), [tuple(f) for f in h2d.padding],
         layout.pad_value, identity, _address(layout.resolve(size, stride)),
@@ -112,7 +112,7 @@ def layout_info(layout: DeviceLayout, size: Shape, stride: Shape) -> _C.LayoutIn
 
 
 def _address(res: BoundLayout) -> tuple:
-    """The bound layout flattened for the runtime's view addressing (see csrc/layout_info.h)."""
+    """The bound layout flattened for the runtime's view addressing (see csrc/bound_layout.h)."""
     size, stride = res.size, res.stride
     order = sorted((d for d in range(len(size)) if size[d] > 1 and stride[d] > 0), key=lambda d: -stride[d])
     groups = [
@@ -123,14 +123,14 @@ def _address(res: BoundLayout) -> tuple:
     return [(d, stride[d]) for d in order], groups, copies
 
 
-def info_for(layout: DeviceLayout, size: Sequence[int]) -> _C.LayoutInfo:
-    """``layout_info`` with the host strides the layout reads its stride_map in."""
+def bound_record_for(layout: DeviceLayout, size: Sequence[int]) -> _C.BoundLayout:
+    """``bound_record`` with the host strides the layout reads its stride_map in."""
     res = layout.resolve(tuple(size))
-    return layout_info(layout, res.size, res.stride)
+    return bound_record(layout, res.size, res.stride)
 
 
-def default_layout_info(dtype: torch.dtype, size: Shape, stride: Shape) -> _C.LayoutInfo:
-    return layout_info(default_layout(size, stride, dtype), size, stride)
+def default_bound_record(dtype: torch.dtype, size: Shape, stride: Shape) -> _C.BoundLayout:
+    return bound_record(default_layout(size, stride, dtype), size, stride)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -26,7 +26,7 @@ _original_deepcopy = torch.Tensor.__deepcopy__
 
 def _base(tensor: torch.Tensor) -> torch.Tensor:
     """The whole tensor a spyre buffer was made for (any view of it gives the same base)."""
-    info = _C._layout_info_of(tensor)
+    info = _C._bound_layout_of(tensor)
     return torch.empty(0, dtype=info.layout.dtype, device=tensor.device).set_(
         tensor.untyped_storage(), 0, info.base_size, info.base_stride)
 
@@ -41,7 +41,7 @@ class _Buffer:
         self.base = base
 
     def __reduce__(self) -> tuple:
-        info = _C._layout_info_of(self.base)
+        info = _C._bound_layout_of(self.base)
         return (restore_buffer, (_C._to_host(self.base), info.layout, tuple(info.base_stride), str(self.base.device)))
 
 
@@ -60,7 +60,7 @@ def _buffer(tensor: torch.Tensor) -> _Buffer:
 
 
 def _reduce_ex_internal(self: torch.Tensor, proto: int) -> tuple:
-    if self.device.type != "spyre" or _C._layout_info_of(self) is None:
+    if self.device.type != "spyre" or _C._bound_layout_of(self) is None:
         return _original_reduce(self, proto)
     view = (tuple(self.shape), tuple(self.stride()), self.storage_offset(), self.dtype)
     return (rebuild, (_buffer(self), view, self.requires_grad))
@@ -97,7 +97,7 @@ def rebuild(base: torch.Tensor | _Buffer, view: View, requires_grad: bool) -> to
     if isinstance(base, _Buffer):  # copy.copy and other reduce users that do not pickle
         base = restore_buffer(*base.__reduce__()[1])
     size, stride, offset, dtype = view
-    info = _C._layout_info_of(base) if base.device.type == "spyre" else None
+    info = _C._bound_layout_of(base) if base.device.type == "spyre" else None
     if info is not None and dtype.itemsize == info.layout.dtype.itemsize:
         _C._view_offsets(info, list(size), list(stride), offset)  # IndexError if the view leaves its base
     result = torch.empty(0, dtype=dtype, device=base.device).set_(base.untyped_storage(), offset, size, stride)
@@ -106,11 +106,11 @@ def rebuild(base: torch.Tensor | _Buffer, view: View, requires_grad: bool) -> to
 
 def _deepcopy(self: torch.Tensor, memo: dict[Any, Any]) -> torch.Tensor:
     """PyTorch's deepcopy, with each spyre buffer copied whole, layout and padding included."""
-    if self.device.type == "spyre" and _C._layout_info_of(self) is not None:
+    if self.device.type == "spyre" and _C._bound_layout_of(self) is not None:
         copies = memo.setdefault("torch", {})  # where UntypedStorage.__deepcopy__ memoises storages
         storage = self.untyped_storage()
         if storage._cdata not in copies:
-            fresh = _C._empty_with_layout(_C._layout_info_of(self), self.device.index)
+            fresh = _C._empty_with_layout(_C._bound_layout_of(self), self.device.index)
             _C._raw_buffer(fresh).copy_(_C._raw_buffer(self))
             copies[storage._cdata] = fresh.untyped_storage()
     return _original_deepcopy(self, memo)

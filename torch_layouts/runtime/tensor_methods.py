@@ -14,7 +14,7 @@ import torch
 
 from .. import _C
 from ..core.layout import DeviceLayout
-from .layout_records import bind, info_for, layout_info, storage_strides
+from .layout_records import bind, bound_record_for, bound_record, storage_strides
 
 _original: dict[str, Callable[..., Any]] = {}
 
@@ -48,14 +48,14 @@ def empty_with_layout(spec: object, size: Sequence[int], dtype: torch.dtype, dev
     """
     size = tuple(size)
     layout = bind(spec, size, dtype, stride)
-    info = info_for(layout, size) if stride is None else layout_info(layout, size, tuple(stride))
+    info = bound_record_for(layout, size) if stride is None else bound_record(layout, size, tuple(stride))
     if stride is not None:
         layout.resolve(size, tuple(stride))
     return _C._empty_with_layout(info, device.index)
 
 
 def _is_whole(tensor: torch.Tensor) -> bool:
-    info = _C._layout_info_of(tensor)
+    info = _C._bound_layout_of(tensor)
     return (
         info is not None
         and tensor.storage_offset() == 0

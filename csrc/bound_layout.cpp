@@ -1,4 +1,4 @@
-#include "layout_info.h"
+#include "bound_layout.h"
 
 namespace torch_layouts {
 

@@ -1,4 +1,4 @@
-#include "planner.h"
+#include "layout_records.h"
 
 #include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/utils/pybind.h>
@@ -12,11 +12,11 @@ namespace py = pybind11;
 namespace torch_layouts {
 namespace {
 
-PyObject* g_planner = nullptr;  // a strong reference kept for the process lifetime
+PyObject* g_layout_records = nullptr;  // a strong reference kept for the process lifetime
 
-py::object planner() {
-  TORCH_CHECK(g_planner != nullptr, "torch_layouts runtime is not initialised (import torch_layouts)");
-  return py::reinterpret_borrow<py::object>(g_planner);
+py::object layout_records() {
+  TORCH_CHECK(g_layout_records != nullptr, "torch_layouts runtime is not initialised (import torch_layouts)");
+  return py::reinterpret_borrow<py::object>(g_layout_records);
 }
 
 using DefaultKey = std::tuple<int, std::vector<int64_t>, std::vector<int64_t>>;
@@ -46,7 +46,7 @@ int64_t int_value(const py::handle& value) {
   }
 }
 
-std::optional<std::vector<Nest>> optional_nests(const py::object& result) {
+std::optional<std::vector<Transfer>> optional_nests(const py::object& result) {
   if (result.is_none()) return std::nullopt;
   return nests_from_python(result);
 }
@@ -67,19 +67,19 @@ std::optional<at::Tensor> convert_on_device(const at::Tensor& self, c10::ScalarT
   return py::cast<at::Tensor>(py::handle(g_converter)(self, dtype_obj));
 }
 
-void set_planner(py::object obj) {
+void set_layout_records(py::object obj) {
   Py_XINCREF(obj.ptr());
-  g_planner = obj.ptr();
+  g_layout_records = obj.ptr();
 }
 
-std::vector<Nest> nests_from_python(const py::handle& seq) {
-  std::vector<Nest> nests;
+std::vector<Transfer> nests_from_python(const py::handle& seq) {
+  std::vector<Transfer> nests;
   for (const auto& item : seq) {
     TORCH_CHECK_VALUE(py::isinstance<py::tuple>(item) || py::isinstance<py::list>(item), "a DMA nest must be a tuple, got ",
                       std::string(py::repr(item)));
     auto t = py::tuple(py::reinterpret_borrow<py::object>(item));
     TORCH_CHECK_VALUE(t.size() == 5, "a DMA nest is (ranges, dst_strides, src_strides, dst_offset, src_offset)");
-    nests.push_back(Nest{int_vector(t[0]), int_vector(t[1]), int_vector(t[2]), int_value(t[3]), int_value(t[4])});
+    nests.push_back(Transfer{int_vector(t[0]), int_vector(t[1]), int_vector(t[2]), int_value(t[3]), int_value(t[4])});
     TORCH_CHECK_VALUE(nests.back().ranges.size() == nests.back().dst_strides.size() &&
                           nests.back().ranges.size() == nests.back().src_strides.size(),
                       "a DMA nest needs as many strides as loop ranges");
@@ -147,8 +147,8 @@ LayoutPtr default_layout(c10::ScalarType dtype, c10::IntArrayRef size, c10::IntA
   {
     py::gil_scoped_acquire gil;
     py::handle dtype_obj(reinterpret_cast<PyObject*>(torch::getTHPDtype(dtype)));
-    py::object info = planner().attr("default_layout_info")(dtype_obj, to_tuple(size), to_tuple(stride));
-    layout = py::cast<std::shared_ptr<LayoutInfo>>(info);
+    py::object info = layout_records().attr("default_bound_record")(dtype_obj, to_tuple(size), to_tuple(stride));
+    layout = py::cast<std::shared_ptr<BoundLayout>>(info);
   }
   std::lock_guard<std::mutex> lock(g_defaults_mutex);
   if (g_defaults.size() >= kMaxDefaults) g_defaults.clear();
@@ -156,15 +156,15 @@ LayoutPtr default_layout(c10::ScalarType dtype, c10::IntArrayRef size, c10::IntA
   return layout;
 }
 
-std::optional<std::vector<Nest>> host_nests(const LayoutInfo& layout, c10::IntArrayRef host_stride, bool h2d) {
+std::optional<std::vector<Transfer>> host_nests(const BoundLayout& layout, c10::IntArrayRef host_stride, bool h2d) {
   py::gil_scoped_acquire gil;
-  return optional_nests(planner().attr("host_nests")(py::handle(layout.layout->get()), to_tuple(layout.base_size),
+  return optional_nests(layout_records().attr("host_nests")(py::handle(layout.layout->get()), to_tuple(layout.base_size),
                                                      to_tuple(layout.base_stride), to_tuple(host_stride), h2d));
 }
 
-std::optional<std::vector<Nest>> relayout_nests(const LayoutInfo& src, const LayoutInfo& dst) {
+std::optional<std::vector<Transfer>> relayout_nests(const BoundLayout& src, const BoundLayout& dst) {
   py::gil_scoped_acquire gil;
-  return optional_nests(planner().attr("relayout_nests")(
+  return optional_nests(layout_records().attr("relayout_nests")(
       py::handle(src.layout->get()), to_tuple(src.base_stride), py::handle(dst.layout->get()),
       to_tuple(dst.base_stride), to_tuple(dst.base_size)));
 }

@@ -1,5 +1,5 @@
-// The bridge to the Python planner (torch_layouts/runtime/planner.py): layout logic and
-// DMA planning live in Python; the runtime asks for them here and caches the answers.
+// The bridge to the Python layout records (torch_layouts/runtime/layout_records.py): layout
+// logic and DMA nests live in Python; the runtime asks for them here and caches the answers.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -11,7 +11,7 @@
 
 namespace torch_layouts {
 
-void set_planner(pybind11::object planner);
+void set_layout_records(pybind11::object records);
 
 // The ops layer's on-device dtype conversion (keeps the layout's dim order), if installed.
 void set_converter(pybind11::object converter);
@@ -22,13 +22,13 @@ LayoutPtr default_layout(c10::ScalarType dtype, c10::IntArrayRef size, c10::IntA
 
 // Nests between the layout's device buffer (dst for h2d) and a host tensor of the base's
 // size with other strides; nullopt when no direct program exists.
-std::optional<std::vector<Nest>> host_nests(const LayoutInfo& layout, c10::IntArrayRef host_stride, bool h2d);
+std::optional<std::vector<Transfer>> host_nests(const BoundLayout& layout, c10::IntArrayRef host_stride, bool h2d);
 
 // Nests copying src's device buffer into dst's (same host tensor); nullopt when none exist.
-std::optional<std::vector<Nest>> relayout_nests(const LayoutInfo& src, const LayoutInfo& dst);
+std::optional<std::vector<Transfer>> relayout_nests(const BoundLayout& src, const BoundLayout& dst);
 
 // Converts Python nest descriptions (tuples) to C++.
-std::vector<Nest> nests_from_python(const pybind11::handle& seq);
+std::vector<Transfer> nests_from_python(const pybind11::handle& seq);
 std::vector<Fill> fills_from_python(const pybind11::handle& seq);
 AddressTable address_from_python(const pybind11::handle& table);
 // Throws ValueError unless every dim, stride and step of the table is usable for this base.

@@ -1,5 +1,6 @@
-// What a device buffer's layout compiles to: its Python layout object, the host
-// tensor it was resolved against, and the DMA nests that move that host tensor.
+// The runtime's mirror of a Python BoundLayout (torch_layouts/core/layout.py): a device
+// buffer's layout object bound to the host tensor it holds, compiled into the DMA transfers
+// (core/mapping.py's Transfer, Fill) that move that host tensor, and its view addressing.
 #pragma once
 
 #include <Python.h>
@@ -14,8 +15,8 @@
 
 namespace torch_layouts {
 
-// One loop nest of a copy, in elements; loops ordered outermost first.
-struct Nest {
+// One loop nest of a copy (core/mapping.py's Transfer), in elements; loops ordered outermost first.
+struct Transfer {
   std::vector<int64_t> ranges, dst_strides, src_strides;
   int64_t dst_offset = 0, src_offset = 0;
 };
@@ -53,14 +54,14 @@ struct AddressTable {
   std::vector<std::pair<int64_t, int64_t>> copies;        // broadcast dims: (size, device stride)
 };
 
-struct LayoutInfo {
+struct BoundLayout {
   std::shared_ptr<PyHandle> layout;   // the layout object users see
   std::vector<int64_t> base_size;     // the host tensor the layout holds
   std::vector<int64_t> base_stride;
   c10::ScalarType dtype;
   int64_t device_numel = 0;
   int64_t storage_nbytes = 0;         // device bytes, or the base's extent if larger
-  std::vector<Nest> h2d, d2h;         // base (strides base_stride, offset 0) <-> device
+  std::vector<Transfer> h2d, d2h;         // base (strides base_stride, offset 0) <-> device
   std::vector<Fill> padding;
   c10::Scalar pad_value;
   bool identity = false;              // device order is the base's own dense order, no padding
@@ -68,7 +69,7 @@ struct LayoutInfo {
   AddressTable address;
   // This buffer's layout as seen through dtype views of another element size (dtype_views.cpp).
   mutable std::mutex dtype_views_mutex;
-  mutable std::map<c10::ScalarType, std::shared_ptr<const LayoutInfo>> dtype_views;
+  mutable std::map<c10::ScalarType, std::shared_ptr<const BoundLayout>> dtype_views;
 };
 
 }  // namespace torch_layouts
