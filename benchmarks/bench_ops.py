@@ -1,7 +1,10 @@
 """Device kernels against the same ops on CPU tensors, as time ratios (device / CPU).
 
 Targets: ``add`` (4096x4096 float16) <= 1.2, ``matmul`` (2048x2048 float32) <= 1.3;
-``add`` into preallocated ``out=`` tensors and ``sum`` are reported only. Run alone with ``python benchmarks/bench_ops.py``.
+``add`` into preallocated ``out=`` tensors and ``sum`` are reported only. Profiling 10 forward
+passes of a small model on the device, with Kineto (CPU + PrivateUse1 activities) and with the
+legacy profiler (``use_device="spyre"``), against the same passes unprofiled: <= 2.
+Run alone with ``python benchmarks/bench_ops.py``.
 """
 
 from __future__ import annotations
@@ -49,7 +52,30 @@ def run() -> list[Figure]:
         figures.append(compare(f"device {name} {shape} {str(dtype).removeprefix('torch.')} / CPU", target,
                                lambda op=op, device=device: op(*device), lambda op=op_host, host=host: op(*host),
                                "same op on CPU", repetitions))
-    return figures
+    return figures + profiler_overhead()
+
+
+def profiler_overhead() -> list[Figure]:
+    """Profiled forward passes of a small model on spyre against the same passes unprofiled."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)).to("spyre")
+    x = torch.randn(4, 16).to("spyre")
+
+    def passes() -> None:
+        for _ in range(10):
+            model(x)
+
+    def kineto() -> None:
+        activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.PrivateUse1]
+        with torch.profiler.profile(activities=activities):
+            passes()
+
+    def legacy() -> None:
+        with torch.autograd.profiler.profile(use_device="spyre"):
+            passes()
+
+    return [compare(f"profiled 10 forward passes ({name}) / unprofiled", 2.0, fn, passes, "same passes unprofiled", 15)
+            for name, fn in (("kineto", kineto), ("legacy", legacy))]
 
 
 if __name__ == "__main__":

@@ -59,8 +59,19 @@ LayoutPtr layout_of(const at::Tensor& tensor) {
   return nullptr;
 }
 
+// A byte tensor spanning its whole storage from offset 0 that is not the layout's own base: the
+// storage itself (UntypedStorage.cpu(), copy_, clone), read and written raw, padding included.
+bool is_storage_bytes(const at::Tensor& tensor, const BoundLayout& layout) {
+  if (tensor.scalar_type() != at::kByte || tensor.dim() != 1 || tensor.storage_offset() != 0 ||
+      tensor.stride(0) != 1 || tensor.numel() != static_cast<int64_t>(tensor.storage().nbytes())) {
+    return false;
+  }
+  return !(layout.dtype == at::kByte && is_whole_base(tensor, layout));
+}
+
 LayoutPtr element_layout_of(const at::Tensor& tensor) {
   LayoutPtr layout = layout_of(tensor);
+  if (layout && is_storage_bytes(tensor, *layout)) return nullptr;  // raw device bytes, in device order
   if (!layout || static_cast<int64_t>(c10::elementSize(layout->dtype)) == tensor.element_size()) return layout;
   if (layout->identity) return nullptr;  // the bytes are in host order: any element size reads them
   LayoutPtr view = dtype_view_layout(*layout, tensor.scalar_type());

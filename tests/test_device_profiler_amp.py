@@ -1,12 +1,12 @@
 """The profiler and autocast on spyre: PyTorch's PrivateUse1 profiler stubs are registered (no
-"not enabled" errors, non-negative device times, small overhead), and ``torch.autocast("spyre")``
+"not enabled" errors, non-negative device times; the overhead is a benchmark figure in
+benchmarks/bench_ops.py), and ``torch.autocast("spyre")``
 casts ops by CUDA's policies."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
-import time
 
 import pytest
 import torch
@@ -36,32 +36,6 @@ print("ok")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
     assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-2000:]
     assert "not enabled" not in result.stderr
-
-
-@pytest.mark.parametrize("profiled", ["kineto", "legacy"])
-def test_profiler_overhead_under_2x(profiled):
-    """Profiling a small model's forward passes costs less than the passes themselves (best of 3)."""
-    model, x = small_model()
-
-    def passes() -> float:
-        start = time.perf_counter()
-        for _ in range(10):
-            model(x)
-        return time.perf_counter() - start
-
-    def profiled_passes() -> float:
-        if profiled == "kineto":
-            activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.PrivateUse1]
-            context = torch.profiler.profile(activities=activities)
-        else:
-            context = torch.autograd.profiler.profile(use_device="spyre")
-        with context:
-            return passes()
-
-    profiled_passes()  # warm-up (profiler start-up is paid once per process)
-    passes()
-    ratios = [profiled_passes() / passes() for _ in range(3)]
-    assert min(ratios) < 2.0, ratios
 
 
 def test_autocast_policies():

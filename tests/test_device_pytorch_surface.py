@@ -13,7 +13,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from torch_layouts import ops
+import torch_layouts
+from torch_layouts import SpyreTensorLayout, ops
 
 
 def run_python(code: str, **env: str) -> subprocess.CompletedProcess:
@@ -199,3 +200,26 @@ def test_oom_error_before_the_host_runs_out():
             print(torch.ones(3, device="spyre").sum().item())
     """, TORCH_LAYOUTS_DEVICE_MEMORY="1000TiB")
     assert result.returncode == 0 and result.stdout.strip().endswith("3.0"), result.stderr[-2000:]
+
+
+STORAGE_CASES = [
+    ("fp32 default, padded", torch.arange(6.0).reshape(2, 3), None),
+    ("fp16 dim_order [1, 0]", torch.randn(5, 70).half(), SpyreTensorLayout((5, 70), torch.float16, [1, 0])),
+    ("int8 sparse", torch.arange(12, dtype=torch.int8).reshape(3, 4), SpyreTensorLayout((3, 4), torch.int8, [0, 1, -1])),
+    ("bool 1-D", torch.tensor([True, False, True]), None),
+]
+
+
+@pytest.mark.parametrize("name, x, layout", STORAGE_CASES, ids=[c[0] for c in STORAGE_CASES])
+def test_untyped_storage_copies_are_the_raw_device_buffer(name: str, x: torch.Tensor, layout: object) -> None:
+    """UntypedStorage.cpu()/clone()/copy_ move the device buffer's bytes (device order, padding included)."""
+    y = x.to("spyre") if layout is None else x.to("spyre", device_layout=layout)
+    storage = y.untyped_storage()
+    host = storage.cpu()
+    assert host.device.type == "cpu" and host.nbytes() == storage.nbytes()
+    raw = torch_layouts.device_memory(y).view(torch.uint8)
+    assert bytes(host) == bytes(raw.numpy())
+    assert bytes(storage.clone().cpu()) == bytes(host)
+    target = y.new_empty(y.shape, device="spyre", device_layout=y.device_tensor_layout())
+    target.untyped_storage().copy_(host)
+    assert torch.equal(target.cpu(), x)
