@@ -404,3 +404,15 @@ def test_device_generic_tests_were_instantiated_for_spyre():
     expected = {f"test_matches_cpu_{op}_spyre_float32" for op in ("add", "mul", "sum", "matmul", "transpose", "view")}
     assert expected <= set(names)
     assert "TestSpyreDeviceGenericCPU" not in globals()
+
+
+def test_printing_fake_spyre_tensors_formats_no_values():
+    """Traces print fake spyre tensors (AOT autograd's structured logs do): no host copy is attempted."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    x = torch.ones(3, device="spyre")
+    with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+        fake = mode.from_tensor(x)
+        assert repr(fake) == "FakeTensor(..., size=(3,), device='spyre:0')"
+        assert "size=(2,)" in repr(torch.empty(2, device="spyre"))
+    assert repr(x) == "tensor([1., 1., 1.], device='spyre:0')"

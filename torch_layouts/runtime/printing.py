@@ -18,9 +18,17 @@ _DEVICE = re.compile(r", device='spyre:\d+'")
 _original_str = _tensor_str._str
 
 
+def _has_values(t: torch.Tensor) -> bool:
+    """A spyre tensor with data to format (not a fake tensor of a trace, nor a functorch wrapper)."""
+    from torch._subclasses.fake_tensor import is_fake
+
+    tracing = torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE) is not None
+    return (t.device.type == "spyre" and t.numel() > 0 and not torch._C._functorch.is_functorch_wrapped_tensor(t)
+            and not is_fake(t) and not tracing)
+
+
 def _str(self: torch.Tensor, *, tensor_contents: str | None = None) -> str:
-    if (tensor_contents is None and self.device.type == "spyre" and self.numel() > 0
-            and not torch._C._functorch.is_functorch_wrapped_tensor(self)):
+    if tensor_contents is None and _has_values(self):
         plain = type(self) in (torch.Tensor, torch.nn.Parameter)
         indent = len("tensor(" if plain else f"{type(self).__name__}(")
         with torch.no_grad():
