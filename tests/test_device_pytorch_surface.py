@@ -12,6 +12,8 @@ import textwrap
 import pytest
 import torch
 import torch.nn.functional as F
+from hypothesis import given
+from test_reliability_roundtrip import bits_equal, cases, move, scaled
 
 import torch_layouts
 from torch_layouts import SpyreTensorLayout, ops
@@ -223,3 +225,20 @@ def test_untyped_storage_copies_are_the_raw_device_buffer(name: str, x: torch.Te
     target = y.new_empty(y.shape, device="spyre", device_layout=y.device_tensor_layout())
     target.untyped_storage().copy_(host)
     assert torch.equal(target.cpu(), x)
+
+
+@scaled(40)
+@given(cases())
+def test_untyped_storage_round_trip_is_bit_exact_for_random_layouts(case: tuple[torch.Tensor, object]) -> None:
+    """For any family, shape and dtype: the storage's host copy starts with the device buffer byte for byte,
+    and writing it into a fresh buffer of the same layout reads back the CPU tensor bit for bit."""
+    x, spec = case
+    y = move(x, spec)
+    host = y.untyped_storage().cpu()
+    memory = bytes(torch_layouts.device_memory(y).view(torch.uint8).numpy())
+    # the storage is the layout's buffer, longer only where the host strides reach further
+    assert host.nbytes() >= len(memory) and bytes(host)[:len(memory)] == memory
+    target = y.new_empty(y.shape, device="spyre", device_layout=y.device_tensor_layout())
+    target = target.as_strided(y.shape, y.stride(), y.storage_offset())
+    target.untyped_storage().copy_(host)
+    assert bits_equal(target.cpu(), x)
