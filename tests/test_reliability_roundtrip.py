@@ -28,8 +28,7 @@ from hypothesis import strategies as st
 
 import torch_layouts
 from torch_layouts import DataFormats, DeviceLayout, SpyreTensorLayout, _C, htp, mace, tensorrt
-from torch_layouts.runtime.layout_records import is_dense
-from torch_layouts.core.layout import contiguous_strides
+from torch_layouts.core.layout import contiguous_strides, is_dense
 
 FAMILIES = ("default", "spyre", "spyre_strided", "spyre_explicit", "core", "htp", "tensorrt", "mace")
 TRT_TEMPLATES = (

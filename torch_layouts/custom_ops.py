@@ -21,8 +21,7 @@ from collections.abc import Sequence
 
 import torch
 
-from .core.layout import contiguous_strides
-from .runtime.layout_records import is_dense
+from .core.layout import contiguous_strides, is_dense
 from .runtime.tensor_methods import to_layout
 from .spyre import SpyreTensorLayout
 

@@ -35,6 +35,16 @@ def contiguous_strides(size: Sequence[int]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
+def is_dense(size: Sequence[int], stride: Sequence[int]) -> bool:
+    """Whether the elements fill offsets [0, numel) once each (a permutation of row-major)."""
+    expected = 1
+    for s, n in sorted((s, n) for n, s in zip(size, stride) if n != 1):
+        if s != expected:
+            return False
+        expected *= n
+    return True
+
+
 def _int_tuple(values: object, name: str, minimum: int) -> tuple[int, ...]:
     if isinstance(values, (str, bytes)) or not isinstance(values, Sequence | torch.Size):
         raise TypeError(f"{name} must be a sequence of ints, got {values!r}")

@@ -30,7 +30,7 @@ import torch
 
 from .. import _C
 from ..core.dtypes import data_format, elems_per_stick
-from ..core.layout import BoundLayout, DeviceLayout, contiguous_strides
+from ..core.layout import BoundLayout, DeviceLayout, contiguous_strides, is_dense
 from ..core.mapping import Fill, View, map_view, padding
 from ..runtime import layout_records
 from ..spyre import SpyreTensorLayout
@@ -69,16 +69,6 @@ def raw(x: torch.Tensor) -> torch.Tensor:
     """A 1-D CPU tensor of ``x.dtype`` aliasing the whole device buffer of ``x``."""
     buf = _C._raw_buffer(x)
     return buf if buf.dtype == x.dtype else buf.view(x.dtype)
-
-
-def is_dense(size: Shape, stride: Shape) -> bool:
-    """The strides pack the elements densely (in some order of the dims), without overlap."""
-    expected = 1
-    for s, n in sorted((s, n) for n, s in zip(size, stride) if n != 1):
-        if s != expected:
-            return False
-        expected *= n
-    return True
 
 
 def is_whole_dense(x: torch.Tensor, info: _C.BoundLayout) -> bool:

@@ -18,7 +18,7 @@ import torch
 from .. import _C
 from ..core import family
 from ..core.dtypes import check_device_dtype, int64_downcast
-from ..core.layout import BoundLayout, DeviceLayout, LayoutTemplate
+from ..core.layout import BoundLayout, DeviceLayout, LayoutTemplate, is_dense
 from ..core.mapping import Transfer, View, map_addresses, swap
 from ..dma.program import dma_program
 from ..dma.relayout import relayout_transfers
@@ -31,16 +31,6 @@ def default_layout(size: Sequence[int], stride: Sequence[int], dtype: torch.dtyp
     dtype = check_device_dtype(dtype, "spyre tensor dtype")
     int64_downcast(dtype)
     return family.device_default(size, stride, dtype)
-
-
-def is_dense(size: Sequence[int], stride: Sequence[int]) -> bool:
-    """Whether the elements fill offsets [0, numel) once each (a permutation of row-major)."""
-    expected = 1
-    for n, s in sorted(((n, s) for n, s in zip(size, stride) if n != 1), key=lambda p: p[1]):
-        if s != expected:
-            return False
-        expected *= n
-    return True
 
 
 def storage_strides(layout: DeviceLayout, size: Sequence[int], stride: Sequence[int] | None) -> Shape | None:
