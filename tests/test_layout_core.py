@@ -17,8 +17,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from torch_layouts import DeviceLayout, dma_program
+from torch_layouts import DataFormats, DeviceLayout, SpyreTensorLayout, dma_program, mace
+from torch_layouts.compile.lowering import cache_key
+from torch_layouts.compile.propagate import Fixed, layout_of_state
 from torch_layouts.dma import execute
+from torch_layouts.runtime.layout_records import bound_record
 
 F16 = torch.float16
 
@@ -176,6 +179,76 @@ def test_inputs_are_copied():
     a = DeviceLayout(size, smap, F16)
     size[0], smap[0] = 9, 9
     assert (a.device_size, a.stride_map) == ((3, 4), (4, 1))
+
+
+# -- caches keyed on a layout keep each layout's own binding -------------------------------------
+FP8 = torch.float8_e4m3fn
+
+# (name, a, b, host size, host strides): a == b, yet they differ in an attribute == ignores (the host
+# binding, a Spyre dim_order, the sign of a zero pad); both hold the host tensor given.
+EQUAL_APART = [
+    ("explicit vs bound", lambda: DeviceLayout([3, 4], [4, 1], F16),
+     lambda: DeviceLayout([3, 4], [4, 1], F16, host_size=(3, 4)), (3, 4), (4, 1)),
+    ("bound to other sizes", lambda: DeviceLayout([12], [1], F16, host_size=(12,)),
+     lambda: DeviceLayout([12], [1], F16, host_size=(3, 4)), (3, 4), (4, 1)),
+    ("bound to other strides", lambda: DeviceLayout([4, 3], [1, 4], F16, host_size=(3, 4), host_stride=(4, 1)),
+     lambda: DeviceLayout([4, 3], [1, 4], F16, host_size=(3, 4), host_stride=(1, 3)), (3, 4), (4, 1)),
+    ("spyre explicit vs bound", lambda: SpyreTensorLayout([1, 64], [64, 1], DataFormats.SEN169_FP16),
+     lambda: SpyreTensorLayout((64,), F16), (64,), (1,)),
+    ("spyre rank-0 float8", lambda: SpyreTensorLayout([1, 128], [-1, -1], DataFormats.SEN143_FP8, pad_value=1.5),
+     lambda: SpyreTensorLayout((), FP8, [], pad_value=1.5), (), ()),
+    ("spyre dim_order", lambda: SpyreTensorLayout((1, 1, 64), F16, [0, 1, 2]),
+     lambda: SpyreTensorLayout((1, 1, 64), F16, [1, 0, 2]), (1, 1, 64), (64, 64, 1)),
+    ("mace bound to other ranks", lambda: mace.CPU_NCHW.bind((2, 6), F16),
+     lambda: mace.CPU_NCHW.bind((2, 1, 1, 6), F16), (2, 6), (6, 1)),
+    ("pad 0.0 vs -0.0", lambda: DeviceLayout([4], [1], F16, pad_value=0.0),
+     lambda: DeviceLayout([4], [1], F16, pad_value=-0.0), (3,), (1,)),
+]
+
+# (name, the layout a cached path hands back for a layout and a host size and strides)
+CACHED_PATHS = [
+    ("resolve", lambda layout, size, stride: layout.resolve(size, stride).layout),
+    ("dma_program", lambda layout, size, stride: dma_program(layout, size, stride).layout),
+    ("bound_record", lambda layout, size, stride: bound_record(layout, size, stride).layout),
+    ("device tensor", lambda layout, size, stride: torch.empty(
+        0, dtype=layout.dtype).new_empty_strided(size, stride, device="spyre", device_layout=layout
+                                                 ).device_tensor_layout()),
+    ("layout_of_state", lambda layout, size, stride: layout_of_state(size, layout.dtype, Fixed(layout), stride)),
+]
+
+
+def _attributes(layout: DeviceLayout) -> tuple:
+    """Everything a layout holds, the pad value's sign included."""
+    return type(layout), layout._state(), repr(layout.pad_value)
+
+
+@pytest.mark.parametrize("path", [p[1] for p in CACHED_PATHS], ids=[p[0] for p in CACHED_PATHS])
+@pytest.mark.parametrize("a, b, size, stride", [c[1:] for c in EQUAL_APART], ids=[c[0] for c in EQUAL_APART])
+def test_cached_paths_keep_each_layouts_binding(a, b, size, stride, path):
+    a, b = a(), b()
+    assert a == b and hash(a) == hash(b) and _attributes(a) != _attributes(b)
+    for layout in (a, b, a, b):
+        assert _attributes(path(layout, size, stride)) == _attributes(layout)
+
+
+@pytest.mark.parametrize("a, b", [c[1:3] for c in EQUAL_APART], ids=[c[0] for c in EQUAL_APART])
+def test_compile_plan_cache_keys_tell_fixed_layouts_apart(a, b):
+    gm = torch.fx.symbolic_trace(torch.nn.Identity())
+    a, b = a(), b()
+    assert cache_key(gm, {"x": Fixed(a)}) != cache_key(gm, {"x": Fixed(b)})
+    assert cache_key(gm, {"x": Fixed(a)}) == cache_key(gm, {"x": Fixed(copy.copy(a))})
+
+
+def test_relayout_keeps_the_binding_of_an_equal_cached_layout():
+    """A rank-0 float8 tensor relaid into a bound layout after an equal explicit one was used."""
+    explicit = SpyreTensorLayout([1, 128], [-1, -1], DataFormats.SEN143_FP8, pad_value=1.5)
+    x = torch.tensor(2.0).to(FP8).to("spyre", device_layout=explicit)
+    bound = SpyreTensorLayout((), FP8, [], pad_value=1.5)
+    y = torch.tensor(-3.0).to(FP8).to("spyre").to("spyre", device_layout=bound)
+    assert bound == explicit and x.device_tensor_layout().host_size is None
+    layout = y.device_tensor_layout()
+    assert (layout.host_size, layout.host_stride) == ((), ())
+    assert layout.resolve().size == () and y.cpu().float().item() == -3.0 and x.cpu().float().item() == 2.0
 
 
 # -- host tensors that are permuted or sliced, through DMA programs ----------------------------

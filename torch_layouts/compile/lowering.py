@@ -17,13 +17,13 @@ from dataclasses import dataclass
 import torch
 import torch.fx
 
-from ..core.layout import BoundLayout, DeviceLayout
+from ..core.layout import BoundLayout, DeviceLayout, binding_key
 from ..ops import rules
 from ..ops.elementwise import materialize
 from ..ops.operands import rowmajor
 from ..ops.stats import count_restickify
 from .placement import Plan, solve
-from .propagate import Propagation, State, TensorInfo, layout_of_state
+from .propagate import Fixed, Propagation, State, TensorInfo, layout_of_state
 
 MAX_STATES = 2048
 
@@ -64,7 +64,12 @@ cache_stats = {"hits": 0, "misses": 0}
 def cache_key(gm: torch.fx.GraphModule, input_states: dict[str, State]) -> tuple:
     """The plan cache key: the graph's code and every input's layout state."""
     code = hashlib.sha256(gm.code.encode()).hexdigest()
-    return code, tuple(sorted((k, repr(v)) for k, v in input_states.items()))
+    return code, tuple(sorted((k, _state_key(v)) for k, v in input_states.items()))
+
+
+def _state_key(state: State) -> object:
+    """A state as a key: a Fixed layout by its ``binding_key`` (the plan's states hold that layout)."""
+    return ("fixed", binding_key(state.layout)) if isinstance(state, Fixed) else state
 
 
 def _layout(prop: Propagation, name: str, state: State) -> DeviceLayout | None:

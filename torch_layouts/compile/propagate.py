@@ -124,15 +124,20 @@ def state_of_tensor(t: torch.Tensor) -> State:
     return Fixed(layout)
 
 
-@functools.lru_cache(maxsize=4096)
 def layout_of_state(shape: tuple[int, ...], dtype: torch.dtype, state: State,
                     stride: tuple[int, ...] | None = None) -> DeviceLayout:
     """The concrete layout of a tensor of ``shape`` (host ``stride``, default row-major) in ``state``."""
+    if isinstance(state, Fixed):  # its own layout, not a cached equal one bound to another host
+        return state.layout
+    return _layout_of_state(shape, dtype, state, stride)
+
+
+@functools.lru_cache(maxsize=4096)
+def _layout_of_state(shape: tuple[int, ...], dtype: torch.dtype, state: State,
+                     stride: tuple[int, ...] | None) -> DeviceLayout:
     rank = len(shape)
     contiguous = tuple(_numel(shape[d + 1:]) for d in range(rank))
     stride = contiguous if stride is None else stride
-    if isinstance(state, Fixed):
-        return state.layout
     if isinstance(state, tuple) and state[0] == "rhs" and stride == contiguous:
         return rhs_layout(shape, dtype)
     if rank == 0 or rank > MAX_RANK or state in (SCALAR, NOSTICK):

@@ -14,8 +14,9 @@ import abc
 import functools
 import itertools
 import math
-from collections.abc import Iterator, Sequence
-from typing import Any, NamedTuple
+import operator
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, NamedTuple, TypeVar
 
 import torch
 
@@ -23,6 +24,7 @@ from .dtypes import check_device_dtype, check_pad_value
 from .regions import Box, box_volume, split_group
 
 MAX_ELEMENTS = 2**62
+_Fn = TypeVar("_Fn", bound=Callable[..., Any])
 
 
 def contiguous_strides(size: Sequence[int]) -> tuple[int, ...]:
@@ -472,10 +474,43 @@ class BoundLayout(_Binding):
         return out
 
 
+def binding_key(layout: DeviceLayout) -> tuple:
+    """A key equal only for interchangeable layouts: every attribute, the host binding included.
+
+    ``==`` ignores ``host_size``/``host_stride`` (and attributes a family leaves out of its
+    identity, such as a Spyre layout's ``dim_order``); a cache handing back a layout, or
+    anything that depends on its binding, keys on this so that each caller gets its own.
+    The pad value's ``repr`` tells ``-0.0`` from ``0.0``, which ``==`` does not.
+    """
+    return type(layout), _slot_getter(type(layout))(layout), repr(layout.pad_value)
+
+
+@functools.cache
+def _slot_getter(cls: type) -> Callable[[DeviceLayout], tuple]:
+    return operator.attrgetter(*(s for c in cls.__mro__ for s in getattr(c, "__slots__", ())))
+
+
+def cache_by_binding(maxsize: int) -> Callable[[_Fn], _Fn]:
+    """``functools.lru_cache`` whose key adds each layout argument's ``binding_key``."""
+    def decorate(fn: _Fn) -> _Fn:
+        @functools.lru_cache(maxsize=maxsize)
+        def cached(keys: tuple, *args: Any) -> Any:
+            return fn(*args)
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any) -> Any:
+            return cached(tuple(binding_key(a) for a in args if isinstance(a, DeviceLayout)), *args)
+
+        wrapper.cache_clear = cached.cache_clear  # type: ignore[attr-defined]
+        wrapper.cache_info = cached.cache_info  # type: ignore[attr-defined]
+        return wrapper  # type: ignore[return-value]
+    return decorate
+
+
 _DERIVED = ("groups", "synthetic", "broadcast", "empty")
 
 
-@functools.lru_cache(maxsize=4096)
+@cache_by_binding(maxsize=4096)
 def _resolve(layout: DeviceLayout, size: tuple[int, ...], stride: tuple[int, ...]) -> BoundLayout:
     bound = BoundLayout(layout, size, stride)
     bound.__dict__.update(zip(_DERIVED, (*_bind(layout, size, stride), math.prod(size) == 0)))

@@ -10,14 +10,13 @@ The nests come from the address-mapping engine (``core/mapping.py``).
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.layout import DeviceLayout
+from ..core.layout import DeviceLayout, cache_by_binding
 from ..core.mapping import Fill, Transfer, View, map_addresses, padding, swap
 
 DIRECTIONS = ("h2d", "d2h")
@@ -149,7 +148,7 @@ def dma_program(layout: DeviceLayout, host_size: Sequence[int] | None = None,
     return _program(layout, res.size, res.stride, host_offset, direction)
 
 
-@functools.lru_cache(maxsize=4096)
+@cache_by_binding(maxsize=4096)  # the program holds the layout
 def _program(layout: DeviceLayout, size: tuple[int, ...], stride: tuple[int, ...], host_offset: int,
              direction: str) -> DmaProgram:
     res = layout.resolve(size, stride)

@@ -18,7 +18,7 @@ import torch
 from .. import _C
 from ..core import family
 from ..core.dtypes import check_device_dtype, int64_downcast
-from ..core.layout import BoundLayout, DeviceLayout, LayoutTemplate, is_dense
+from ..core.layout import BoundLayout, DeviceLayout, LayoutTemplate, cache_by_binding, is_dense
 from ..core.mapping import Transfer, View, map_addresses, swap
 from ..dma.program import dma_program
 from ..dma.relayout import relayout_transfers
@@ -80,9 +80,12 @@ def _tuples(transfers: Sequence[Transfer]) -> list[tuple]:
     return [tuple(t) for t in transfers]
 
 
-@functools.lru_cache(maxsize=4096)
+@cache_by_binding(maxsize=4096)
 def bound_record(layout: DeviceLayout, size: Shape, stride: Shape) -> _C.BoundLayout:
-    """The runtime's compiled form of a layout holding a host tensor of this size and strides."""
+    """The runtime's compiled form of a layout holding a host tensor of this size and strides.
+
+    Memoised per layout *with its host binding*: the record holds the layout the tensor reports.
+    """
     h2d = dma_program(layout, size, stride, 0, "h2d")
     d2h = dma_program(layout, size, stride, 0, "d2h")
     identity = (
