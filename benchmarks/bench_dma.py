@@ -1,84 +1,231 @@
-"""DMA benchmarks: host<->device copies per family, device relayout, small-copy latency,
-program generation time and the memory a copy to the device costs."""
+"""DMA benchmarks: every copy against memcpy and against its PyTorch peer; latency, planning, memory.
+
+Copies, for every layout family, dtype and size (host bytes ~1, 32, 512 MiB), into
+preallocated tensors: H2D ``dev.copy_(host)``, D2H ``host.copy_(dev)`` and D2D
+``dev.copy_(src)`` from a row-major device tensor (for Spyre dim_order [1,0]: from the default
+Spyre layout, a restickify). Each runs interleaved with (a) memcpy: ``dst.copy_(src)`` of the
+same host bytes between two flat CPU buffers, and (b) its PyTorch peer: the same nests (the
+layout's DMA program, or the relayout's) as strided view copies between flat CPU buffers
+(``dma.execute.run_transfers``). Goals: ours / memcpy <= 1.15 where every nest moves contiguous
+runs of >= 64 bytes on both sides ("runs"), <= 1.3 where it transposes; ours / peer <= 1.0.
+Each thread count runs in its own process (``torch.set_num_threads`` before any work); 1 MiB
+figures take 3x ``--repeat`` samples, 512 MiB figures a third (at least 3).
+
+    python benchmarks/bench_dma.py [--full] [--threads 1,2,16] [--repeat N] [--only TEXT]
+
+Default: 2 threads (or all, if fewer), 1 and 32 MiB, and the 512 MiB case ``BIG``; ``--full``:
+every size at 1, 2 and all threads.
+"""
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
+import gc
 import json
+import math
+import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
-import torch_layouts
-from torch_layouts import SpyreTensorLayout, htp, mace, tensorrt
-from torch_layouts.core.layout import _resolve
-from torch_layouts.dma.execute import execute
-from torch_layouts.dma.program import _program
+if __package__ in (None, ""):  # run as a script: make the repository and this folder importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+import torch_layouts  # noqa: E402
+from torch_layouts import DeviceLayout, SpyreTensorLayout, htp, mace, onednn, tensorrt  # noqa: E402
+from torch_layouts.core.layout import _resolve  # noqa: E402
+from torch_layouts.core.mapping import Transfer  # noqa: E402
+from torch_layouts.dma.execute import run_transfers  # noqa: E402
+from torch_layouts.dma.program import _program  # noqa: E402
+from torch_layouts.dma.relayout import relayout_transfers  # noqa: E402
 
 try:
-    from .common import Figure, compare, compare_latency
+    from .common import CopyFigure, Figure, compare_copy, compare_latency, copy_table
 except ImportError:  # run as a script
-    from common import Figure, compare, compare_latency
+    from common import CopyFigure, Figure, compare_copy, compare_latency, copy_table  # noqa: E402
 
-FAMILIES = [  # (name, host shape, layout spec); ~32 MiB of float16 each
-    ("HTP crouton 1x256x256x256", (1, 256, 256, 256), htp.R4CroutonLayout),
-    ("TensorRT kCHW32 1x256x256x256", (1, 256, 256, 256), tensorrt.TensorFormat.kCHW32),
-    ("MACE IN_OUT_CHANNEL 1x256x256x256", (1, 256, 256, 256), mace.ImageLayout(mace.BufferType.IN_OUT_CHANNEL)),
-]
+F16, F32, I8, FP8 = torch.float16, torch.float32, torch.int8, torch.float8_e4m3fn
+SIZES_MIB = (1, 32, 512)
+RUN_BYTES = 64  # a nest "runs" when its innermost contiguous run is this long on both sides
+Spec = Callable[[tuple[int, ...], torch.dtype], object]  # host shape, dtype -> layout or template
 
 
-def copies(repeat: int) -> list[Figure]:
-    x = torch.randn(4096, 4096, dtype=torch.float16)
-    y = x.to("spyre")
-    figures = [
-        compare("H2D 4096x4096 fp16, default Spyre", 1.3, lambda: x.to("spyre"), x.clone, "x.clone()", repeat),
-        compare("D2H 4096x4096 fp16, default Spyre", 1.3, y.cpu, x.clone, "x.clone()", repeat),
+def _fixed(template: object) -> Spec:
+    return lambda shape, dtype: template
+
+
+def _spyre(dim_order: list[int] | None = None) -> Spec:
+    return lambda shape, dtype: SpyreTensorLayout(shape, dtype, dim_order)
+
+
+@dataclass(frozen=True)
+class Case:
+    """A family's layout over host shapes with one free dim (0 in ``shape``), scaled to a byte size."""
+
+    family: str
+    dtypes: tuple[torch.dtype, ...]
+    shape: tuple[int, ...]
+    spec: Spec
+    multiple: int = 1  # the free dim is a multiple of this (the layout's tile along it)
+    d2d_source: tuple[str, Spec] | None = None  # the D2D copy's source layout (default: row-major)
+
+    def host_shape(self, nbytes: int, dtype: torch.dtype) -> tuple[int, ...]:
+        per = math.prod(n for n in self.shape if n) * dtype.itemsize
+        free = max(self.multiple, round(nbytes / per / self.multiple) * self.multiple)
+        return tuple(n or free for n in self.shape)
+
+
+TF = tensorrt.TensorFormat
+CASES = (
+    Case("Spyre default", (F16, F32, I8, FP8), (0, 2048), _spyre(), 128),
+    Case("Spyre dim_order [1,0]", (F16, F32), (0, 2048), _spyre([1, 0]), 128, ("Spyre default", _spyre())),
+    Case("HTP crouton", (F16, F32), (1, 0, 128, 256), _fixed(htp.R4CroutonLayout), 8),
+    Case("TensorRT kCHW2", (F16,), (1, 256, 0, 256), _fixed(TF.kCHW2)),
+    Case("TensorRT kCHW4", (F16,), (1, 256, 0, 256), _fixed(TF.kCHW4)),
+    Case("TensorRT kCHW16", (F16,), (1, 256, 0, 256), _fixed(TF.kCHW16)),
+    Case("TensorRT kCHW32", (F16, F32), (1, 256, 0, 256), _fixed(TF.kCHW32)),
+    Case("TensorRT kCDHW32", (F16,), (1, 64, 0, 64, 64), _fixed(TF.kCDHW32)),
+    Case("TensorRT kHWC8", (F16,), (1, 256, 0, 256), _fixed(TF.kHWC8)),
+    Case("MACE IN_OUT_CHANNEL", (F16, F32), (1, 0, 256, 256), _fixed(mace.ImageLayout(mace.BufferType.IN_OUT_CHANNEL))),
+    Case("MACE CONV2D_FILTER", (F16, F32), (0, 8192, 3, 3), _fixed(mace.ImageLayout(mace.BufferType.CONV2D_FILTER)), 4),
+    Case("oneDNN nchw", (F32,), (1, 256, 0, 256), _fixed(onednn.MemoryFormat("nchw"))),
+    Case("oneDNN nhwc", (F16, F32), (1, 256, 0, 256), _fixed(onednn.MemoryFormat("nhwc"))),
+    Case("oneDNN nChw16c", (F16, F32), (1, 256, 0, 256), _fixed(onednn.MemoryFormat("nChw16c"))),
+    Case("oneDNN OIhw16i16o", (F32,), (0, 256, 3, 3), _fixed(onednn.MemoryFormat("OIhw16i16o")), 16),
+)
+BIG = ("TensorRT kCHW32", F16)  # the one 512 MiB case of the default run (all three directions)
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return {F16: "fp16", F32: "fp32", I8: "int8", FP8: "fp8e4m3"}.get(dtype, str(dtype).removeprefix("torch."))
+
+
+def row_major(shape: tuple[int, ...], dtype: torch.dtype) -> DeviceLayout:
+    """A device layout that keeps host order (the device buffer is the contiguous host tensor)."""
+    strides = [math.prod(shape[i + 1:]) for i in range(len(shape))]
+    return DeviceLayout(shape, strides, dtype)
+
+
+def run_bytes(t: Transfer, element_size: int) -> int:
+    """Bytes of the longest innermost run that is contiguous on both sides of a nest."""
+    run = 1
+    for n, d, s in zip(reversed(t.ranges), reversed(t.dst_strides), reversed(t.src_strides)):
+        if n == 1:
+            continue
+        if d != run or s != run:
+            break
+        run *= n
+    return run * element_size
+
+
+def kind(transfers: Sequence[Transfer], element_size: int) -> str:
+    """"runs" when every nest moves contiguous runs of >= RUN_BYTES on both sides, else "transposes"."""
+    return "runs" if all(run_bytes(t, element_size) >= RUN_BYTES for t in transfers) else "transposes"
+
+
+def measure(case: Case, dtype: torch.dtype, mib: int, threads: int, repeat: int) -> list[CopyFigure]:
+    """H2D, D2H and D2D figures of one case at one size, all buffers preallocated."""
+    shape = case.host_shape(mib * 2**20, dtype)
+    host = torch.empty(shape, dtype=dtype)
+    host.view(torch.uint8).fill_(0x3C)  # touch every page; a finite value in every dtype
+    dev = torch.empty(shape, dtype=dtype, device="spyre", device_layout=case.spec(shape, dtype))
+    source_name, source_spec = case.d2d_source or ("row-major", row_major)
+    src = torch.empty(shape, dtype=dtype, device="spyre", device_layout=source_spec(shape, dtype))
+    src.copy_(host)
+    layout, src_layout = dev.device_tensor_layout(), src.device_tensor_layout()
+    flat = host.view(-1)
+    image = torch.empty(layout.device_numel, dtype=dtype)  # the peer's device buffer
+    src_image = flat if case.d2d_source is None else torch_layouts.device_memory(src)
+    h2d = torch_layouts.dma_program(layout, shape).transfers()
+    d2h = torch_layouts.dma_program(layout, shape, direction="d2h").transfers()
+    relayout = relayout_transfers(src_layout, layout, shape)
+    memcpy_dst = image[:flat.numel()]
+
+    def memcpy() -> None:
+        memcpy_dst.copy_(flat)
+
+    def d2d_peer() -> None:
+        if relayout is not None:
+            run_transfers(relayout, image, src_image)
+        else:  # no direct nests: through a host buffer, as the runtime does
+            run_transfers(torch_layouts.dma_program(src_layout, shape, direction="d2h").transfers(), flat, src_image)
+            run_transfers(h2d, image, flat)
+
+    torch_layouts.reset_stats()
+    dev.copy_(src)
+    bounced = torch_layouts.stats()["host_bounces"] > 0
+    padded = layout.device_numel / flat.numel()
+    note = f"device buffer {padded:.2f}x host bytes" if padded > 1.001 else ""
+    label = f"{case.family} {dtype_name(dtype)} {'x'.join(map(str, shape))}"
+    if mib >= 256:
+        reps, warmup = max(3, repeat // 3), 1
+    else:  # small copies are cheap: more samples against a loaded machine
+        reps, warmup = (3 * repeat if mib <= 4 else repeat), 2
+    plans = [
+        ("H2D", f"H2D {label}", kind(h2d, host.element_size()), lambda: dev.copy_(host),
+         lambda: run_transfers(h2d, image, flat), note),
+        ("D2H", f"D2H {label}", kind(d2h, host.element_size()), lambda: host.copy_(dev),
+         lambda: run_transfers(d2h, flat, image), note),
+        ("D2D", f"D2D {source_name} -> {label}",
+         kind(relayout if relayout is not None else h2d, host.element_size()), lambda: dev.copy_(src), d2d_peer,
+         "; ".join(filter(None, [note, "through the host" if bounced else ""]))),
     ]
-    for name, shape, spec in FAMILIES:
-        h = torch.randn(shape, dtype=torch.float16)
-        d = h.to("spyre", device_layout=spec)
-        figures.append(compare(f"H2D {name}", 1.5, lambda h=h, spec=spec: h.to("spyre", device_layout=spec),
-                               h.clone, "x.clone()", repeat))
-        figures.append(compare(f"D2H {name}", 1.5, d.cpu, h.clone, "x.clone()", repeat))
-    transposed = SpyreTensorLayout((4096, 4096), torch.float16, [1, 0])
-    figures.append(compare("D2D restickify 4096x4096 fp16, dim_order [0,1] -> [1,0]", 1.5,
-                           lambda: y.to("spyre", device_layout=transposed), x.clone, "x.clone()", repeat))
-    small = torch.randn(4, 4)
-    figures.append(compare_latency("4x4 x.to('spyre') latency", 10, lambda: small.to("spyre"), small.clone,
-                                   "x.clone()"))
+    figures = []
+    for direction, name, how, ours, peer, why in plans:
+        figure = compare_copy(name, direction, how, threads, flat.numel() * host.element_size(), ours, memcpy,
+                              peer, reps, warmup, why)
+        print(f"  {figure.name} [{figure.threads} thr, {figure.mib:.3g} MiB]: {figure.ours_ms:.2f} ms, "
+              f"/memcpy {figure.vs_memcpy:.2f}, /peer {figure.vs_peer:.2f}", file=sys.stderr, flush=True)
+        figures.append(figure)
     return figures
 
 
-def executors(repeat: int) -> list[Figure]:
-    """The DMA program alone, between flat buffers allocated once: the C++ executor the runtime
-    uses and the Python reference executor (as_strided + copy_), against x.clone()."""
-    x = torch.randn(4096, 4096, dtype=torch.float16)
-    layout = SpyreTensorLayout((4096, 4096), torch.float16)
-    h2d, d2h = torch_layouts.dma_program(layout), torch_layouts.dma_program(layout, direction="d2h")
-    host, device, back = x.reshape(-1), torch.empty(layout.device_numel, dtype=torch.float16), torch.empty_like(x)
-    plain = torch.empty_like(host)
-    nests_in = [tuple(t) for t in h2d.transfers()]
-    nests_out = [tuple(t) for t in d2h.transfers()]
-    bits = torch.int16
-    return [
-        compare("C++ executor H2D 4096x4096 fp16 (preallocated buffers)", 1.3,
-                lambda: torch_layouts._C._run_nests(nests_in, device.view(bits), host.view(bits)), x.clone,
-                "x.clone()", repeat),
-        compare("C++ executor D2H 4096x4096 fp16 (preallocated buffers)", 1.3,
-                lambda: torch_layouts._C._run_nests(nests_out, back.view(-1).view(bits), device.view(bits)),
-                x.clone, "x.clone()", repeat),
-        compare("C++ executor H2D / plain copy_ of the same bytes (both preallocated)", None,
-                lambda: torch_layouts._C._run_nests(nests_in, device.view(bits), host.view(bits)),
-                lambda: plain.copy_(host), "dst.copy_(src)", repeat),
-        compare("C++ executor D2H / plain copy_ of the same bytes (both preallocated)", None,
-                lambda: torch_layouts._C._run_nests(nests_out, back.view(-1).view(bits), device.view(bits)),
-                lambda: plain.copy_(host), "dst.copy_(src)", repeat),
-        compare("reference executor H2D 4096x4096 fp16 (dma.execute)", 1.3, lambda: execute(h2d, host, device),
-                x.clone, "x.clone()", repeat),
-        compare("reference executor D2H 4096x4096 fp16 (dma.execute)", 1.3,
-                lambda: execute(d2h, back.view(-1), device), x.clone, "x.clone()", repeat),
-    ]
+def worker(threads: int, sizes: Sequence[int], big: bool, repeat: int, only: str | None) -> list[CopyFigure]:
+    """Every case at ``sizes`` (and ``BIG`` at 512 MiB if ``big``), in this process at ``threads`` threads."""
+    torch.set_num_threads(threads)
+    wanted = [(c, d) for c in CASES for d in c.dtypes if not only or only.lower() in f"{c.family} {dtype_name(d)}".lower()]
+    runs = [(c, d, mib) for mib in sizes for c, d in wanted]
+    if big:
+        runs += [(c, d, SIZES_MIB[-1]) for c, d in wanted if (c.family, d) == BIG]
+    figures = []
+    for case, dtype, mib in runs:
+        figures += measure(case, dtype, mib, threads, repeat)
+        gc.collect()  # free this case's buffers (host, device, peer: up to 2 GiB at 512 MiB) before the next
+        torch.spyre.empty_cache()
+    return figures
+
+
+def thread_counts(full: bool, threads: Sequence[int] | None) -> list[int]:
+    cores = len(os.sched_getaffinity(0))
+    return sorted(set(threads or ((1, 2, cores) if full else (min(2, cores),))))
+
+
+def copies(repeat: int = 15, full: bool = False, threads: Sequence[int] | None = None,
+           only: str | None = None) -> list[CopyFigure]:
+    """The copy figures, one process per thread count (default run, or ``full``: every size at 1, 2, all)."""
+    fields = {f.name for f in dataclasses.fields(CopyFigure)}
+    figures = []
+    for n in thread_counts(full, threads):
+        sizes = SIZES_MIB if full else SIZES_MIB[:2]
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", "--threads", str(n), "--repeat",
+               str(repeat), "--sizes", ",".join(map(str, sizes))] + ([] if full else ["--big"])
+        if only:
+            cmd += ["--only", only]
+        out = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=True,
+                             env={**os.environ, "OMP_NUM_THREADS": str(n), "MKL_NUM_THREADS": str(n)})
+        figures += [CopyFigure(**{k: v for k, v in d.items() if k in fields}) for d in json.loads(out.stdout)]
+    return figures
+
+
+def latency() -> list[Figure]:
+    small = torch.randn(4, 4)
+    return [compare_latency("4x4 x.to('spyre') latency", 10, lambda: small.to("spyre"), small.clone, "x.clone()")]
 
 
 def program_generation() -> list[Figure]:
@@ -126,9 +273,42 @@ def peak_rss_growth() -> list[Figure]:
                    growth, 1.0, "tensor bytes", "O(1) temporaries: at most one extra buffer")]
 
 
-def run(repeat: int = 15) -> list[Figure]:
-    return copies(repeat) + executors(repeat) + program_generation() + peak_rss_growth()
+def run() -> list[Figure]:
+    """The figures besides the copy matrix: small-copy latency, program generation, peak RSS."""
+    return latency() + program_generation() + peak_rss_growth()
+
+
+def ints(text: str) -> list[int]:
+    """Comma-separated positive integers (``--threads``, ``--sizes``)."""
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return values
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--full", action="store_true", help="every size at 1, 2 and all threads")
+    parser.add_argument("--threads", type=ints, help="thread counts, e.g. 1,2,16 (default: 2; --full: 1,2,all)")
+    parser.add_argument("--repeat", type=int, default=15, help="timed repetitions per figure (512 MiB: a third)")
+    parser.add_argument("--only", help="cases whose 'family dtype' contains this text (e.g. kCHW32 or fp32)")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--sizes", type=ints, default=list(SIZES_MIB[:2]), help=argparse.SUPPRESS)
+    parser.add_argument("--big", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        if not args.threads:
+            parser.error("--worker needs --threads")
+        figures = worker(args.threads[0], args.sizes, args.big, args.repeat, args.only)
+        print(json.dumps([f.as_dict() for f in figures]))
+        return 0
+    print(copy_table(copies(args.repeat, args.full, args.threads, args.only)))
+    print(json.dumps([f.as_dict() for f in run()], indent=2))
+    return 0
 
 
 if __name__ == "__main__":
-    print(json.dumps([f.as_dict() for f in run()], indent=2))
+    raise SystemExit(main())

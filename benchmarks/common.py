@@ -1,7 +1,7 @@
 """Timing helpers: every figure is a ratio to a baseline timed in the same process.
 
-Target and baseline run interleaved (target, baseline, target, ...) so that drift in
-machine load hits both alike; we report the ratio of minima and the ratio of medians.
+Target and baselines run interleaved (target, baseline, target, ...) so that drift in
+machine load hits them alike; we report the ratio of minima and the ratio of medians.
 """
 
 from __future__ import annotations
@@ -9,8 +9,11 @@ from __future__ import annotations
 import gc
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+
+GOALS = {"runs": 1.15, "transposes": 1.3}  # ours / memcpy, by how the layout moves bytes
+PEER_GOAL = 1.0  # ours / the same repack written as PyTorch strided view copies
 
 
 @dataclass
@@ -32,21 +35,93 @@ class Figure:
         return {**asdict(self), "met": self.met}
 
 
+@dataclass
+class CopyFigure:
+    """One copy against memcpy of the same bytes and against its PyTorch peer (ratios of best times)."""
+
+    name: str
+    direction: str  # H2D, D2H or D2D
+    kind: str  # "runs" (goal GOALS["runs"]) or "transposes"
+    threads: int
+    mib: float  # host bytes moved, in MiB
+    ours_ms: float
+    memcpy_ms: float
+    peer_ms: float
+    vs_memcpy: float
+    vs_memcpy_median: float
+    vs_peer: float
+    vs_peer_median: float
+    note: str = ""
+
+    @property
+    def memcpy_goal(self) -> float:
+        return GOALS[self.kind]
+
+    @property
+    def peer_goal(self) -> float:
+        return PEER_GOAL
+
+    @property
+    def met(self) -> bool:
+        return self.vs_memcpy <= self.memcpy_goal and self.vs_peer <= self.peer_goal
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "memcpy_goal": self.memcpy_goal, "peer_goal": self.peer_goal, "met": self.met}
+
+
+def interleaved(fns: Sequence[Callable[[], object]], repeat: int, warmup: int = 2) -> list[list[float]]:
+    """Seconds per run of each of ``fns``, run round-robin ``repeat`` times after ``warmup`` rounds.
+
+    Each run starts after ``gc.collect()``; the objects alive before the first run are frozen
+    meanwhile (``gc.freeze``), so those collections cost microseconds, not a full heap walk.
+    """
+    for _ in range(warmup):
+        for fn in fns:
+            fn()
+    times: list[list[float]] = [[] for _ in fns]
+    gc.collect()
+    gc.freeze()
+    try:
+        for _ in range(repeat):
+            for fn, out in zip(fns, times):
+                gc.collect()
+                start = time.perf_counter()
+                fn()
+                out.append(time.perf_counter() - start)
+    finally:
+        gc.unfreeze()
+    return times
+
+
 def compare(name: str, target: float | None, fn: Callable[[], object], baseline: Callable[[], object],
             baseline_name: str, repeat: int = 15, warmup: int = 2, note: str = "") -> Figure:
     """Time ``fn`` against ``baseline`` interleaved; return their ratio as a Figure."""
-    for _ in range(warmup):
-        fn()
-        baseline()
-    ours, theirs = [], []
-    for _ in range(repeat):
-        for run, out in ((fn, ours), (baseline, theirs)):
-            gc.collect()
-            start = time.perf_counter()
-            run()
-            out.append(time.perf_counter() - start)
+    ours, theirs = interleaved((fn, baseline), repeat, warmup)
     return Figure(name, target, min(ours) / min(theirs), statistics.median(ours) / statistics.median(theirs),
                   min(ours) * 1e3, min(theirs) * 1e3, baseline_name, note)
+
+
+def compare_copy(name: str, direction: str, kind: str, threads: int, nbytes: int, ours: Callable[[], object],
+                 memcpy: Callable[[], object], peer: Callable[[], object], repeat: int = 15, warmup: int = 2,
+                 note: str = "") -> CopyFigure:
+    """Time a copy of ``nbytes`` host bytes against memcpy of those bytes and its PyTorch peer, interleaved."""
+    if kind not in GOALS:
+        raise ValueError(f"kind must be one of {sorted(GOALS)}, got {kind!r}")
+    times = interleaved((ours, memcpy, peer), repeat, warmup)
+    best = [min(t) for t in times]
+    median = [statistics.median(t) for t in times]
+    return CopyFigure(name, direction, kind, threads, nbytes / 2**20, best[0] * 1e3, best[1] * 1e3, best[2] * 1e3,
+                      best[0] / best[1], median[0] / median[1], best[0] / best[2], median[0] / median[2], note)
+
+
+def copy_table(figures: Sequence[CopyFigure]) -> str:
+    """A markdown table: one row per copy figure, ratios of best times."""
+    lines = ["| figure | threads | MiB | ours ms | ours/memcpy | goal | ours/peer | goal | met |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for f in figures:
+        lines.append(f"| {f.name} | {f.threads} | {f.mib:.3g} | {f.ours_ms:.3f} | {f.vs_memcpy:.3f} | "
+                     f"<= {f.memcpy_goal:g} | {f.vs_peer:.3f} | <= {f.peer_goal:g} | {'yes' if f.met else 'NO'} |")
+    return "\n".join(lines)
 
 
 def per_call(fn: Callable[[], object], calls: int) -> float:
