@@ -254,6 +254,12 @@ Block* block_of(const c10::DataPtr& data) {
   return static_cast<Block*>(data.get_context());
 }
 
+int64_t device_nbytes(const c10::Storage& storage) {
+  const auto nbytes = static_cast<int64_t>(storage.nbytes());
+  const Block* block = block_of(storage.data_ptr());
+  return block ? std::max(block->nbytes, nbytes) : nbytes;
+}
+
 MemoryStats memory_stats(c10::DeviceIndex device) {
   DeviceMemory& mem = memory_of(device);
   std::lock_guard<std::mutex> lock(mem.mutex);

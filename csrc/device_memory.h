@@ -3,6 +3,7 @@
 
 #include <c10/core/Allocator.h>
 #include <c10/core/Device.h>
+#include <c10/core/Storage.h>
 
 #include <cstdint>
 #include <map>
@@ -42,6 +43,10 @@ c10::Allocator* device_allocator();
 
 // The block behind a storage's data pointer, or nullptr if it is not device memory.
 Block* block_of(const c10::DataPtr& data);
+
+// Device bytes behind a storage: its block's, which exceed its nbytes() when a laid-out storage
+// was resized to its tensor's logical bytes and keeps the whole padded buffer (hooks.cpp).
+int64_t device_nbytes(const c10::Storage& storage);
 
 MemoryStats memory_stats(c10::DeviceIndex device);
 void empty_cache(c10::DeviceIndex device);

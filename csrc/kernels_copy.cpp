@@ -12,6 +12,7 @@
 #include <limits>
 #include <string>
 
+#include "device_memory.h"
 #include "dma_executor.h"
 #include "int64_format.h"
 #include "layout_records.h"
@@ -56,7 +57,7 @@ int64_t reachable(const at::Tensor& t) {
 
 // Elements of a device buffer a copy may touch: the layout's, never past the storage.
 int64_t buffer_elements(const at::Tensor& t, const BoundLayout& layout) {
-  return std::min(layout.device_numel, static_cast<int64_t>(t.storage().nbytes()) / t.element_size());
+  return std::min(layout.device_numel, device_nbytes(t.storage()) / t.element_size());
 }
 
 // A raw device tensor (no layout): its bytes are in host order, like CPU memory.

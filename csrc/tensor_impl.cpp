@@ -117,7 +117,7 @@ bool is_whole_base(const at::Tensor& tensor, const BoundLayout& layout) {
 
 at::Tensor raw_buffer(const at::Tensor& tensor, c10::ScalarType dtype) {
   c10::Storage storage = tensor.storage();
-  const int64_t numel = static_cast<int64_t>(storage.nbytes()) / c10::elementSize(dtype);
+  const int64_t numel = device_nbytes(storage) / static_cast<int64_t>(c10::elementSize(dtype));
   return at::from_blob(
       storage.mutable_data(), {numel}, [storage](void*) mutable { storage = c10::Storage(); },
       at::TensorOptions().dtype(dtype).device(at::kCPU));

@@ -385,22 +385,26 @@ def rank_dies(rank: int, world: int) -> dict[str, Any]:
 STEPS = 5
 
 
-def _model() -> torch.nn.Module:
+def _model(width: int, hidden: int) -> torch.nn.Module:
     torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 32))
+    return torch.nn.Sequential(torch.nn.Linear(width, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, width))
 
 
-def _batches(rank: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def _batches(rank: int, width: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     g = torch.Generator().manual_seed(100 + rank)
-    return [(torch.randn(6, 32, generator=g), torch.randn(6, 32, generator=g)) for _ in range(STEPS)]
+    return [(torch.randn(6, width, generator=g), torch.randn(6, width, generator=g)) for _ in range(STEPS)]
 
 
-def train(wrap: Callable[[torch.nn.Module], torch.nn.Module], device: str, rank: int) -> dict[str, Any]:
-    """Train ``wrap(model on device)`` for STEPS SGD steps; the losses and the final weights."""
-    model = wrap(_model().to(device))
+def train(wrap: Callable[[torch.nn.Module], torch.nn.Module], device: str, rank: int,
+          width: int = 32, hidden: int = 64) -> dict[str, Any]:
+    """Train ``wrap(model on device)`` for STEPS SGD steps; the losses and the final weights.
+
+    The default sizes fill whole float32 sticks (32 elements); others leave parameters padded.
+    """
+    model = wrap(_model(width, hidden).to(device))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     losses = []
-    for x, y in _batches(rank):
+    for x, y in _batches(rank, width):
         opt.zero_grad()
         loss = torch.nn.functional.mse_loss(model(x.to(device)), y.to(device))
         loss.backward()
@@ -426,7 +430,7 @@ def _fully_shard(mesh: Any) -> Callable[[torch.nn.Module], torch.nn.Module]:
 
 @scenario
 def training(rank: int, world: int) -> dict[str, Any]:
-    """DDP, then FSDP2 (``fully_shard``; layer sizes fill whole sticks), each on CPU and on spyre.
+    """DDP, then FSDP2 (``fully_shard``), each on CPU and on spyre.
 
     One gloo group bound to this rank's device (``device_id=``); rank r trains on spyre:r
     where there are enough devices.
@@ -453,3 +457,19 @@ def fsdp1(rank: int, world: int) -> dict[str, Any]:
     init(rank, world, "gloo")
     return {device: train(lambda m, device=device: FSDP(m, device_id=torch.device(device)), device, rank)
             for device in ("cpu", "spyre")}
+
+
+@scenario
+def fsdp_padded(rank: int, world: int) -> dict[str, Any]:
+    """FSDP2 and FSDP1 on a model whose parameters do not fill whole sticks (Linear(10, 6), Linear(6, 10)):
+    FSDP frees and re-allocates each padded parameter with ``untyped_storage().resize_``."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    init(rank, world, "gloo")
+    sizes = {"width": 10, "hidden": 6}
+    return {"fsdp2": {device: train(_fully_shard(init_device_mesh(device, (world,))), device, rank, **sizes)
+                      for device in ("cpu", "spyre")},
+            "fsdp1": {device: train(lambda m, device=device: FSDP(m, device_id=torch.device(device)), device, rank,
+                                    **sizes)
+                      for device in ("cpu", "spyre")}}

@@ -1,5 +1,5 @@
-"""DistributedDataParallel and FSDP2 on spyre across 2 processes train exactly as on CPU
-(losses and final weights), each rank on its own simulated device."""
+"""DistributedDataParallel, FSDP2 and FSDP1 on spyre across 2 processes train exactly as on CPU
+(losses and final weights), each rank on its own simulated device, with padded parameters too."""
 
 from __future__ import annotations
 
@@ -64,8 +64,16 @@ def test_training_like_cpu_on_more_ranks(world: int) -> None:
     assert_synchronised([out["ddp"] for out in runs], "spyre")
 
 
-@pytest.mark.xfail(strict=True, reason="the runtime sizes a storage resized to numel * itemsize by those "
-                   "bytes, smaller than a padded layout needs; FSDP frees and re-allocates parameters so")
+def test_fsdp2_and_fsdp1_train_like_cpu_with_padded_parameters() -> None:
+    """Linear(10, 6) and Linear(6, 10): no parameter (nor FSDP1's flat parameter) fills whole sticks."""
+    runs = run("fsdp_padded", world=2, timeout=240)
+    for kind in ("fsdp2", "fsdp1"):
+        for out in runs:
+            assert out[kind]["spyre"]["param_devices"] == ["spyre:0"]
+            assert_same_training(out[kind]["cpu"], out[kind]["spyre"])
+        assert_synchronised([out[kind] for out in runs], "spyre")
+
+
 def test_parameter_storage_resize_keeps_a_padded_layout_usable() -> None:
     """What FSDP (fully_shard and FullyShardedDataParallel) does to each unsharded parameter."""
     bias = torch.arange(16, dtype=torch.float32)
