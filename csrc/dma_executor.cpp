@@ -4,12 +4,18 @@
 #include <c10/util/Exception.h>
 #include <c10/util/irange.h>
 
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <cstring>
+
+#include "dma_tiles.h"
 
 namespace torch_layouts {
 namespace {
 
 constexpr int64_t kParallelBytes = int64_t(1) << 18;
+constexpr int64_t kTileBytes = int64_t(1) << 13;
 
 // [low, high] element offsets a nest touches (inclusive); throws on overflow.
 std::pair<int64_t, int64_t> span(const std::vector<int64_t>& ranges, const std::vector<int64_t>& strides,
@@ -38,84 +44,9 @@ void check_nest(const std::vector<int64_t>& ranges, const std::vector<int64_t>& 
                     "] outside its buffer of ", numel, " elements");
 }
 
-template <typename T>
-inline void copy_strided(char* d, const char* s, int64_t n, int64_t ds, int64_t ss) {
-  for (int64_t i = 0; i < n; ++i) {
-    std::memcpy(d + i * ds * int64_t(sizeof(T)), s + i * ss * int64_t(sizeof(T)), sizeof(T));
-  }
-}
-
-template <int64_t Bytes>
-inline void copy_runs(char* d, const char* s, int64_t n, int64_t ds, int64_t ss) {
-  for (int64_t i = 0; i < n; ++i) std::memcpy(d + i * ds, s + i * ss, Bytes);
-}
-
-// The two innermost loops of a nest: `n` runs of `run` contiguous bytes (or strided elements).
-struct Inner {
-  int64_t run_bytes;       // > 0: the innermost loop is contiguous on both sides
-  int64_t n, dst, src;     // the loop over runs (byte strides), or over elements when run_bytes == 0
-};
-
-void copy_inner(char* d, const char* s, const Inner& in, int64_t esize) {
-  if (in.run_bytes > 0) {
-    switch (in.run_bytes) {
-      case 8: return copy_runs<8>(d, s, in.n, in.dst, in.src);
-      case 16: return copy_runs<16>(d, s, in.n, in.dst, in.src);
-      case 32: return copy_runs<32>(d, s, in.n, in.dst, in.src);
-      case 64: return copy_runs<64>(d, s, in.n, in.dst, in.src);
-      case 128: return copy_runs<128>(d, s, in.n, in.dst, in.src);
-      case 256: return copy_runs<256>(d, s, in.n, in.dst, in.src);
-      default:
-        for (int64_t i = 0; i < in.n; ++i) std::memcpy(d + i * in.dst, s + i * in.src, in.run_bytes);
-        return;
-    }
-  }
-  switch (esize) {
-    case 1: return copy_strided<uint8_t>(d, s, in.n, in.dst, in.src);
-    case 2: return copy_strided<uint16_t>(d, s, in.n, in.dst / 2, in.src / 2);
-    case 4: return copy_strided<uint32_t>(d, s, in.n, in.dst / 4, in.src / 4);
-    case 8: return copy_strided<uint64_t>(d, s, in.n, in.dst / 8, in.src / 8);
-    default: TORCH_CHECK(false, "unsupported element size ", esize);
-  }
-}
-
 struct Loop {
-  int64_t size, dst, src;  // element strides
+  int64_t size, dst, src;  // strides in elements, then in bytes
 };
-
-// dst[b*t + a] = src[a*s + b] for a < na, b < nb (element strides), in cache-sized tiles.
-// The side with the larger stride is walked one full cache line at a time; the other
-// side's lines stay in L1 across the tile (large power-of-two strides alias in cache sets).
-template <typename E>
-void transpose(char* dst, const char* src, int64_t na, int64_t nb, int64_t s, int64_t t) {
-  constexpr int64_t kTile = 64 / sizeof(E) < 8 ? 8 : 64 / sizeof(E);
-  auto* d = reinterpret_cast<E*>(dst);
-  const auto* sp = reinterpret_cast<const E*>(src);
-  const bool src_wide = std::abs(s) >= std::abs(t);
-  for (int64_t a0 = 0; a0 < na; a0 += kTile) {
-    const int64_t a1 = std::min(na, a0 + kTile);
-    for (int64_t b0 = 0; b0 < nb; b0 += kTile) {
-      const int64_t b1 = std::min(nb, b0 + kTile);
-      if (src_wide) {
-        for (int64_t a = a0; a < a1; ++a)
-          for (int64_t b = b0; b < b1; ++b) d[b * t + a] = sp[a * s + b];
-      } else {
-        for (int64_t b = b0; b < b1; ++b)
-          for (int64_t a = a0; a < a1; ++a) d[b * t + a] = sp[a * s + b];
-      }
-    }
-  }
-}
-
-void transpose_any(char* d, const char* s, const Loop& inner, const Loop& next, int64_t esize) {
-  switch (esize) {
-    case 1: return transpose<uint8_t>(d, s, inner.size, next.size, inner.src, next.dst);
-    case 2: return transpose<uint16_t>(d, s, inner.size, next.size, inner.src, next.dst);
-    case 4: return transpose<uint32_t>(d, s, inner.size, next.size, inner.src, next.dst);
-    case 8: return transpose<uint64_t>(d, s, inner.size, next.size, inner.src, next.dst);
-    default: TORCH_CHECK(false, "unsupported element size ", esize);
-  }
-}
 
 // Loops in destination order (writes run sequentially), merged where both sides run on.
 std::vector<Loop> destination_order(const Transfer& nest) {
@@ -133,71 +64,126 @@ std::vector<Loop> destination_order(const Transfer& nest) {
       merged.push_back(loop);
     }
   }
-  if (merged.empty()) merged.push_back({1, 1, 1});
   return merged;
 }
 
-void copy_nest(char* dst, const char* src, const Transfer& nest, int64_t esize) {
+// A nest as copy_tile's problem: units of `unit` contiguous bytes on both sides; loop `a` runs
+// along the destination (dst stride == unit), loop `b` along the source (src stride == unit);
+// either may be absent (size 1). The other loops (byte strides, destination order) repeat the tile.
+struct TilePlan {
+  int64_t unit;
+  Loop a{1, 0, 0}, b{1, 0, 0};
+  std::vector<Loop> outer;
+};
+
+TilePlan tile_plan(const Transfer& nest, int64_t esize) {
   std::vector<Loop> loops = destination_order(nest);
+  for (Loop& loop : loops) loop = {loop.size, loop.dst * esize, loop.src * esize};
+  TilePlan plan{esize};
+  if (!loops.empty() && loops.back().dst == esize && loops.back().src == esize) {
+    plan.unit = loops.back().size * esize;
+    loops.pop_back();
+  }
+  if (!loops.empty() && loops.back().dst == plan.unit) {
+    plan.a = loops.back();
+    loops.pop_back();
+  }
+  for (auto it = loops.rbegin(); it != loops.rend(); ++it) {
+    if (it->src == plan.unit) {
+      plan.b = *it;
+      loops.erase(std::next(it).base());
+      break;
+    }
+  }
+  plan.outer = std::move(loops);
+  return plan;
+}
+
+// Bytes from which a copy writes around the cache (non-temporal stores): copies this large
+// do not stay in cache anyway, and skipping the read-for-ownership of every destination line
+// saves a third of the memory traffic. 8 MiB by default (a VM's reported cache sizes are
+// unreliable); TORCH_LAYOUTS_STREAM_BYTES or set_stream_bytes() changes it.
+std::atomic<int64_t> g_stream_bytes{[] {
+  const char* env = std::getenv("TORCH_LAYOUTS_STREAM_BYTES");
+  return env ? static_cast<int64_t>(std::atoll(env)) : static_cast<int64_t>(8) << 20;
+}()};
+
+// Asks for the source lines of the next tile: rows far apart defeat the hardware prefetcher.
+inline void prefetch_rows(const char* s, int64_t rows, int64_t stride, int64_t bytes) {
+  if (rows < 4 || rows > 64 || bytes <= 0 || stride < 1024) return;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(s + r * stride + off);
+}
+
+void copy_nest(char* dst, const char* src, const Transfer& nest, int64_t esize) {
+  const TilePlan plan = tile_plan(nest, esize);
   char* d0 = dst + nest.dst_offset * esize;
   const char* s0 = src + nest.src_offset * esize;
-  Inner inner{0, loops.back().size, loops.back().dst * esize, loops.back().src * esize};
-  if (loops.back().dst == 1 && loops.back().src == 1) {
-    const int64_t run = loops.back().size * esize;
-    loops.pop_back();
-    if (loops.empty()) {  // one contiguous run: split it across threads
-      at::parallel_for(0, run, run > 2 * kParallelBytes ? kParallelBytes : run + 1,
-                       [&](int64_t begin, int64_t end) { std::memcpy(d0 + begin, s0 + begin, end - begin); });
-      return;
-    }
-    inner = {run, loops.back().size, loops.back().dst * esize, loops.back().src * esize};
+  const int64_t unit = plan.unit;
+  if (plan.outer.empty() && plan.a.size == 1 && plan.b.size == 1) {  // one run: split it across threads
+    at::parallel_for(0, unit, unit > 2 * kParallelBytes ? kParallelBytes : unit + 1,
+                     [&](int64_t begin, int64_t end) { std::memcpy(d0 + begin, s0 + begin, end - begin); });
+    return;
   }
-  // Two innermost loops that swap contiguity (dst runs along one, src along the other): tiled transpose.
-  const bool transposing = inner.run_bytes == 0 && loops.size() >= 2 && loops.back().dst == 1 &&
-                           loops[loops.size() - 2].src == 1 && loops.back().size >= 8 &&
-                           loops[loops.size() - 2].size >= 8;
-  Loop t_inner{}, t_next{};
-  if (transposing) {
-    t_inner = loops.back();
-    loops.pop_back();
-    t_next = loops.back();
-  }
-  loops.pop_back();  // the loop `inner` (or the transpose's outer loop) runs
-  const int64_t nd = static_cast<int64_t>(loops.size());
+  // Square tiles of at most kTileBytes (thin ones grow long): a tile's lines stay in L1 while it
+  // is transposed, whatever the strides; work items are rectangles of tiles of about kParallelBytes.
+  const int64_t na = plan.a.size, nb = plan.b.size;
+  int64_t t = 8;  // a power of two, at least 8, with t * t * unit <= kTileBytes
+  while (t * t * 4 * unit <= kTileBytes) t *= 2;
+  const int64_t ta0 = std::min(na, t);
+  const int64_t tb = std::min(nb, std::max(std::min(nb, t), t * t / ta0));  // thin tiles grow long
+  const int64_t ta = std::min(na, std::max(ta0, t * t / tb));
+  const int64_t cb = std::min(nb, std::max<int64_t>(1, kParallelBytes / (ta * tb * unit)) * tb);
+  const int64_t ca = std::min(na, std::max<int64_t>(1, kParallelBytes / (ta * cb * unit)) * ta);
+  const int64_t blocks_a = (na + ca - 1) / ca, blocks_b = (nb + cb - 1) / cb, blocks = blocks_a * blocks_b;
+  const int64_t nd = static_cast<int64_t>(plan.outer.size());
   int64_t outer = 1;
-  for (const Loop& loop : loops) outer *= loop.size;
-  const int64_t inner_bytes =
-      transposing ? t_inner.size * t_next.size * esize : inner.n * std::max<int64_t>(inner.run_bytes, esize);
+  for (const Loop& loop : plan.outer) outer *= loop.size;
+  const int64_t items = outer * blocks;
+  const int64_t item_bytes = ca * cb * unit;
+  const bool stream = items * item_bytes >= g_stream_bytes.load(std::memory_order_relaxed);
+  auto rectangle = [&](char* d, const char* s, int64_t a0, int64_t b0) {
+    for (int64_t a = a0; a < std::min(na, a0 + ca); a += ta)
+      for (int64_t b = b0; b < std::min(nb, b0 + cb); b += tb) {
+        prefetch_rows(s + a * plan.a.src + (b + tb) * unit, std::min(ta, na - a), plan.a.src,
+                      b + tb < nb ? std::min(tb, nb - b - tb) * unit : 0);
+        copy_tile(d + a * unit + b * plan.b.dst, s + a * plan.a.src + b * unit, std::min(ta, na - a),
+                  std::min(tb, nb - b), plan.a.src, plan.b.dst, unit, stream);
+      }
+  };
 
   auto body = [&](int64_t begin, int64_t end) {
+    struct Fence {
+      bool on;
+      ~Fence() { if (on) end_streaming(); }
+    } fence{stream};
     std::vector<int64_t> idx(nd);
-    int64_t rem = begin, doff = 0, soff = 0;
+    int64_t rem = begin / blocks, doff = 0, soff = 0;
     for (int64_t k = nd - 1; k >= 0; --k) {
-      idx[k] = rem % loops[k].size;
-      rem /= loops[k].size;
-      doff += idx[k] * loops[k].dst;
-      soff += idx[k] * loops[k].src;
+      idx[k] = rem % plan.outer[k].size;
+      rem /= plan.outer[k].size;
+      doff += idx[k] * plan.outer[k].dst;
+      soff += idx[k] * plan.outer[k].src;
     }
+    int64_t blk = begin % blocks;
     for (int64_t i = begin; i < end; ++i) {
-      if (transposing) {
-        transpose_any(d0 + doff * esize, s0 + soff * esize, t_inner, t_next, esize);
-      } else {
-        copy_inner(d0 + doff * esize, s0 + soff * esize, inner, esize);
-      }
+      rectangle(d0 + doff, s0 + soff, (blk / blocks_b) * ca, (blk % blocks_b) * cb);
+      if (++blk < blocks) continue;
+      blk = 0;
       for (int64_t k = nd - 1; k >= 0; --k) {
-        doff += loops[k].dst;
-        soff += loops[k].src;
-        if (++idx[k] < loops[k].size) break;
-        doff -= loops[k].dst * loops[k].size;
-        soff -= loops[k].src * loops[k].size;
+        doff += plan.outer[k].dst;
+        soff += plan.outer[k].src;
+        if (++idx[k] < plan.outer[k].size) break;
+        doff -= plan.outer[k].dst * plan.outer[k].size;
+        soff -= plan.outer[k].src * plan.outer[k].size;
         idx[k] = 0;
       }
     }
   };
-  if (outer * inner_bytes >= 2 * kParallelBytes && outer > 1) {
-    at::parallel_for(0, outer, std::max<int64_t>(1, kParallelBytes / std::max<int64_t>(1, inner_bytes)), body);
+  if (items > 1 && items * item_bytes >= 2 * kParallelBytes) {
+    at::parallel_for(0, items, std::max<int64_t>(1, kParallelBytes / item_bytes), body);
   } else {
-    body(0, outer);
+    body(0, items);
   }
 }
 
@@ -214,6 +200,11 @@ void run_nests(const std::vector<Transfer>& nests, void* dst, int64_t dst_numel,
     for (auto r : nest.ranges) empty |= r == 0;
     if (!empty) copy_nest(static_cast<char*>(dst), static_cast<const char*>(src), nest, element_size);
   }
+}
+
+int64_t set_stream_bytes(int64_t bytes) {
+  TORCH_CHECK_VALUE(bytes >= 0, "stream threshold must be >= 0 bytes, got ", bytes);
+  return g_stream_bytes.exchange(bytes);
 }
 
 void run_fills(const std::vector<Fill>& fills, const at::Tensor& device_flat, const c10::Scalar& value) {

@@ -12,6 +12,9 @@ namespace torch_layouts {
 void run_nests(const std::vector<Transfer>& nests, void* dst, int64_t dst_numel, const void* src,
                int64_t src_numel, int64_t element_size);
 
+// Sets the copy size (bytes) from which nests write with non-temporal stores; returns the old one.
+int64_t set_stream_bytes(int64_t bytes);
+
 // Sets every position the fills cover in a 1-D typed device buffer to value.
 void run_fills(const std::vector<Fill>& fills, const at::Tensor& device_flat, const c10::Scalar& value);
 

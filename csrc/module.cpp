@@ -115,6 +115,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     if (!layout->padding.empty()) run_fills(layout->padding, raw_buffer(t, layout->dtype), layout->pad_value);
   });
   m.def("_run_nests", &run_nests_py);
+  m.def("_set_stream_bytes", &set_stream_bytes);
   m.def("_view_offsets", [](std::shared_ptr<BoundLayout> info, std::vector<int64_t> sizes, std::vector<int64_t> strides,
                             int64_t offset) { return view_offsets(*info, sizes, strides, offset); });
 

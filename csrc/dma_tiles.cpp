@@ -1,0 +1,260 @@
+#include "dma_tiles.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+namespace torch_layouts {
+namespace {
+
+template <typename E>
+inline E load(const char* p) {
+  E v;
+  std::memcpy(&v, p, sizeof(E));
+  return v;
+}
+
+template <typename E>
+inline void store(char* p, E v) {
+  std::memcpy(p, &v, sizeof(E));
+}
+
+// Unit by unit, the inner loop along whichever side is longer.
+template <typename E>
+void scalar_tile(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a, int64_t dst_b) {
+  constexpr int64_t U = sizeof(E);
+  if (na >= nb) {
+    for (int64_t b = 0; b < nb; ++b)
+      for (int64_t a = 0; a < na; ++a) store<E>(d + a * U + b * dst_b, load<E>(s + a * src_a + b * U));
+  } else {
+    for (int64_t a = 0; a < na; ++a)
+      for (int64_t b = 0; b < nb; ++b) store<E>(d + a * U + b * dst_b, load<E>(s + a * src_a + b * U));
+  }
+}
+
+template <int64_t U>
+void wide_tile(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a, int64_t dst_b, int64_t unit) {
+  const int64_t u = U > 0 ? U : unit;
+  if (na >= nb) {
+    for (int64_t b = 0; b < nb; ++b)
+      for (int64_t a = 0; a < na; ++a) std::memcpy(d + a * u + b * dst_b, s + a * src_a + b * u, u);
+  } else {
+    for (int64_t a = 0; a < na; ++a)
+      for (int64_t b = 0; b < nb; ++b) std::memcpy(d + a * u + b * dst_b, s + a * src_a + b * u, u);
+  }
+}
+
+#if defined(__SSE2__)
+// Non-temporal 16-byte stores of `bytes` (a multiple of 16) to a 16-byte aligned destination.
+inline void stream16(char* d, const char* s, int64_t bytes) {
+  for (int64_t k = 0; k < bytes; k += 16)
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + k), _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + k)));
+}
+
+// Streams a run of bytes: the 16-byte aligned middle non-temporally, the ragged ends plainly.
+inline void stream_run(char* d, const char* s, int64_t bytes) {
+  const int64_t head = std::min<int64_t>(bytes, (16 - reinterpret_cast<uintptr_t>(d) % 16) % 16);
+  std::memcpy(d, s, head);
+  const int64_t body = (bytes - head) / 16 * 16;
+  stream16(d + head, s + head, body);
+  std::memcpy(d + head + body, s + head + body, bytes - head - body);
+}
+
+inline __m128i ld(const char* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
+inline void st(char* p, __m128i v) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), v); }
+
+// 8x8 block of 2-byte units: src rows a (8 units along b each) become dst rows b.
+inline void block8x8_u16(char* d, const char* s, int64_t src_a, int64_t dst_b) {
+  __m128i r[8], t[8], u[8];
+  for (int i = 0; i < 8; ++i) r[i] = ld(s + i * src_a);
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm_unpacklo_epi16(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm_unpackhi_epi16(r[2 * i], r[2 * i + 1]);
+  }
+  // t0,t2 / t4,t6: columns 0-3 of rows 0-3 / 4-7; t1,t3 / t5,t7: columns 4-7.
+  u[0] = _mm_unpacklo_epi32(t[0], t[2]);
+  u[1] = _mm_unpackhi_epi32(t[0], t[2]);
+  u[2] = _mm_unpacklo_epi32(t[1], t[3]);
+  u[3] = _mm_unpackhi_epi32(t[1], t[3]);
+  u[4] = _mm_unpacklo_epi32(t[4], t[6]);
+  u[5] = _mm_unpackhi_epi32(t[4], t[6]);
+  u[6] = _mm_unpacklo_epi32(t[5], t[7]);
+  u[7] = _mm_unpackhi_epi32(t[5], t[7]);
+  for (int i = 0; i < 4; ++i) {
+    st(d + (2 * i) * dst_b, _mm_unpacklo_epi64(u[i], u[i + 4]));
+    st(d + (2 * i + 1) * dst_b, _mm_unpackhi_epi64(u[i], u[i + 4]));
+  }
+}
+
+// 4x4 block of 4-byte units.
+inline void block4x4_u32(char* d, const char* s, int64_t src_a, int64_t dst_b) {
+  const __m128i r0 = ld(s), r1 = ld(s + src_a), r2 = ld(s + 2 * src_a), r3 = ld(s + 3 * src_a);
+  const __m128i t0 = _mm_unpacklo_epi32(r0, r1), t1 = _mm_unpackhi_epi32(r0, r1);
+  const __m128i t2 = _mm_unpacklo_epi32(r2, r3), t3 = _mm_unpackhi_epi32(r2, r3);
+  st(d, _mm_unpacklo_epi64(t0, t2));
+  st(d + dst_b, _mm_unpackhi_epi64(t0, t2));
+  st(d + 2 * dst_b, _mm_unpacklo_epi64(t1, t3));
+  st(d + 3 * dst_b, _mm_unpackhi_epi64(t1, t3));
+}
+
+// Whole blocks of K x K units over [0, na) x [0, nb), the ragged edges unit by unit.
+template <typename E, int K, void (*Block)(char*, const char*, int64_t, int64_t)>
+void blocked_tile(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a, int64_t dst_b) {
+  constexpr int64_t U = sizeof(E);
+  const int64_t na_k = na - na % K, nb_k = nb - nb % K;
+  for (int64_t a = 0; a < na_k; a += K)
+    for (int64_t b = 0; b < nb_k; b += K) Block(d + a * U + b * dst_b, s + a * src_a + b * U, src_a, dst_b);
+  if (nb_k < nb) scalar_tile<E>(d + nb_k * dst_b, s + nb_k * U, na_k, nb - nb_k, src_a, dst_b);
+  if (na_k < na) scalar_tile<E>(d + na_k * U, s + na_k * src_a, na - na_k, nb, src_a, dst_b);
+}
+
+// na = 2 or 4 source rows interleaved into a dense destination (dst_b == na * unit).
+void interleave_u16(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a) {
+  const int64_t nb8 = nb - nb % 8;
+  for (int64_t b = 0; b < nb8; b += 8) {
+    const char* p = s + 2 * b;
+    if (na == 2) {
+      const __m128i r0 = ld(p), r1 = ld(p + src_a);
+      st(d + 4 * b, _mm_unpacklo_epi16(r0, r1));
+      st(d + 4 * b + 16, _mm_unpackhi_epi16(r0, r1));
+    } else {
+      const __m128i r0 = ld(p), r1 = ld(p + src_a), r2 = ld(p + 2 * src_a), r3 = ld(p + 3 * src_a);
+      const __m128i t0 = _mm_unpacklo_epi16(r0, r1), t1 = _mm_unpackhi_epi16(r0, r1);
+      const __m128i t2 = _mm_unpacklo_epi16(r2, r3), t3 = _mm_unpackhi_epi16(r2, r3);
+      st(d + 8 * b, _mm_unpacklo_epi32(t0, t2));
+      st(d + 8 * b + 16, _mm_unpackhi_epi32(t0, t2));
+      st(d + 8 * b + 32, _mm_unpacklo_epi32(t1, t3));
+      st(d + 8 * b + 48, _mm_unpackhi_epi32(t1, t3));
+    }
+  }
+  if (nb8 < nb) scalar_tile<uint16_t>(d + nb8 * 2 * na, s + nb8 * 2, na, nb - nb8, src_a, 2 * na);
+}
+
+// The inverse: a dense source (src_a == nb * unit) of nb = 2 or 4 units split into nb rows.
+void deinterleave_u16(char* d, const char* s, int64_t na, int64_t nb, int64_t dst_b) {
+  const int64_t na8 = na - na % 8;
+  for (int64_t a = 0; a < na8; a += 8) {
+    const char* p = s + 2 * nb * a;
+    char* q = d + 2 * a;
+    if (nb == 2) {  // [e0 o0 e1 o1 ...]: evens to row 0, odds to row 1
+      __m128i x = ld(p), y = ld(p + 16);
+      x = _mm_shuffle_epi32(_mm_shufflehi_epi16(_mm_shufflelo_epi16(x, 0xD8), 0xD8), 0xD8);
+      y = _mm_shuffle_epi32(_mm_shufflehi_epi16(_mm_shufflelo_epi16(y, 0xD8), 0xD8), 0xD8);
+      st(q, _mm_unpacklo_epi64(x, y));
+      st(q + dst_b, _mm_unpackhi_epi64(x, y));
+    } else {
+      const __m128i v0 = ld(p), v1 = ld(p + 16), v2 = ld(p + 32), v3 = ld(p + 48);
+      const __m128i t0 = _mm_unpacklo_epi16(v0, v1), t1 = _mm_unpackhi_epi16(v0, v1);
+      const __m128i t2 = _mm_unpacklo_epi16(v2, v3), t3 = _mm_unpackhi_epi16(v2, v3);
+      const __m128i u0 = _mm_unpacklo_epi16(t0, t1), u1 = _mm_unpackhi_epi16(t0, t1);
+      const __m128i u2 = _mm_unpacklo_epi16(t2, t3), u3 = _mm_unpackhi_epi16(t2, t3);
+      st(q, _mm_unpacklo_epi64(u0, u2));
+      st(q + dst_b, _mm_unpackhi_epi64(u0, u2));
+      st(q + 2 * dst_b, _mm_unpacklo_epi64(u1, u3));
+      st(q + 3 * dst_b, _mm_unpackhi_epi64(u1, u3));
+    }
+  }
+  if (na8 < na) scalar_tile<uint16_t>(d + na8 * 2, s + na8 * 2 * nb, na - na8, nb, 2 * nb, dst_b);
+}
+
+// Two 4-byte rows interleaved into a dense destination, and the inverse.
+void interleave2_u32(char* d, const char* s, int64_t nb, int64_t src_a) {
+  const int64_t nb4 = nb - nb % 4;
+  for (int64_t b = 0; b < nb4; b += 4) {
+    const __m128i r0 = ld(s + 4 * b), r1 = ld(s + 4 * b + src_a);
+    st(d + 8 * b, _mm_unpacklo_epi32(r0, r1));
+    st(d + 8 * b + 16, _mm_unpackhi_epi32(r0, r1));
+  }
+  if (nb4 < nb) scalar_tile<uint32_t>(d + nb4 * 8, s + nb4 * 4, 2, nb - nb4, src_a, 8);
+}
+
+void deinterleave2_u32(char* d, const char* s, int64_t na, int64_t dst_b) {
+  const int64_t na4 = na - na % 4;
+  for (int64_t a = 0; a < na4; a += 4) {
+    const __m128 x = _mm_castsi128_ps(ld(s + 8 * a)), y = _mm_castsi128_ps(ld(s + 8 * a + 16));
+    st(d + 4 * a, _mm_castps_si128(_mm_shuffle_ps(x, y, 0x88)));  // shuffles move bits, NaNs intact
+    st(d + 4 * a + dst_b, _mm_castps_si128(_mm_shuffle_ps(x, y, 0xDD)));
+  }
+  if (na4 < na) scalar_tile<uint32_t>(d + na4 * 4, s + na4 * 8, na - na4, 2, 8, dst_b);
+}
+
+void tile_u16(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a, int64_t dst_b) {
+  if ((na == 2 || na == 4) && dst_b == 2 * na) return interleave_u16(d, s, na, nb, src_a);
+  if ((nb == 2 || nb == 4) && src_a == 2 * nb) return deinterleave_u16(d, s, na, nb, dst_b);
+  if (na >= 8 && nb >= 8) return blocked_tile<uint16_t, 8, block8x8_u16>(d, s, na, nb, src_a, dst_b);
+  scalar_tile<uint16_t>(d, s, na, nb, src_a, dst_b);
+}
+
+void tile_u32(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a, int64_t dst_b) {
+  if (na == 2 && dst_b == 8) return interleave2_u32(d, s, nb, src_a);
+  if (nb == 2 && src_a == 8) return deinterleave2_u32(d, s, na, dst_b);
+  if (na >= 4 && nb >= 4) return blocked_tile<uint32_t, 4, block4x4_u32>(d, s, na, nb, src_a, dst_b);
+  scalar_tile<uint32_t>(d, s, na, nb, src_a, dst_b);
+}
+#else
+void tile_u16(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a, int64_t dst_b) {
+  scalar_tile<uint16_t>(d, s, na, nb, src_a, dst_b);
+}
+void tile_u32(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a, int64_t dst_b) {
+  scalar_tile<uint32_t>(d, s, na, nb, src_a, dst_b);
+}
+#endif
+
+void plain_tile(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a, int64_t dst_b, int64_t unit) {
+  switch (unit) {
+    case 1: return scalar_tile<uint8_t>(d, s, na, nb, src_a, dst_b);
+    case 2: return tile_u16(d, s, na, nb, src_a, dst_b);
+    case 4: return tile_u32(d, s, na, nb, src_a, dst_b);
+    case 8: return scalar_tile<uint64_t>(d, s, na, nb, src_a, dst_b);
+    case 16: return wide_tile<16>(d, s, na, nb, src_a, dst_b, unit);
+    case 32: return wide_tile<32>(d, s, na, nb, src_a, dst_b, unit);
+    case 64: return wide_tile<64>(d, s, na, nb, src_a, dst_b, unit);
+    case 128: return wide_tile<128>(d, s, na, nb, src_a, dst_b, unit);
+    case 256: return wide_tile<256>(d, s, na, nb, src_a, dst_b, unit);
+    default: return wide_tile<0>(d, s, na, nb, src_a, dst_b, unit);
+  }
+}
+
+}  // namespace
+
+void copy_tile(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a, int64_t dst_b, int64_t unit,
+               bool stream) {
+  if (na == 1 && nb == 1) {
+    std::memcpy(d, s, unit);
+    return;
+  }
+#if defined(__SSE2__)
+  if (stream) {
+    const int64_t row = na * unit;
+    if (unit % 16 == 0 && reinterpret_cast<uintptr_t>(d) % 16 == 0 && dst_b % 16 == 0) {
+      for (int64_t b = 0; b < nb; ++b)
+        for (int64_t a = 0; a < na; ++a) stream16(d + a * unit + b * dst_b, s + a * src_a + b * unit, unit);
+      return;
+    }
+    if (unit <= 8 && row * nb <= kStageBytes && (row % 16 == 0 || dst_b == row)) {
+      // Transpose into an L1 buffer, then write whole rows (or the whole tile) non-temporally.
+      alignas(64) char buf[kStageBytes];
+      plain_tile(buf, s, na, nb, src_a, row, unit);
+      if (dst_b == row) {
+        stream_run(d, buf, row * nb);
+      } else {
+        for (int64_t b = 0; b < nb; ++b) stream_run(d + b * dst_b, buf + b * row, row);
+      }
+      return;
+    }
+  }
+#endif
+  plain_tile(d, s, na, nb, src_a, dst_b, unit);
+}
+
+void end_streaming() {
+#if defined(__SSE2__)
+  _mm_sfence();
+#endif
+}
+
+}  // namespace torch_layouts
