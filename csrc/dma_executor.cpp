@@ -15,7 +15,6 @@ namespace torch_layouts {
 namespace {
 
 constexpr int64_t kParallelBytes = int64_t(1) << 18;
-constexpr int64_t kTileBytes = int64_t(1) << 13;
 
 // [low, high] element offsets a nest touches (inclusive); throws on overflow.
 std::pair<int64_t, int64_t> span(const std::vector<int64_t>& ranges, const std::vector<int64_t>& strides,
@@ -125,14 +124,20 @@ void copy_nest(char* dst, const char* src, const Transfer& nest, int64_t esize) 
                      [&](int64_t begin, int64_t end) { std::memcpy(d0 + begin, s0 + begin, end - begin); });
     return;
   }
-  // Square tiles of at most kTileBytes (thin ones grow long): a tile's lines stay in L1 while it
-  // is transposed, whatever the strides; work items are rectangles of tiles of about kParallelBytes.
+  // Tiles of 2 KiB (t x t units, one line a row for 2-byte units): rows of a side whose rows lie
+  // far apart alias in cache at power-of-two strides, so that side gets few rows. Where only the
+  // destination's rows lie far apart, its runs grow 4x longer (longer streamed rows); where
+  // neither side's do, the tile grows 4x. A source of short adjacent rows is read whole rows at
+  // a time. Thin tiles grow long. Work items are rectangles of tiles of about kParallelBytes.
   const int64_t na = plan.a.size, nb = plan.b.size;
-  int64_t t = 8;  // a power of two, at least 8, with t * t * unit <= kTileBytes
-  while (t * t * 4 * unit <= kTileBytes) t *= 2;
-  const int64_t ta0 = std::min(na, t);
-  const int64_t tb = std::min(nb, std::max(std::min(nb, t), t * t / ta0));  // thin tiles grow long
-  const int64_t ta = std::min(na, std::max(ta0, t * t / tb));
+  int64_t t = 8;  // a power of two, at least 8, with t * t * unit <= 2 KiB
+  while (t * t * 4 * unit <= 2048) t *= 2;
+  const bool far_src = std::abs(plan.a.src) >= 1024, far_dst = std::abs(plan.b.dst) >= 1024;
+  const bool dense_src = plan.a.src == nb * unit && nb * unit <= 1024;  // whole source rows, adjacent
+  const int64_t ta0 = std::min(na, far_dst && !far_src ? 4 * t : t), tb0 = dense_src ? nb : std::min(nb, t);
+  const int64_t area = t * t * (far_src ? 1 : 4);
+  const int64_t tb = std::min(nb, std::max(tb0, area / ta0));
+  const int64_t ta = std::min(na, std::max(ta0, area / tb));
   const int64_t cb = std::min(nb, std::max<int64_t>(1, kParallelBytes / (ta * tb * unit)) * tb);
   const int64_t ca = std::min(na, std::max<int64_t>(1, kParallelBytes / (ta * cb * unit)) * ta);
   const int64_t blocks_a = (na + ca - 1) / ca, blocks_b = (nb + cb - 1) / cb, blocks = blocks_a * blocks_b;
