@@ -10,7 +10,8 @@ threads at 1 and 32 MiB plus one 512 MiB case; ``--full`` every size (1, 32, 512
 and all threads; ``--threads`` picks the thread counts. Other figures are (time of our
 operation) / (time of its baseline), both measured in this process, interleaved; `min` is the
 ratio of best times, `median` of median times. A figure meets its goal when its ratios of best
-times are at or below it.
+times are at or below it. Models (bench_models): a TransformerEncoder training step on spyre
+against the same step on CPU tensors (goal 1.1).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_dma  # noqa: E402
+import bench_models  # noqa: E402
 import bench_ops  # noqa: E402
 from common import copy_table  # noqa: E402
 
@@ -56,7 +58,7 @@ def main() -> int:
     parser.add_argument("--markdown", help="also write the tables (with the machine line) to this file")
     args = parser.parse_args()
     copies = bench_dma.copies(args.repeat, args.full, args.threads)
-    figures = bench_dma.run() + bench_ops.run()
+    figures = bench_dma.run() + bench_ops.run() + bench_models.run()
     met = sum(f.met for f in copies)
     text = (f"Machine: {machine()}\n\nCopies ({met} of {len(copies)} meet both goals):\n\n{copy_table(copies)}"
             f"\n\nOther figures:\n\n{table(figures)}")

@@ -11,10 +11,20 @@ import torch
 import torch_layouts
 from ops_support import matches_cpu
 from torch_layouts import DataFormats, LayoutError, SpyreTensorLayout
+from torch_layouts.ops import matmul
 from torch_layouts.ops.matmul import rhs_layout
 
 F16, F32 = torch.float16, torch.float32
 close = functools.partial(matches_cpu, f16=(2e-2, 1e-2), other=(1e-4, 1e-4))
+
+
+@pytest.fixture(autouse=True, params=["tile-gemms", "one-packed-gemm"])
+def gemm_path(request, monkeypatch):
+    """Every test runs on both GEMM paths: B and C read in place as tiles, or packed."""
+    if request.param == "one-packed-gemm":
+        monkeypatch.setattr(matmul, "TILE_GEMM_BYTES", 0)
+    else:
+        monkeypatch.setattr(matmul, "TILE_GEMM_TILES", 1 << 20)
 
 
 def restickifies() -> int:
@@ -133,6 +143,32 @@ def test_operands_sticked_on_the_wrong_dim_are_restickified():
     torch_layouts.reset_stats()
     close(b_on_k.t() @ a_on_m.t(), b.t() @ a.t())  # transposed, both are sticked right
     assert restickifies() == 0
+
+
+# One row per case: id, A's shape, B's shape, which operands are transposed views (sticked on their rows).
+TRANSPOSED = [
+    ("weight-t", (64, 96), (128, 96), (False, True)),
+    ("grad-t", (96, 64), (96, 128), (True, False)),
+    ("both", (96, 64), (128, 96), (True, True)),
+    ("batched", (4, 64, 32), (4, 64, 96), (True, False)),
+    ("padded", (40, 70), (96, 70), (False, True)),
+]
+
+
+@pytest.mark.parametrize("_, ashape, bshape, flip", TRANSPOSED, ids=[t[0] for t in TRANSPOSED])
+def test_operands_sticked_on_their_rows_are_restickified_once(_, ashape, bshape, flip):
+    """``x @ w.t()`` and ``g.t() @ x``: one restickify per transposed operand (the packing copy)."""
+    a, b = torch.randn(ashape), torch.randn(bshape)
+    da, db = a.to("spyre"), b.to("spyre")
+    if flip[0]:
+        a, da = a.transpose(-2, -1), da.transpose(-2, -1)
+    if flip[1]:
+        b, db = b.transpose(-2, -1), db.transpose(-2, -1)
+    torch_layouts.reset_stats()
+    close(torch.matmul(da, db), torch.matmul(a, b))
+    assert restickifies() == sum(flip) and torch_layouts.stats()["fallbacks"] == {}
+    with torch_layouts.strict_layouts(), pytest.raises(LayoutError, match="sticked on"):
+        torch.matmul(da, db)
 
 
 def test_strict_mode_names_the_operand_and_the_fix():

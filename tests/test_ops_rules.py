@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import torch_layouts
-from torch_layouts import LayoutError, SpyreTensorLayout, htp, mace, tensorrt
+from torch_layouts import DataFormats, LayoutError, SpyreTensorLayout, htp, mace, tensorrt
 
 F16, F32 = torch.float16, torch.float32
 TRANSPOSED = SpyreTensorLayout((512, 256), (256, 1), F16, [1, 0])
@@ -163,3 +163,18 @@ def test_fallback_warning_names_each_op_once():
         torch_layouts.warn_on_fallback(False)
     with pytest.raises(TypeError, match="bool"):
         torch_layouts.warn_on_fallback(1)
+
+
+@pytest.mark.parametrize("device_size, stride_map", [([8, 3, 32], [32, 256, 1]), ([2, 12, 32], [384, 32, 1])],
+                         ids=["tiles-swapped", "tiles-split"])
+def test_an_operand_with_the_same_stick_in_another_tile_order_is_relaid_not_restickified(device_size, stride_map):
+    """A gradient whose tiles are ordered differently (a reduction's collapsed layout) is copied
+    into the op's layout without a restickify; strict mode still asks for the same layout."""
+    layout = SpyreTensorLayout(device_size, stride_map, DataFormats.IEEE_FP32)
+    x, y = torch.randn(768), torch.randn(768)
+    dx, dy = x.to("spyre", device_layout=layout), y.to("spyre")
+    torch_layouts.reset_stats()
+    assert torch.equal((dy + dx).cpu(), y + x)
+    assert torch_layouts.stats()["restickify_count"] == 0
+    with torch_layouts.strict_layouts(), pytest.raises(LayoutError, match="same layout"):
+        dy + dx

@@ -8,9 +8,13 @@ so PyTorch's own autograd formulas run above them:
   ``fill_``/``zero_``, in-place variants and a few backward ops;
 * ``reductions`` -- ``sum``, ``mean``, ``amax``, ``amin`` (sparse results when the stick
   dim is reduced);
-* ``softmax`` -- ``softmax``/``log_softmax`` (and backward), ``native_layer_norm``;
+* ``softmax`` -- ``softmax``/``log_softmax``/``_safe_softmax`` (and backward);
+* ``layer_norm`` -- ``native_layer_norm`` and its backward;
 * ``matmul`` -- ``mm``, ``bmm``, ``mv``, ``addmm`` (``matmul``/``linear`` decompose into them);
 * ``rnn`` -- the fused LSTM/GRU cells ``nn.LSTM``/``nn.GRU`` call on accelerators (and backward);
+* ``dropout`` -- ``native_dropout`` (drawing from the spyre generator) and its backward;
+* ``losses`` -- ``mse_loss`` (and backward);
+* ``view_backward`` -- ``select_backward``, ``slice_backward``;
 * ``attention`` -- ``scaled_dot_product_attention``'s backend choice and fused kernel (and backward);
 * ``registry`` -- registration; the ``out=`` overloads of all of them.
 
@@ -22,7 +26,7 @@ counted per op in ``stats()``.
 
 from __future__ import annotations
 
-from . import attention, elementwise, matmul, reductions, rnn, softmax
+from . import attention, dropout, elementwise, layer_norm, losses, matmul, reductions, rnn, softmax, view_backward
 from .registry import register_out_variants
 from .rules import LayoutError, restickify, strict_layouts
 from .stats import reset_stats, stats, warn_on_fallback
@@ -30,9 +34,13 @@ from .stats import reset_stats, stats, warn_on_fallback
 elementwise.register_all()
 reductions.register_all()
 softmax.register_all()
+layer_norm.register_all()
 matmul.register_all()
 rnn.register_all()
 attention.register_all()
+dropout.register_all()
+losses.register_all()
+view_backward.register_all()
 register_out_variants()
 
 __all__ = ["LayoutError", "reset_stats", "restickify", "stats", "strict_layouts", "warn_on_fallback"]

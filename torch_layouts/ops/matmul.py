@@ -16,17 +16,23 @@ runs. Here:
 * Operands that break the rule are restickified (counted), or rejected in
   ``strict_layouts()``; e.g. ``linear``'s ``weight.t()`` is sticked on k, so a weight
   kept in ``SpyreTensorLayout(w.shape, w.dtype, [1, 0])`` avoids a restickify per call.
+  An operand the GEMM packs anyway is read where it lies: its restickify and the packing
+  are one copy.
 
-The GEMM itself runs over the padded dims, as the hardware would: the tiles of A and B
-are gathered into dense ``(m, k_padded)`` and ``(k_padded, n_padded)`` matrices, one
-dense matmul computes ``C``'s padded tiles, whose real elements are scattered into C's
-device buffer (``O(n^2)`` repacks around the ``O(n^3)`` product). The dense matrices
-live in device memory (``operands.scratch``), like a kernel's scratchpad.
+The GEMM itself runs over the padded dims, as the hardware would. A's tiles are gathered
+into a dense ``(m, k_padded)`` matrix. With few tiles of n (and A small enough to stay in
+cache), B's tiles ``[n tiles, k_padded, stick]`` feed one GEMM each, writing C's tiles in
+place (a batched GEMM, no copy of B or C). Otherwise B is gathered into a dense
+``(k_padded, n_padded)`` matrix too, one dense matmul computes C's padded tiles, and
+their real elements are scattered into C's device buffer (``O(n^2)`` repacks around the
+``O(n^3)`` product). ``addmm``'s bias row is added by the GEMM itself, as on the CPU. The
+dense matrices live in device memory (``operands.scratch``), like a kernel's scratchpad.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 
 import torch
 
@@ -34,12 +40,18 @@ from ..core.dtypes import data_format, elems_per_stick
 from ..core.layout import BoundLayout, DeviceLayout
 from ..spyre import SpyreTensorLayout
 from . import rules
-from .elementwise import ADD, MUL, copy_real, fill_, materialize, run
-from .operands import default_coords, record_of, is_whole_dense, new_tensor, plan, raw, rowmajor, scratch
+from .. import _C
+from .elementwise import ADD, MUL, broadcast_shape, copy_real, fill_, materialize, operand_view, run
+from .operands import (ViewPlan, default_coords, has_padding, is_whole_dense, new_tensor, plan, raw, record_of,
+                       rowmajor, scratch, view)
 from .registry import register
 from .stats import count_restickify
 
 Shape = tuple[int, ...]
+# Tile GEMMs (one per tile of n, each repacking A inside the BLAS) beat one GEMM on packed copies
+# of B and C while A stays in cache and there are few tiles.
+TILE_GEMM_BYTES = 8 << 20
+TILE_GEMM_TILES = 4
 
 
 @functools.lru_cache(maxsize=1024)
@@ -62,20 +74,41 @@ def _matrix_order(rank: int) -> tuple[int, ...]:
     return (rank - 1, *range(rank - 2), rank - 2, rank)
 
 
-def _dense(op: str, named: list[tuple[str, torch.Tensor]], i: int, coords: BoundLayout, exact: bool,
-           requirement: str) -> torch.Tensor:
-    """Operand ``i`` as a dense ``(..., rows, padded cols)`` CPU matrix gathered from its
-    device buffer, read in ``coords`` (restickified into them when it breaks the rule).
-    With ``exact`` (k is padded) the buffer must be the coordinates' own, zero padded."""
+def _readable(op: str, named: list[tuple[str, torch.Tensor]], i: int, coords: BoundLayout, exact: bool,
+              requirement: str, refine: bool) -> tuple[torch.Tensor, ViewPlan]:
+    """Operand ``i`` and its plan in ``coords``. One that breaks the rule (its stick elsewhere)
+    is restickified (counted; strict mode raises). With ``refine`` a refined plan reads the
+    operand as it is, for a kernel that copies it anyway (a restickify and that copy are one
+    pass); without, an operand that only a refined plan reads is first copied into the
+    coordinates (a relayout that keeps the stick: not a restickify). With ``exact`` (k is
+    padded) the buffer must be the coordinates' own, zero padded."""
     name, t = named[i]
     p = plan(t, coords, refine=True)
     info = record_of(t)
-    if p is None or not p.stick_ok or (exact and (not p.exact or info.layout.pad_value != 0)):
+    breaks = p is None or not p.stick_ok or (exact and (not p.exact or info.layout.pad_value != 0))
+    if breaks:
         if info is not None and is_whole_dense(t, info):
             rules.check(op, requirement, named, name, coords.layout)
-        t = materialize(t, coords)
         count_restickify(t.numel() * t.element_size())
-        p = plan(t, coords)
+    if p is not None and (refine and not exact or not breaks and p.shape is None):
+        return t, p
+    t = materialize(t, coords)
+    return t, plan(t, coords)
+
+
+def _dense(op: str, named: list[tuple[str, torch.Tensor]], i: int, coords: BoundLayout, exact: bool,
+           requirement: str) -> torch.Tensor:
+    """Operand ``i`` as a dense ``(..., rows, padded cols)`` CPU matrix gathered from its
+    device buffer, read in ``coords`` (see ``_readable``), or the transpose of one (``_flipped``)."""
+    flipped = None if exact else _flipped(op, named, i, coords, requirement)
+    if flipped is not None:
+        return flipped
+    t, p = _readable(op, named, i, coords, exact, requirement, refine=True)
+    return _gather(t, coords, p)
+
+
+def _gather(t: torch.Tensor, coords: BoundLayout, p: ViewPlan) -> torch.Tensor:
+    """The tiles ``p`` reads of ``t`` in ``coords``, copied into a dense ``(..., rows, padded cols)`` matrix."""
     matrix = _matrix_order(len(coords.size))
     counts = p.factors or (1,) * len(coords.shape)
     first = [sum(counts[:d]) for d in range(len(counts))]
@@ -85,8 +118,33 @@ def _dense(op: str, named: list[tuple[str, torch.Tensor]], i: int, coords: Bound
     return scratch(tiles.shape, t.dtype, t.device).copy_(tiles).view(*coords.size[:-2], -1, cols)
 
 
-def matmul(op: str, a: torch.Tensor, b: torch.Tensor, names: tuple[str, str] = ("self", "mat2")) -> torch.Tensor:
-    """``a @ b`` for ``(..., m, k)`` and ``(..., k, n)`` device tensors with equal batch dims."""
+def _flipped(op: str, named: list[tuple[str, torch.Tensor]], i: int, coords: BoundLayout, requirement: str
+             ) -> torch.Tensor | None:
+    """An operand sticked on its rows (``weight.t()``, ``grad.t()``) as the transpose of its
+    transpose's dense matrix: that one's tiles are gathered whole, and the GEMM reads a
+    transposed operand as it is. It is the restickify the rule asks for (counted; strict mode
+    raises), done as one copy of whole sticks. None when the operand is sticked on its
+    columns, or either arrangement has padding."""
+    name, t = named[i]
+    direct = plan(t, coords)
+    if direct is not None and direct.stick_ok or has_padding(coords):
+        return None
+    flipped = t.transpose(-2, -1)
+    flipped_coords = default_coords(tuple(flipped.shape), t.dtype)
+    p = plan(flipped, flipped_coords, refine=True)
+    if p is None or not p.stick_ok or has_padding(flipped_coords):
+        return None
+    info = record_of(t)
+    if info is not None and is_whole_dense(t, info):
+        rules.check(op, requirement, named, name, coords.layout)
+    count_restickify(t.numel() * t.element_size())
+    return _gather(flipped, flipped_coords, p).transpose(-2, -1)
+
+
+def matmul(op: str, a: torch.Tensor, b: torch.Tensor, names: tuple[str, str] = ("self", "mat2"),
+           bias: torch.Tensor | None = None, beta: float = 1, alpha: float = 1) -> torch.Tensor:
+    """``a @ b`` for ``(..., m, k)`` and ``(..., k, n)`` device tensors with equal batch dims;
+    with a ``bias`` (2-D only), ``beta * bias + alpha * (a @ b)``."""
     if a.dtype != b.dtype:
         raise RuntimeError(f"expected m1 and m2 to have the same dtype, but got: {a.dtype} != {b.dtype}")
     if a.dim() < 2 or a.dim() != b.dim() or a.shape[:-2] != b.shape[:-2] or a.shape[-1] != b.shape[-2]:
@@ -100,20 +158,70 @@ def matmul(op: str, a: torch.Tensor, b: torch.Tensor, names: tuple[str, str] = (
     if 0 in out_shape:
         return out
     if k == 0:
-        return fill_(out, 0)
+        out = fill_(out, 0)
+        return out if bias is None else _epilogue(out, bias, beta, alpha)
     padded_k = k % eps != 0
     named = [(names[0], a), (names[1], b)]
     b_size = tuple(b.shape)
     dense_a = _dense(op, named, 0, default_coords(tuple(a.shape), dtype), padded_k,
                      "mat1 sticked on k (its last dim) in the default layout")
-    dense_b = _dense(op, named, 1, BoundLayout(rhs_layout(b_size, dtype), b_size, rowmajor(b_size)), padded_k,
-                     "mat2 sticked on n (its last dim), with k padded to whole sticks of zeros")
+    b_coords = BoundLayout(rhs_layout(b_size, dtype), b_size, rowmajor(b_size))
+    b_rule = "mat2 sticked on n (its last dim), with k padded to whole sticks of zeros"
+    tiles_of_n = -(-n // eps)
+    if not batch and tiles_of_n <= TILE_GEMM_TILES and dense_a.numel() * dense_a.element_size() <= TILE_GEMM_BYTES:
+        # C's tiles [n tiles, m, stick] = A @ B's tiles [n tiles, k, stick]: B and C in place.
+        b, p = _readable(op, named, 1, b_coords, padded_k, b_rule, refine=False)
+        tiles = view(b, b_coords, p)
+        c_tiles = raw(out).view(c_coords.shape)
+        a_tiles = dense_a.expand(tiles.shape[0], *dense_a.shape)
+        bias_tiles = None if bias is None else _bias_tiles(bias, c_coords, out_shape)
+        if bias_tiles is None:
+            torch.bmm(a_tiles, tiles, out=c_tiles)
+        else:
+            torch.baddbmm(bias_tiles, a_tiles, tiles, beta=beta, alpha=alpha, out=c_tiles)
+        if has_padding(c_coords):
+            _C._fill_padding(out)
+        return out if bias is None or bias_tiles is not None else _epilogue(out, bias, beta, alpha)
+    dense_b = _dense(op, named, 1, b_coords, padded_k, b_rule)
     product = scratch((*batch, m, dense_b.shape[-1]), dtype, a.device)
-    torch.matmul(dense_a, dense_b, out=product)
+    bias_row = None if bias is None else _bias_row(bias, c_coords, out_shape)
+    if bias_row is None:
+        torch.matmul(dense_a, dense_b, out=product)
+    else:
+        torch.addmm(bias_row.expand(product.shape), dense_a, dense_b, beta=beta, alpha=alpha, out=product)
     product = product.view(*batch, m, -1, eps)
     order = _matrix_order(len(out_shape))
     in_device_order = product.permute([order.index(d) for d in range(len(order))])
     copy_real(raw(out).view(c_coords.shape), in_device_order, c_coords, out)
+    return out if bias is None or bias_row is not None else _epilogue(out, bias, beta, alpha)
+
+
+def _bias_row(bias: torch.Tensor, coords: BoundLayout, shape: Shape) -> torch.Tensor | None:
+    """A bias that is one row of the 2-D result (``(n,)`` or ``(1, n)``) as a CPU ``(n tiles * stick,)``
+    vector (None otherwise): the packed GEMM adds it, as the CPU's ``addmm`` does."""
+    if len(shape) != 2 or bias.dim() == 0 or bias.shape[-1] != shape[-1] or math.prod(bias.shape) != shape[-1]:
+        return None
+    tiles = _bias_tiles(bias, coords, shape)
+    return None if tiles is None else tiles[:, 0, :].reshape(-1)
+
+
+def _bias_tiles(bias: torch.Tensor, coords: BoundLayout, shape: Shape) -> torch.Tensor | None:
+    """A bias that broadcasts to the result as a view in the result's coordinates (None when
+    it is not a device tensor of the result's dtype that can be read so)."""
+    if bias.device.type != "spyre" or bias.dtype != coords.layout.dtype or bias.dim() == 0 or bias.dim() > 2:
+        return None
+    try:
+        broadcast_shape([tuple(bias.shape), shape])
+    except RuntimeError:
+        return None
+    return operand_view("addmm", [("self", bias)], coords, 0)
+
+
+def _epilogue(out: torch.Tensor, bias: torch.Tensor, beta: float, alpha: float) -> torch.Tensor:
+    if alpha != 1:
+        run(MUL, [out, alpha], {}, target=out)
+    if beta != 0:
+        run(ADD, [out, bias], {"alpha": beta}, target=out)
     return out
 
 
@@ -143,12 +251,7 @@ def addmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, beta: float =
     added in the result's coordinates."""
     if a.dim() != 2 or b.dim() != 2:
         raise RuntimeError(f"addmm: expected 2-D matrices, got {a.dim()}-D and {b.dim()}-D")
-    out = matmul("addmm", a, b, ("mat1", "mat2"))
-    if alpha != 1:
-        run(MUL, [out, alpha], {}, target=out)
-    if beta != 0:
-        run(ADD, [out, bias], {"alpha": beta}, target=out)
-    return out
+    return matmul("addmm", a, b, ("mat1", "mat2"), bias, beta, alpha)
 
 
 def register_all() -> None:

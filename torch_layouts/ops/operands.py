@@ -102,6 +102,12 @@ def default_coords(size: Shape, dtype: torch.dtype) -> BoundLayout:
     return BoundLayout(layout_records.default_layout(size, stride, dtype), size, stride)
 
 
+@functools.lru_cache(maxsize=1024)
+def ordered_coords(size: Shape, dtype: torch.dtype, order: tuple[int, ...]) -> BoundLayout:
+    """The Spyre layout of ``size`` with ``order`` as its dim_order, over a row-major tensor."""
+    return BoundLayout(SpyreTensorLayout(size, dtype, list(order)), size, rowmajor(size))
+
+
 def coords_for(x: torch.Tensor) -> BoundLayout:
     """Coordinates an op on ``x`` computes in: ``x``'s own buffer when it is whole, else a
     layout of ``x``'s shape with the same dim_order (when ``x`` can be read in it), else
@@ -117,13 +123,14 @@ def coords_for(x: torch.Tensor) -> BoundLayout:
             return own
     order = getattr(info.layout, "dim_order", None)
     if order and len(order) - (order[-1] == -1) == len(size) and len(size) <= 6:
-        candidate = BoundLayout(SpyreTensorLayout(size, x.dtype, list(order)), size, rowmajor(size))
+        candidate = ordered_coords(size, x.dtype, tuple(order))
         p = plan(x, candidate)
         if p is not None and p.stick_ok:
             return candidate
     return default_coords(size, x.dtype)
 
 
+@functools.lru_cache(maxsize=2048)
 def coords_with_dtype(coords: BoundLayout, dtype: torch.dtype) -> BoundLayout:
     """The layout a result of another dtype gets: the default layout of that dtype with
     the same dim_order when the coordinates are a Spyre layout built from one (read over
@@ -259,9 +266,11 @@ MAX_PIECES = 16  # beyond this many real boxes, kernels write whole buffers and 
 @functools.lru_cache(maxsize=2048)
 def real_slices(coords: BoundLayout) -> tuple[tuple[tuple[slice, ...], ...], bool]:
     """Index tuples into a buffer shaped like the coordinates that cover exactly its real
-    positions (a few boxes: one per partial tile, the first element of a sparse stick),
-    and False; or the whole buffer ``((),)`` and True (padding to restore afterwards)
-    when there are more than ``MAX_PIECES`` boxes."""
+    positions (a few boxes: one per partial tile, the first element of a sparse stick;
+    the whole buffer ``((),)`` when it has no padding), and False; or the whole buffer
+    and True (padding to restore afterwards) when there are more than ``MAX_PIECES`` boxes."""
+    if not has_padding(coords):
+        return ((),), False  # every position is real: the whole buffer, unsliced
     boxes = []
     for box in coords.real_boxes():
         if len(boxes) == MAX_PIECES:

@@ -1,4 +1,4 @@
-"""Reductions on device memory: ``sum``, ``mean``, ``amax``, ``amin`` over dims.
+"""Reductions on device memory: ``sum``, ``mean``, ``amax``, ``amin``, ``all``, ``any`` over dims.
 
 The input is read in its own coordinates (``operands.coords_for``); the reduced host
 dims' device dims ("digits") are summed away with CPU torch ops on that view. Padding
@@ -15,8 +15,10 @@ input's, with the reduced ones collapsed.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import torch
 
@@ -25,7 +27,7 @@ from ..spyre import MAX_RANK, SpyreTensorLayout
 from .elementwise import copy_real, move, restickify_to
 from ..core.layout import BoundLayout
 from .operands import (coords_for, default_coords, has_padding, new_tensor, operand_layout, padded_copy, plan,
-                       raw, reduced_dims, rowmajor, strides_in_order, view)
+                       plan_view, raw, real_slices, reduced_dims, rowmajor, strides_in_order, view)
 from .registry import register
 
 LOW_PRECISION = (torch.float16, torch.bfloat16)
@@ -48,8 +50,10 @@ def normalize_dims(dim: int | Sequence[int] | None, rank: int) -> tuple[int, ...
 
 
 def identity(kind: str, dtype: torch.dtype) -> float | int | bool:
-    if kind in ("sum", "mean"):
+    if kind in ("sum", "mean", "any"):
         return 0
+    if kind == "all":
+        return 1
     if dtype == torch.bool:
         return kind == "amin"
     if dtype.is_floating_point:
@@ -93,6 +97,7 @@ def _reduced_order(order: tuple[int, ...], dims: tuple[int, ...], keepdim: bool)
     return real + ([-1] if sparse else [])
 
 
+@functools.lru_cache(maxsize=2048)
 def result_coords(coords: BoundLayout, dims: tuple[int, ...], keepdim: bool, dtype: torch.dtype) -> BoundLayout:
     """The layout of a reduction's result (see the module docstring)."""
     keep = tuple(1 if d in dims else n for d, n in enumerate(coords.size))
@@ -114,32 +119,54 @@ def result_coords(coords: BoundLayout, dims: tuple[int, ...], keepdim: bool, dty
     return BoundLayout(default_layout(shape, stride, dtype), shape, stride)
 
 
-def write_result(coords: BoundLayout, dims: tuple[int, ...], keepdim: bool, values: torch.Tensor,
-                 device: torch.device) -> torch.Tensor:
-    """A new device tensor holding ``values`` (shaped like the coordinates, size 1 along the
-    reduced device dims), laid out by ``result_coords``."""
-    dtype = values.dtype
+class WritePlan(NamedTuple):
+    """How ``write_result`` moves values (shaped like the collapsed layout ``src``) into a
+    new result in ``out_coords``: ``"same"`` device dims, a ``"strided"`` view of the
+    result's buffer (``read``: strides, offset), or relayout nests (``"move"`` into ``dst``)."""
+
+    out_coords: BoundLayout
+    src: BoundLayout
+    mode: str
+    read: tuple[tuple[int, ...], int] | None
+    dst: BoundLayout | None
+
+
+@functools.lru_cache(maxsize=2048)
+def write_plan(coords: BoundLayout, dims: tuple[int, ...], keepdim: bool, dtype: torch.dtype) -> WritePlan:
     out_coords = result_coords(coords, dims, keepdim, dtype)
-    out = new_tensor(out_coords, device)
     keep = tuple(1 if d in dims else n for d, n in enumerate(coords.size))
     keep_stride = strides_in_order(keep, coords.stride)
     collapsed = operand_layout(coords, keep, dtype, keep_stride)
     if collapsed is None:
         raise RuntimeError(f"internal error: no collapsed layout of {coords} for reduced dims {dims}")
     src = BoundLayout(collapsed, keep, keep_stride)
-    src_values = values.expand(src.shape)
-    same = (src.layout.device_size, src.layout.stride_map) == (out_coords.layout.device_size,
-                                                                out_coords.layout.stride_map)
-    if same:
-        copy_real(raw(out).view(src.shape), src_values, out_coords, out)
-        return out
+    if (src.layout.device_size, src.layout.stride_map) == (out_coords.layout.device_size,
+                                                           out_coords.layout.stride_map):
+        return WritePlan(out_coords, src, "same", None, None)
     if keepdim:
         dst_stride = out_coords.stride
     else:
         kept = iter(out_coords.stride)
         dst_stride = tuple(1 if d in dims else next(kept) for d in range(len(keep)))
-    dst = BoundLayout(out_coords.layout, keep, dst_stride)
-    move(src, src_values.contiguous(), dst, out)
+    p = plan_view(src, out_coords.layout, out_coords.size, out_coords.stride, keep, dst_stride, 0)
+    if p is not None and p.shape is None and not real_slices(src)[1]:
+        return WritePlan(out_coords, src, "strided", (p.strides, p.offset), None)
+    return WritePlan(out_coords, src, "move", None, BoundLayout(out_coords.layout, keep, dst_stride))
+
+
+def write_result(coords: BoundLayout, dims: tuple[int, ...], keepdim: bool, values: torch.Tensor,
+                 device: torch.device) -> torch.Tensor:
+    """A new device tensor holding ``values`` (shaped like the coordinates, size 1 along the
+    reduced device dims), laid out by ``result_coords`` (see ``WritePlan``)."""
+    w = write_plan(coords, dims, keepdim, values.dtype)
+    out = new_tensor(w.out_coords, device)
+    src_values = values.expand(w.src.shape)
+    if w.mode == "same":
+        copy_real(raw(out).view(w.src.shape), src_values, w.out_coords, out)
+    elif w.mode == "strided":
+        copy_real(raw(out).as_strided(w.src.shape, *w.read), src_values, w.src, out)
+    else:
+        move(w.src, src_values.contiguous(), w.dst, out)
     return out
 
 
@@ -166,7 +193,7 @@ def reduce_view(v: torch.Tensor, red: tuple[int, ...], kind: str, device: torch.
 
 def reduce(kind: str, x: torch.Tensor, dim: int | Sequence[int] | None, keepdim: bool,
            dtype: torch.dtype | None) -> torch.Tensor:
-    """One reduction (``kind`` in sum, mean, amax, amin) on device memory."""
+    """One reduction (``kind`` in sum, mean, amax, amin, all, any) on device memory."""
     dims = normalize_dims(dim, x.dim())
     probe = torch.ones((1,) * x.dim(), dtype=x.dtype)  # the CPU's dtype rules (and errors) on one element
     fn = getattr(torch, kind)
@@ -214,6 +241,14 @@ def amin(x: torch.Tensor, dim: Sequence[int] = (), keepdim: bool = False) -> tor
     return reduce("amin", x, dim, keepdim, None)
 
 
+def all_dims(x: torch.Tensor, dim: int | Sequence[int] | None = None, keepdim: bool = False) -> torch.Tensor:
+    return reduce("all", x, dim, keepdim, None)
+
+
+def any_dims(x: torch.Tensor, dim: int | Sequence[int] | None = None, keepdim: bool = False) -> torch.Tensor:
+    return reduce("any", x, dim, keepdim, None)
+
+
 def register_all() -> None:
     register("sum.dim_IntList", sum_dim)
     register("sum", sum_all)
@@ -221,3 +256,7 @@ def register_all() -> None:
     register("mean", mean_all)
     register("amax", amax)
     register("amin", amin)
+    for kind, fn in (("all", all_dims), ("any", any_dims)):
+        register(kind, fn)
+        register(f"{kind}.dim", fn)
+        register(f"{kind}.dims", fn)

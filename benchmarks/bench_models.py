@@ -1,0 +1,94 @@
+"""A real model's training step on the device against the same step on CPU tensors.
+
+A 2-layer ``nn.TransformerEncoder`` (d_model 256, 4 heads, ffn 1024, fp32, batch_first, batch
+8x128): forward, MSE loss, backward and an optimizer step (SGD and Adam), on spyre and on the
+CPU, interleaved in one process. Target: <= 1.1. Each figure's note counts what one device step
+does besides device kernels: restickifies and CPU-fallback calls per op (``torch_layouts.stats``).
+Run alone with ``python benchmarks/bench_models.py [--threads N]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from torch import nn
+
+if __package__ in (None, ""):  # run as a script: make the repository and this folder importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+import torch_layouts  # noqa: E402
+
+try:
+    from .common import Figure, compare
+except ImportError:  # run as a script
+    from common import Figure, compare  # noqa: E402
+
+D_MODEL, HEADS, FFN, LAYERS, BATCH, TOKENS = 256, 4, 1024, 2, 8, 128
+OPTIMIZERS: dict[str, Callable[..., torch.optim.Optimizer]] = {
+    "SGD": lambda params: torch.optim.SGD(params, lr=1e-3, momentum=0.9),
+    "Adam": lambda params: torch.optim.Adam(params, lr=1e-4),
+}
+
+
+def encoder() -> nn.TransformerEncoder:
+    layer = nn.TransformerEncoderLayer(D_MODEL, HEADS, FFN, batch_first=True)
+    return nn.TransformerEncoder(layer, LAYERS)
+
+
+def training_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor
+                  ) -> Callable[[], None]:
+    """One step: forward, MSE loss, backward, optimizer step."""
+    def step() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+    return step
+
+
+def step_counts(step: Callable[[], None]) -> dict:
+    """Restickifies and CPU-fallback calls (per op) of one step."""
+    torch_layouts.reset_stats()
+    step()
+    s = torch_layouts.stats()
+    return {"restickify": s["restickify_count"], "fallbacks": s["fallbacks"]}
+
+
+def steps(optimizer: str) -> tuple[Callable[[], None], Callable[[], None]]:
+    """(device step, CPU step) of the same model, data and optimizer."""
+    torch.manual_seed(0)
+    cpu = encoder()
+    device = copy.deepcopy(cpu).to("spyre")
+    x, y = torch.randn(BATCH, TOKENS, D_MODEL), torch.randn(BATCH, TOKENS, D_MODEL)
+    make = OPTIMIZERS[optimizer]
+    return (training_step(device, make(device.parameters()), x.to("spyre"), y.to("spyre")),
+            training_step(cpu, make(cpu.parameters()), x, y))
+
+
+def run(repeat: int = 10) -> list[Figure]:
+    """One figure per optimizer: the device training step over the CPU one."""
+    figures = []
+    for name in OPTIMIZERS:
+        device_step, cpu_step = steps(name)
+        device_step(), cpu_step()
+        counts = step_counts(device_step)
+        fallbacks = sum(counts["fallbacks"].values())
+        note = (f"{counts['restickify']} restickifies, {fallbacks} CPU-fallback calls per step"
+                + (f" ({', '.join(f'{op} x{n}' for op, n in counts['fallbacks'].items())})" if fallbacks else ""))
+        figures.append(compare(f"TransformerEncoder training step ({name}) on spyre / CPU", 1.1, device_step,
+                               cpu_step, "same step on CPU", repeat, note=note))
+    return figures
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
+    parser.add_argument("--repeat", type=int, default=10, help="timed repetitions per figure (default 10)")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    print(json.dumps([f.as_dict() for f in run(args.repeat)], indent=2))

@@ -1,0 +1,334 @@
+"""Device kernels a training step needs besides the forward ops: dropout (drawing from the spyre
+generator), layer norm backward, ``_safe_softmax``, the predicates and ``all``/``any`` it uses,
+MSE loss, Adam's pointwise ops and the backward of views; each against the CPU op, forward
+and backward, with no CPU fallback. Then a TransformerEncoder training step on the device."""
+
+from __future__ import annotations
+
+import copy
+import functools
+
+import pytest
+import torch
+from torch import nn
+
+import torch_layouts
+from ops_support import matches_cpu, padding_holds_pad_value
+from torch_layouts import SpyreTensorLayout
+
+F16, F32 = torch.float16, torch.float32
+A = torch.ops.aten
+close = functools.partial(matches_cpu, f16=(2e-2, 1e-2), other=(1e-5, 1e-5))
+
+
+def randn(*shape: int, dtype: torch.dtype = F32, seed: int = 0) -> torch.Tensor:
+    return torch.randn(shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
+
+
+def no_fallback() -> None:
+    stats = torch_layouts.stats()
+    assert stats["fallbacks"] == {}, stats["fallbacks"]
+
+
+@pytest.fixture(autouse=True)
+def counters():
+    torch_layouts.reset_stats()
+
+
+# -- dropout ---------------------------------------------------------------------------
+DROPOUT = [((8, 128, 256), 0.1, False), ((5, 70), 0.5, False), ((64, 96), 0.3, True), ((3, 40, 64), 0.0, False)]
+
+
+@pytest.mark.parametrize("shape, p, transposed", DROPOUT, ids=["model", "padded", "transposed", "p0"])
+def test_dropout_draws_what_the_generator_lends(shape, p, transposed):
+    """The keep mask is the spyre generator's ``bernoulli_(1 - p)`` over the input's elements (the
+    draw the CPU fallback made), the output ``x * mask / (1 - p)``, and the offset moves alike."""
+    x = randn(*shape)
+    d = x.to("spyre")
+    if transposed:
+        x, d = x.t(), d.t()
+    torch.spyre.manual_seed(7)
+    out, mask = torch.native_dropout(d, p, True)
+    offset = torch.spyre.default_generators[0].get_offset()
+    no_fallback()
+    torch.spyre.manual_seed(7)
+    keep = torch.empty_like(d).bernoulli_(1 - p).cpu()
+    assert torch.spyre.default_generators[0].get_offset() == offset
+    assert mask.dtype == torch.bool and torch.equal(mask.cpu(), keep.bool())
+    assert torch.equal(out.cpu(), x * keep * (1 / (1 - p)))
+    assert padding_holds_pad_value(out)
+    grad = randn(*shape, seed=1)
+    dgrad = grad.to("spyre")  # in the input's arrangement, as autograd's gradient is
+    grad, dgrad = (grad.t(), dgrad.t()) if transposed else (grad, dgrad)
+    torch_layouts.reset_stats()
+    back = A.native_dropout_backward(dgrad, mask, 1 / (1 - p))
+    assert torch.equal(back.cpu(), A.native_dropout_backward(grad, keep.bool(), 1 / (1 - p)))
+    assert torch_layouts.stats()["restickify_count"] == 0
+    no_fallback()
+
+
+def test_dropout_outside_training_and_its_module():
+    x = randn(6, 64).to("spyre")
+    out, mask = torch.native_dropout(x, 0.4, False)
+    assert torch.equal(out.cpu(), x.cpu()) and bool(mask.cpu().all())
+    torch.spyre.manual_seed(3)
+    a = nn.Dropout(0.25)(x).cpu()
+    torch.spyre.manual_seed(3)
+    assert torch.equal(nn.Dropout(0.25)(x).cpu(), a)
+    no_fallback()
+
+
+def test_dropout_refuses_integers_and_bad_probabilities():
+    with pytest.raises(RuntimeError, match="floating point"):
+        torch.native_dropout(torch.ones(4, 4, dtype=torch.int32, device="spyre"), 0.5, True)
+    with pytest.raises(RuntimeError):
+        torch.native_dropout(torch.ones(4, 4, device="spyre"), 1.5, True)
+
+
+# -- layer norm backward ---------------------------------------------------------------
+LAYER_NORM = [
+    ((8, 128, 256), (256,), F32, True), ((8, 16, 64), (64,), F16, True), ((4, 96), (96,), F32, False),
+    ((2, 5, 70), (70,), F32, True), ((3, 6, 40), (6, 40), F16, True), ((3, 6, 64), (6, 64), F32, True),
+]
+
+
+@pytest.mark.parametrize("shape, normalized, dtype, affine", LAYER_NORM,
+                         ids=["model", "half", "no-affine", "padded", "2-dims-padded", "2-dims"])
+def test_layer_norm_forward_and_backward_match_cpu(shape, normalized, dtype, affine):
+    x, g = randn(*shape, dtype=dtype), randn(*shape, dtype=dtype, seed=1)
+    w, b = randn(*normalized, dtype=dtype, seed=2), randn(*normalized, dtype=dtype, seed=3)
+    results = []
+    for device in ("cpu", "spyre"):
+        leaves = [t.detach().to(device).requires_grad_() for t in (x, w, b)]
+        out = nn.functional.layer_norm(leaves[0], normalized, *(leaves[1:] if affine else (None, None)))
+        out.backward(g.to(device))
+        results.append([out.detach()] + [t.grad for t in (leaves if affine else leaves[:1])])
+    for k, (got, want) in enumerate(zip(results[1], results[0])):
+        # weight and bias gradients sum over rows in another order: float16 sums round differently
+        tol = ((2e-2, 2e-2) if k < 2 else (1e-1, 5e-2)) if dtype == F16 else (1e-4, 1e-4)
+        matches_cpu(got, want, f16=tol, other=tol)
+    no_fallback()
+
+
+def test_layer_norm_backward_output_mask():
+    x, g, w, b = randn(4, 64), randn(4, 64, seed=1), randn(64, seed=2), randn(64, seed=3)
+    _, mean, rstd = torch.native_layer_norm(x, (64,), w, b, 1e-5)
+    d = [t.to("spyre") for t in (g, x, mean, rstd, w, b)]
+    for mask in ([True, False, False], [False, True, True], [True, True, False]):
+        got = A.native_layer_norm_backward(d[0], d[1], (64,), d[2], d[3], d[4], d[5], mask)
+        want = A.native_layer_norm_backward(g, x, (64,), mean, rstd, w, b, mask)
+        for a, e in zip(got, want):
+            assert (a is None) == (e is None)
+            if e is not None:
+                close(a, e)
+    no_fallback()
+
+
+# -- softmax family ---------------------------------------------------------------------
+SOFTMAX = [((2, 4, 128, 128), -1, F32), ((4, 64, 128), 1, F32), ((3, 20, 70), -1, F32), ((64, 128), 0, F16)]
+
+
+@pytest.mark.parametrize("shape, dim, dtype", SOFTMAX, ids=["attention", "middle-dim", "padded", "half-dim0"])
+@pytest.mark.parametrize("op", ["softmax", "log_softmax", "safe_softmax"])
+def test_softmax_family_forward_and_backward(shape, dim, dtype, op):
+    fn = {"softmax": torch.softmax, "log_softmax": torch.log_softmax, "safe_softmax": torch._safe_softmax}[op]
+    x, g = randn(*shape, dtype=dtype), randn(*shape, dtype=dtype, seed=1)
+    if op == "safe_softmax":
+        x.select(dim, 0).fill_(float("-inf"))  # rows of only -inf: 0s, not NaNs
+    results = []
+    for device in ("cpu", "spyre"):
+        leaf = x.detach().to(device).requires_grad_()
+        out = fn(leaf, dim)
+        out.backward(g.to(device))
+        results.append((out.detach(), leaf.grad))
+    for got, want in zip(results[1], results[0]):
+        close(got, want)
+    assert torch_layouts.stats()["restickify_count"] == 0
+    no_fallback()
+
+
+# -- predicates, all/any ------------------------------------------------------------------
+def special(*shape: int) -> torch.Tensor:
+    x = randn(*shape)
+    x[0, 1], x[1, 2], x[2, 3], x[3] = float("-inf"), float("inf"), float("nan"), float("-inf")
+    return x
+
+
+@pytest.mark.parametrize("op", ["isneginf", "isposinf", "isinf", "isnan"])
+@pytest.mark.parametrize("shape", [(6, 64), (6, 70)], ids=["whole-sticks", "padded"])
+def test_predicates(op, shape):
+    x = special(*shape)
+    fn = getattr(torch, op)
+    got = fn(x.to("spyre"))
+    assert got.dtype == torch.bool and torch.equal(got.cpu(), fn(x))
+    out = torch.empty(shape, dtype=torch.bool, device="spyre")
+    getattr(A, op).out(x.to("spyre"), out=out)
+    assert torch.equal(out.cpu(), fn(x))
+    no_fallback()
+
+
+REDUCE = [(-1, False), (-1, True), (0, False), ((0, 1), False), (None, False)]
+
+
+@pytest.mark.parametrize("kind", ["all", "any"])
+@pytest.mark.parametrize("dim, keepdim", REDUCE, ids=["stick", "stick-keepdim", "rows", "both", "all"])
+@pytest.mark.parametrize("source", ["bool", "float"])
+def test_all_any(kind, dim, keepdim, source):
+    x = torch.isneginf(special(6, 70)) if source == "bool" else special(6, 70).nan_to_num(0.0).clamp(-1, 0).ceil()
+    fn = getattr(torch, kind)
+    want = fn(x) if dim is None else fn(x, dim, keepdim=keepdim)
+    got = fn(x.to("spyre")) if dim is None else fn(x.to("spyre"), dim, keepdim=keepdim)
+    assert got.dtype == want.dtype and got.shape == want.shape and torch.equal(got.cpu(), want)
+    no_fallback()
+
+
+# -- Adam's pointwise ops, MSE loss -----------------------------------------------------------
+def _lerp_tensor(a, b, c):
+    return torch.lerp(a, b, c.sigmoid())
+
+
+POINTWISE = [
+    ("addcmul", lambda a, b, c: torch.addcmul(a, b, c, value=-0.3)),
+    ("addcdiv", lambda a, b, c: torch.addcdiv(a, b, c.exp(), value=0.7)),
+    ("lerp-scalar", lambda a, b, c: torch.lerp(a, b, 0.1)),
+    ("lerp-tensor", _lerp_tensor),
+]
+
+
+@pytest.mark.parametrize("_, fn", POINTWISE, ids=[p[0] for p in POINTWISE])
+@pytest.mark.parametrize("dtype", [F32, F16])
+def test_optimizer_pointwise_ops(_, fn, dtype):
+    a, b, c = (randn(20, 70, dtype=dtype, seed=s) for s in range(3))
+    close(fn(*(t.to("spyre") for t in (a, b, c))), fn(a, b, c))
+    leaves = [[t.clone().requires_grad_() for t in (a, b, c)], [t.to("spyre").requires_grad_() for t in (a, b, c)]]
+    for group in leaves:
+        fn(*group).sum().backward()
+    for cpu, dev in zip(*leaves):
+        assert (dev.grad is None) == (cpu.grad is None)
+        if cpu.grad is not None:
+            close(dev.grad, cpu.grad)
+    no_fallback()
+
+
+def test_adam_step_runs_on_device_kernels():
+    params = [randn(64, 32, seed=s) for s in range(3)]
+    grads = [randn(64, 32, seed=10 + s) for s in range(3)]
+    results = []
+    for device in ("cpu", "spyre"):
+        ps = [nn.Parameter(p.clone().to(device)) for p in params]
+        opt = torch.optim.Adam(ps, lr=0.1, foreach=False)
+        for _ in range(2):
+            for p, g in zip(ps, grads):
+                p.grad = g.to(device)
+            opt.step()
+        results.append([p.detach() for p in ps])
+    for got, want in zip(results[1], results[0]):
+        close(got, want)
+    no_fallback()
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("shape", [(8, 128, 64), (5, 70)], ids=["whole-sticks", "padded"])
+def test_mse_loss(reduction, shape):
+    x, y = randn(*shape), randn(*shape, seed=1)
+    results = []
+    for device in ("cpu", "spyre"):
+        leaf = x.detach().to(device).requires_grad_()
+        loss = nn.functional.mse_loss(leaf, y.to(device), reduction=reduction)
+        (loss if reduction != "none" else loss.sum()).backward()
+        results.append((loss.detach(), leaf.grad))
+    for got, want in zip(results[1], results[0]):
+        close(got, want)
+    no_fallback()
+
+
+def test_mse_loss_rejects_unknown_reduction():
+    x = randn(4, 4).to("spyre")
+    with pytest.raises(ValueError, match="7 is not a valid value for reduction"):
+        A.mse_loss(x, x, 7)
+
+
+# -- backward of views --------------------------------------------------------------------------
+SELECT = [((3, 128, 8, 64), 0, 1), ((128, 3, 8, 64), 1, 2), ((16, 8, 64, 3), 3, 0)]
+
+
+@pytest.mark.parametrize("sizes, dim, index", SELECT, ids=["outer", "middle", "stick"])
+@pytest.mark.parametrize("arrangement", ["contiguous", "permuted"])
+def test_select_backward(sizes, dim, index, arrangement):
+    shape = sizes[:dim] + sizes[dim + 1:]
+    g = randn(*shape)
+    if arrangement == "permuted":
+        g = g.permute(2, 0, 1).contiguous().permute(1, 2, 0)
+    got = A.select_backward(g.to("spyre"), sizes, dim, index)
+    assert torch.equal(got.cpu(), A.select_backward(g, sizes, dim, index))
+    assert padding_holds_pad_value(got)
+    no_fallback()
+
+
+SLICE = [((40, 30, 70), 0, 5, 25, 1), ((20, 60, 70), 1, 1, 60, 2), ((20, 30, 150), 2, 10, 80, 1)]
+
+
+@pytest.mark.parametrize("sizes, dim, start, end, step", SLICE, ids=["rows", "strided", "stick"])
+def test_slice_backward(sizes, dim, start, end, step):
+    g = randn(20, 30, 70)
+    got = A.slice_backward(g.to("spyre"), sizes, dim, start, end, step)
+    assert torch.equal(got.cpu(), A.slice_backward(g, sizes, dim, start, end, step))
+    no_fallback()
+
+
+# -- a training step ---------------------------------------------------------------------------
+def encoder(dropout: float) -> nn.TransformerEncoder:
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(64, 4, 128, dropout=dropout, batch_first=True)
+    return nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+
+
+@pytest.mark.parametrize("optimizer", ["SGD", "Adam"])
+def test_transformer_encoder_training_step_matches_cpu(optimizer):
+    """Without dropout the device step gives the CPU's parameters; every op runs on a device kernel."""
+    cpu = encoder(0.0)
+    device = copy.deepcopy(cpu).to("spyre")
+    x, y = randn(4, 32, 64), randn(4, 32, 64, seed=1)
+    # Adam's eps keeps it from amplifying rounding in gradients that are 0 in exact arithmetic
+    make = {"SGD": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9),
+            "Adam": lambda p: torch.optim.Adam(p, lr=1e-2, eps=1e-3)}
+    for model, data in ((cpu, (x, y)), (device, (x.to("spyre"), y.to("spyre")))):
+        opt = make[optimizer](model.parameters())
+        for _ in range(2):
+            opt.zero_grad()
+            nn.functional.mse_loss(model(data[0]), data[1]).backward()
+            opt.step()
+    no_fallback()
+    for (name, got), want in zip(device.named_parameters(), cpu.parameters()):
+        torch.testing.assert_close(got.detach().cpu(), want.detach(), atol=1e-4, rtol=1e-4, msg=name)
+
+
+def test_training_step_with_dropout_needs_no_fallback_and_only_matmul_restickifies():
+    """Dropout, its backward and attention's ``_safe_softmax`` run on the device; the only
+    restickifies are matmul operands sticked on the wrong dim (the rule requires those)."""
+    model = encoder(0.1).to("spyre")
+    x = randn(4, 32, 64).to("spyre")
+    nn.functional.mse_loss(model(x), x).backward()
+    stats = torch_layouts.stats()
+    no_fallback()
+    matmuls = sum(n for op, n in stats["kernel_calls"].items() if op in ("aten::mm", "aten::addmm", "aten::bmm"))
+    assert 0 < stats["restickify_count"] <= 2 * matmuls
+    for op in ("aten::native_dropout", "aten::native_dropout_backward", "aten::_safe_softmax",
+               "aten::native_layer_norm_backward", "aten::select_backward", "aten::mse_loss_backward"):
+        assert stats["kernel_calls"].get(op, 0) >= 1, op
+
+
+def test_layouts_with_another_dim_order_train_too():
+    """A weight kept sticked on its output dim (dim_order [1, 0]) still trains like the CPU."""
+    lin = nn.Linear(64, 96)
+    x = randn(16, 64)
+    ref = nn.functional.layer_norm(lin(x), (96,)).square().mean()
+    ref.backward()
+    dev = copy.deepcopy(lin).to("spyre")
+    dev.weight = nn.Parameter(dev.weight.detach().to("spyre", device_layout=SpyreTensorLayout((96, 64), F32, [1, 0])))
+    dev.weight.grad = None
+    out = nn.functional.layer_norm(dev(x.to("spyre")), (96,)).square().mean()
+    out.backward()
+    close(out.detach(), ref.detach())
+    close(dev.weight.grad, lin.weight.grad)
+    no_fallback()

@@ -1,0 +1,111 @@
+"""Dropout on device memory: ``native_dropout`` and ``native_dropout_backward``.
+
+The keep mask draws from the spyre generator exactly as the CPU fallback did: a CPU
+generator seeded with the runtime's mix of the generator's (seed, offset) (``csrc/generator.cpp``'s
+``host_seed``), ``bernoulli_`` over a tensor like the input (``empty_like``), then the offset moves
+past the values drawn; so a seed gives the masks it gave before. The mask is read in the
+input's coordinates (``operands.coords_for``) and the boolean mask is laid out with the
+input's device dims, so the backward reads both in place (no restickify).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .. import _C
+from ..core.layout import BoundLayout
+from .elementwise import Spec, run
+from .operands import coords_for, has_padding, new_tensor, operand_layout, plan, raw, real_slices, scratch, view
+from .registry import register
+
+MASK64 = (1 << 64) - 1
+
+
+def _splitmix64(x: int) -> int:
+    x = (x + 0x9E3779B97F4A7C15) & MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & MASK64
+    return x ^ (x >> 31)
+
+
+def draw_keep(x: torch.Tensor, keep: float) -> torch.Tensor:
+    """A CPU ``bernoulli_(keep)`` tensor like ``x`` (its strides when dense, as ``empty_like``)
+    drawn from ``x``'s spyre generator (whose offset moves past the draws): the values the
+    CPU fallback's ``native_dropout`` would draw."""
+    device = x.device
+    gen = _C._get_default_generator(device.index if device.index is not None else _C._get_device())
+    seed, offset = gen.get_state().view(torch.int64).tolist()
+    host = torch.Generator().manual_seed(_splitmix64((seed & MASK64) ^ _splitmix64(offset)))
+    like = torch.empty_like(x, device="meta")
+    out = scratch((x.numel(),), x.dtype, device).as_strided(like.shape, like.stride()).bernoulli_(keep, generator=host)
+    numel = max(out.numel(), 1)
+    gen.set_offset(offset + (numel + 3) // 4 * 4)
+    return out
+
+
+def host_strides(coords: BoundLayout) -> tuple[int, ...] | None:
+    """Strides that read a CPU tensor of the coordinates' host geometry (``size``, ``stride``)
+    shaped like the coordinates; None when they have padding or broadcast dims."""
+    if has_padding(coords) or coords.broadcast:
+        return None
+    strides = [0] * len(coords.shape)
+    for group in coords.groups:
+        for dig in group.digits:
+            strides[dig.dim] = dig.step * group.unit_stride
+    return tuple(strides)
+
+
+def _mask_coords(coords: BoundLayout) -> BoundLayout:
+    """A bool layout with the coordinates' own device dims (read in place next to them)."""
+    layout = operand_layout(coords, coords.size, torch.bool, coords.stride)
+    return BoundLayout(layout, coords.size, coords.stride)
+
+
+def _scaled(a: torch.Tensor, b: torch.Tensor, *, scale: float, out: torch.Tensor) -> torch.Tensor:
+    return torch.mul(a, b, out=out).mul_(scale)
+
+
+SCALED = Spec("mul.Tensor", _scaled, (0, 1), masks=(1,))
+
+
+def native_dropout(x: torch.Tensor, p: float, train: bool | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(output, keep mask) as the CPU's ``native_dropout``: ``x * mask * (1 / (1 - p))``."""
+    if train is not None and not train or x.numel() == 0:
+        mask = torch.ones(x.shape, dtype=torch.bool, device=x.device) if x.numel() else \
+            torch.empty(x.shape, dtype=torch.bool, device=x.device)
+        return x.clone(), mask
+    if not x.dtype.is_floating_point:
+        raise RuntimeError(f"native_dropout: expected a floating point input, got {x.dtype}")
+    keep = 1.0 - p
+    scale = 0.0 if keep == 0 else 1.0 / keep
+    drawn = draw_keep(x, keep)
+    coords = coords_for(x)
+    mask = new_tensor(_mask_coords(coords), x.device)
+    strides = host_strides(coords) if drawn.stride() == coords.stride else None
+    if strides is None:  # padding or another geometry: the draws move into x's coordinates first
+        values = new_tensor(coords, x.device).copy_(drawn)
+        dense = raw(values).view(coords.shape)
+    else:  # the draws read in place in x's coordinates
+        values = None
+        dense = drawn.as_strided(coords.shape, strides)
+    flags = raw(mask).view(coords.shape)
+    for index in real_slices(coords)[0]:
+        flags[index].copy_(dense[index])  # 0 or 1: the conversion is the comparison with 0
+    if values is not None:
+        return run(SCALED, [x, values], {"scale": scale}, out_dtype=x.dtype), mask
+    out = new_tensor(coords, x.device)
+    p = plan(x, coords)
+    if p is None or not p.stick_ok:
+        return run(SCALED, [x, new_tensor(coords, x.device).copy_(drawn)], {"scale": scale}, out_dtype=x.dtype), mask
+    _scaled(view(x, coords, p), dense, scale=scale, out=raw(out).view(coords.shape))
+    return out, mask
+
+
+def native_dropout_backward(grad: torch.Tensor, mask: torch.Tensor, scale: float) -> torch.Tensor:
+    """``grad * mask * scale``, reading the mask in place when it has ``grad``'s device dims."""
+    return run(SCALED, [grad, mask], {"scale": scale}, out_dtype=grad.dtype)
+
+
+def register_all() -> None:
+    register("native_dropout", native_dropout)
+    register("native_dropout_backward", native_dropout_backward)

@@ -1,0 +1,165 @@
+"""Layer norm on device memory: ``native_layer_norm`` and ``native_layer_norm_backward``.
+
+Both read the input in its own coordinates (``reductions.readable``) and compute in a
+float32 scratch (like PyTorch's CPU kernels for float16/bfloat16) whose padding holds 0
+before every sum. The forward's mean and rstd are reductions over the normalised dims,
+laid out as ``keepdim`` reductions (sparse when the stick dim is normalised); the backward
+reads them in place, broadcast along those dims. The weight and bias gradients are sums
+over the other dims, laid out like a reduction's result.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+
+from .elementwise import operand_view
+from ..core.layout import BoundLayout
+from .operands import fill_pad, new_tensor, padded_copy, raw, reduced_dims, scratch
+from .reductions import readable, reduce_view, write_result
+from .registry import register
+from .rows import Rows, rows
+from .softmax import acc_dtype, rsum, write_values
+
+A = torch.ops.aten
+
+
+def _check_shape(x: torch.Tensor, normalized_shape: tuple[int, ...]) -> int:
+    """The first normalised dim of ``x``; ATen's error when the trailing dims do not match."""
+    axis = x.dim() - len(normalized_shape)
+    if axis < 0 or tuple(x.shape[axis:]) != normalized_shape:
+        raise RuntimeError(f"Given normalized_shape={list(normalized_shape)}, expected input with shape "
+                           f"[*, {', '.join(map(str, normalized_shape))}], but got input of size{list(x.shape)}")
+    return axis
+
+
+def native_layer_norm(x: torch.Tensor, normalized_shape: Sequence[int], weight: torch.Tensor | None,
+                      bias: torch.Tensor | None, eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Layer norm over the trailing ``normalized_shape`` dims; returns (out, mean, rstd)."""
+    normalized_shape = tuple(normalized_shape)
+    axis = _check_shape(x, normalized_shape)
+    dims = tuple(range(axis, x.dim()))
+    count = math.prod(normalized_shape)
+    stat_shape = tuple(x.shape[:axis]) + (1,) * len(normalized_shape)
+    if x.numel() == 0:
+        empty = torch.empty_like(x)
+        return empty, x.new_empty(stat_shape), x.new_empty(stat_shape)
+    named = [("input", x), ("normalized_shape", normalized_shape), ("weight", weight), ("bias", bias)]
+    x, coords, v, red, _ = readable(x, dims)
+    named[0] = ("input", x)
+    shape = rows(coords, dims)
+    if shape is not None and all(p is None or p.dtype == x.dtype for p in (weight, bias)):
+        return _fused_forward(x, coords, v, shape, named, dims, eps)
+    t = padded_copy(v, coords, 0, acc_dtype(x.dtype))
+    mean = rsum(t, red).div_(count)
+    t.sub_(mean)
+    fill_pad(t, coords, 0)
+    rstd = rsum(t * t, red).div_(count).add_(eps).rsqrt_()
+    t.mul_(rstd)
+    if weight is not None:
+        t.mul_(operand_view("native_layer_norm", named, coords, 2))
+    if bias is not None:
+        t.add_(operand_view("native_layer_norm", named, coords, 3))
+    out = write_values(coords, t, x.dtype, x.device)
+    stats = [write_result(coords, dims, True, s.to(x.dtype), x.device) for s in (mean, rstd)]
+    return out, stats[0], stats[1]
+
+
+def _fused_forward(x: torch.Tensor, coords: BoundLayout, v: torch.Tensor, shape: Rows, named: list,
+                   dims: tuple[int, ...], eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The CPU's layer norm kernel on the rows of ``x``'s buffer (see ``rows``)."""
+    device = x.device
+    data = shape.gather(v, coords, device)
+    params = [None if named[i][1] is None else
+              shape.per_column(operand_view("native_layer_norm", named, coords, i)) for i in (2, 3)]
+    result = scratch(data.shape, x.dtype, device)
+    mean, rstd = (scratch((data.shape[0], 1), x.dtype, device) for _ in range(2))
+    A.native_layer_norm.out(data, (data.shape[1],), *params, eps, out0=result, out1=mean, out2=rstd)
+    out = new_tensor(coords, device)
+    shape.scatter(result, raw(out).view(coords.shape))
+    stats = [write_result(coords, dims, True, shape.rows_like(s, coords), device) for s in (mean, rstd)]
+    return out, stats[0], stats[1]
+
+
+def native_layer_norm_backward(grad: torch.Tensor, x: torch.Tensor, normalized_shape: Sequence[int],
+                               mean: torch.Tensor, rstd: torch.Tensor, weight: torch.Tensor | None,
+                               bias: torch.Tensor | None, output_mask: Sequence[bool]
+                               ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+    """(grad_input, grad_weight, grad_bias) of ``native_layer_norm``, each None unless asked
+    for in ``output_mask``: with ``xhat = (x - mean) * rstd`` and ``gw = grad * weight``,
+    ``grad_input = rstd / N * (N * gw - sum(gw) - xhat * sum(gw * xhat))`` (sums over the
+    normalised dims), ``grad_weight = sum(grad * xhat)``, ``grad_bias = sum(grad)`` (over the others)."""
+    normalized_shape = tuple(normalized_shape)
+    axis = _check_shape(x, normalized_shape)
+    dims = tuple(range(axis, x.dim()))
+    others = tuple(range(axis))
+    count = math.prod(normalized_shape)
+    if x.numel() == 0:
+        empty = [torch.zeros(normalized_shape, dtype=x.dtype, device=x.device) for _ in range(2)]
+        return (torch.empty_like(x) if output_mask[0] else None, empty[0] if output_mask[1] and weight is not None
+                else None, empty[1] if output_mask[2] and bias is not None else None)
+    op = "native_layer_norm_backward"
+    x, coords, v, red, _ = readable(x, dims)
+    named = [("grad_out", grad), ("input", x), ("normalized_shape", normalized_shape), ("mean", mean),
+             ("rstd", rstd), ("weight", weight)]
+    shape = rows(coords, dims)
+    if shape is not None and grad.dtype == x.dtype and all(p is None or p.dtype == x.dtype for p in (weight, bias)):
+        return _fused_backward(coords, v, shape, named, bias, others, output_mask)
+    acc = acc_dtype(x.dtype)
+    g = padded_copy(operand_view(op, named, coords, 0), coords, 0, acc)
+    r = operand_view(op, named, coords, 4).to(acc)
+    xhat = padded_copy(v, coords, 0, acc).sub_(operand_view(op, named, coords, 3)).mul_(r)
+    fill_pad(xhat, coords, 0)
+    grad_input = grad_weight = grad_bias = None
+    if output_mask[0]:
+        gw = g * operand_view(op, named, coords, 5) if weight is not None else g
+        dx = gw * count
+        dx.sub_(rsum(gw, red)).sub_(xhat * rsum(gw * xhat, red)).mul_(r / count)
+        grad_input = write_values(coords, dx, x.dtype, x.device)
+    batch = reduced_dims(coords, frozenset(others))
+    if output_mask[1] and weight is not None:
+        values = reduce_view(g * xhat, batch, "sum", x.device)
+        grad_weight = write_result(coords, others, False, values.to(weight.dtype), x.device)
+    if output_mask[2] and bias is not None:
+        values = reduce_view(g, batch, "sum", x.device)
+        grad_bias = write_result(coords, others, False, values.to(bias.dtype), x.device)
+    return grad_input, grad_weight, grad_bias
+
+
+def _fused_backward(coords: BoundLayout, v: torch.Tensor, shape: Rows, named: list, bias: torch.Tensor | None,
+                    others: tuple[int, ...], output_mask: Sequence[bool]
+                    ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+    """The CPU's layer norm backward kernel on the rows of the buffers (see ``rows``)."""
+    op = "native_layer_norm_backward"
+    x, weight = named[1][1], named[5][1]
+    device = x.device
+    data = shape.gather(v, coords, device)
+    grad = shape.gather(operand_view(op, named, coords, 0), coords, device)
+    mean, rstd = (shape.per_row(operand_view(op, named, coords, i)) for i in (3, 4))
+    w = None if weight is None else shape.per_column(operand_view(op, named, coords, 5))
+    length = data.shape[1]
+    mask = [output_mask[0], output_mask[1] and weight is not None, output_mask[2] and bias is not None]
+    b = None if bias is None else w  # only its presence matters
+    if all(mask):  # into scratch device memory (the .out form wants all three outputs)
+        outs = [scratch(data.shape, x.dtype, device), scratch((length,), x.dtype, device),
+                scratch((length,), x.dtype, device)]
+        A.native_layer_norm_backward.out(grad, data, (length,), mean, rstd, w, b, mask, out0=outs[0],
+                                         out1=outs[1], out2=outs[2])
+    else:
+        outs = A.native_layer_norm_backward(grad, data, (length,), mean, rstd, w, b, mask)
+    grad_input = grad_weight = grad_bias = None
+    if mask[0]:
+        grad_input = new_tensor(coords, device)
+        shape.scatter(outs[0], raw(grad_input).view(coords.shape))
+    if mask[1]:
+        grad_weight = write_result(coords, others, False, shape.columns_like(outs[1], coords), device)
+    if mask[2]:
+        grad_bias = write_result(coords, others, False, shape.columns_like(outs[2], coords), device)
+    return grad_input, grad_weight, grad_bias
+
+
+def register_all() -> None:
+    register("native_layer_norm", native_layer_norm)
+    register("native_layer_norm_backward", native_layer_norm_backward)

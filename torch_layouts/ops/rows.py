@@ -1,0 +1,94 @@
+"""Row-wise kernels (softmax, layer norm and their backward) on the CPU's fused kernels.
+
+When the coordinates have no padding and the device dims of the reduced host dims flatten,
+coarsest first, to those dims' elements in host order, permuting them last turns the
+device buffer into ``(rows, row length)``: one copy into scratch device memory gives the
+CPU's fused kernel its contiguous rows, and one copy puts its result back in the result's
+buffer (``gather``/``scatter``). Row results (a layer norm's mean and rstd) and per-column
+results (its weight and bias gradients) come back shaped like the coordinates, size 1
+along the dims they do not span, for ``reductions.write_result``.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import NamedTuple
+
+import torch
+
+from ..core.layout import BoundLayout
+from .operands import has_padding, scratch
+
+
+class Rows(NamedTuple):
+    """How a buffer in some coordinates reads as rows: the device-dim permutation and how
+    many of its last dims make a row."""
+
+    order: tuple[int, ...]
+    width: int
+
+    def shape(self, coords: BoundLayout) -> tuple[int, ...]:
+        return tuple(coords.shape[d] for d in self.order)
+
+    def length(self, coords: BoundLayout) -> int:
+        return math.prod(self.shape(coords)[len(self.order) - self.width:])
+
+    def gather(self, v: torch.Tensor, coords: BoundLayout, device: torch.device,
+               dtype: torch.dtype | None = None) -> torch.Tensor:
+        """The view ``v`` (shaped like the coordinates) as contiguous ``(rows, length)``."""
+        permuted = v.permute(self.order)
+        out = scratch(permuted.shape, dtype or v.dtype, device).copy_(permuted)
+        return out.view(-1, self.length(coords))
+
+    def scatter(self, values: torch.Tensor, target: torch.Tensor) -> None:
+        """Copy ``(rows, length)`` values into ``target`` (a buffer shaped like the coordinates)."""
+        permuted = target.permute(self.order)
+        permuted.copy_(values.view(permuted.shape))
+
+    def per_row(self, v: torch.Tensor) -> torch.Tensor:
+        """A view constant along the row dims (stride 0) as a contiguous ``(rows, 1)`` tensor
+        (the CPU kernels read such operands by their data pointer)."""
+        permuted = v.permute(self.order)
+        return permuted[(...,) + (0,) * self.width].reshape(-1, 1).contiguous()
+
+    def per_column(self, v: torch.Tensor) -> torch.Tensor:
+        """A view constant along the other dims as a contiguous ``(length,)`` tensor."""
+        permuted = v.permute(self.order)
+        return permuted[(0,) * (len(self.order) - self.width)].reshape(-1).contiguous()
+
+    def rows_like(self, values: torch.Tensor, coords: BoundLayout) -> torch.Tensor:
+        """``(rows, 1)`` values shaped like the coordinates, size 1 along the row dims."""
+        shape = [n if k < len(self.order) - self.width else 1 for k, n in enumerate(self.shape(coords))]
+        return values.reshape(shape).permute(_inverse(self.order))
+
+    def columns_like(self, values: torch.Tensor, coords: BoundLayout) -> torch.Tensor:
+        """``(length,)`` values shaped like the coordinates, size 1 along the other dims."""
+        shape = [n if k >= len(self.order) - self.width else 1 for k, n in enumerate(self.shape(coords))]
+        return values.reshape(shape).permute(_inverse(self.order))
+
+
+def _inverse(order: tuple[int, ...]) -> list[int]:
+    out = [0] * len(order)
+    for k, d in enumerate(order):
+        out[d] = k
+    return out
+
+
+@functools.lru_cache(maxsize=1024)
+def rows(coords: BoundLayout, dims: tuple[int, ...]) -> Rows | None:
+    """How the coordinates' buffer reads as rows over host ``dims``, or None (padding, copies,
+    or device dims that do not flatten to the dims' elements in host order)."""
+    if has_padding(coords) or coords.broadcast or not dims:
+        return None
+    wanted = set(dims)
+    reduced: list[int] = []
+    for group in sorted(coords.groups, key=lambda g: g.host_dims[0]):
+        inside = set(group.host_dims) & wanted
+        if not inside:
+            continue
+        if inside != set(group.host_dims) or not group.nested or list(group.host_dims) != sorted(group.host_dims):
+            return None
+        reduced += [dig.dim for dig in reversed(group.digits)]
+    others = [d for d in range(len(coords.shape)) if d not in reduced]
+    return Rows(tuple(others + reduced), len(reduced))
