@@ -138,7 +138,10 @@ def _flipped(op: str, named: list[tuple[str, torch.Tensor]], i: int, coords: Bou
     if info is not None and is_whole_dense(t, info):
         rules.check(op, requirement, named, name, coords.layout)
     count_restickify(t.numel() * t.element_size())
-    return _gather(flipped, flipped_coords, p).transpose(-2, -1)
+    dense = _gather(flipped, flipped_coords, p).transpose(-2, -1)
+    # The CPU's half-precision GEMMs sum in another order for a transposed operand: a contiguous
+    # one gives the bits a restickified operand (compiled plans, other arrangements) gives.
+    return dense if t.dtype == torch.float32 else dense.contiguous()
 
 
 def matmul(op: str, a: torch.Tensor, b: torch.Tensor, names: tuple[str, str] = ("self", "mat2"),
