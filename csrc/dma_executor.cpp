@@ -72,6 +72,7 @@ std::vector<Loop> destination_order(const Transfer& nest) {
 struct TilePlan {
   int64_t unit;
   Loop a{1, 0, 0}, b{1, 0, 0};
+  Loop c{1, 0, 0};  // for tiles of few units: the innermost outer loop, run unit by unit per tile position
   std::vector<Loop> outer;
 };
 
@@ -94,6 +95,10 @@ TilePlan tile_plan(const Transfer& nest, int64_t esize) {
       break;
     }
   }
+  if (plan.a.size * plan.b.size < 64 && !loops.empty()) {  // a tile too small to pay for itself
+    plan.c = loops.back();
+    loops.pop_back();
+  }
   plan.outer = std::move(loops);
   return plan;
 }
@@ -114,11 +119,40 @@ inline void prefetch_rows(const char* s, int64_t rows, int64_t stride, int64_t b
     for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(s + r * stride + off);
 }
 
+// Nests whose tile is a few units (e.g. 4 x 9): per outer position, every tile position runs
+// along loop c with constant strides, as PyTorch's TensorIterator would.
+void copy_small_tiles(char* d0, const char* s0, const TilePlan& plan) {
+  const int64_t unit = plan.unit, nd = static_cast<int64_t>(plan.outer.size());
+  int64_t outer = 1;
+  for (const Loop& loop : plan.outer) outer *= loop.size;
+  const int64_t item_bytes = plan.a.size * plan.b.size * plan.c.size * unit;
+  auto body = [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      int64_t rem = i, doff = 0, soff = 0;
+      for (int64_t k = nd - 1; k >= 0; --k) {
+        doff += (rem % plan.outer[k].size) * plan.outer[k].dst;
+        soff += (rem % plan.outer[k].size) * plan.outer[k].src;
+        rem /= plan.outer[k].size;
+      }
+      for (int64_t a = 0; a < plan.a.size; ++a)
+        for (int64_t b = 0; b < plan.b.size; ++b)
+          copy_strided(d0 + doff + a * unit + b * plan.b.dst, s0 + soff + a * plan.a.src + b * unit, plan.c.size,
+                       plan.c.dst, plan.c.src, unit);
+    }
+  };
+  if (outer > 1 && outer * item_bytes >= 2 * kParallelBytes) {
+    at::parallel_for(0, outer, std::max<int64_t>(1, kParallelBytes / item_bytes), body);
+  } else {
+    body(0, outer);
+  }
+}
+
 void copy_nest(char* dst, const char* src, const Transfer& nest, int64_t esize) {
   const TilePlan plan = tile_plan(nest, esize);
   char* d0 = dst + nest.dst_offset * esize;
   const char* s0 = src + nest.src_offset * esize;
   const int64_t unit = plan.unit;
+  if (plan.c.size > 1) return copy_small_tiles(d0, s0, plan);
   if (plan.outer.empty() && plan.a.size == 1 && plan.b.size == 1) {  // one run: split it across threads
     at::parallel_for(0, unit, unit > 2 * kParallelBytes ? kParallelBytes : unit + 1,
                      [&](int64_t begin, int64_t end) { std::memcpy(d0 + begin, s0 + begin, end - begin); });

@@ -36,6 +36,11 @@ void scalar_tile(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a, 
   }
 }
 
+template <typename E>
+void strided_units(char* d, const char* s, int64_t n, int64_t dst_step, int64_t src_step) {
+  for (int64_t i = 0; i < n; ++i) store<E>(d + i * dst_step, load<E>(s + i * src_step));
+}
+
 template <int64_t U>
 void wide_tile(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a, int64_t dst_b, int64_t unit) {
   const int64_t u = U > 0 ? U : unit;
@@ -249,6 +254,17 @@ void copy_tile(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a, in
   }
 #endif
   plain_tile(d, s, na, nb, src_a, dst_b, unit);
+}
+
+void copy_strided(char* d, const char* s, int64_t n, int64_t dst_step, int64_t src_step, int64_t unit) {
+  switch (unit) {
+    case 1: return strided_units<uint8_t>(d, s, n, dst_step, src_step);
+    case 2: return strided_units<uint16_t>(d, s, n, dst_step, src_step);
+    case 4: return strided_units<uint32_t>(d, s, n, dst_step, src_step);
+    case 8: return strided_units<uint64_t>(d, s, n, dst_step, src_step);
+    default:
+      for (int64_t i = 0; i < n; ++i) std::memcpy(d + i * dst_step, s + i * src_step, unit);
+  }
 }
 
 void end_streaming() {
