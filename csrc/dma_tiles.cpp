@@ -232,27 +232,32 @@ void copy_tile(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a, in
     std::memcpy(d, s, unit);
     return;
   }
+  const int64_t row = na * unit;
 #if defined(__SSE2__)
-  if (stream) {
-    const int64_t row = na * unit;
-    if (unit % 16 == 0 && reinterpret_cast<uintptr_t>(d) % 16 == 0 && dst_b % 16 == 0) {
-      for (int64_t b = 0; b < nb; ++b)
-        for (int64_t a = 0; a < na; ++a) stream16(d + a * unit + b * dst_b, s + a * src_a + b * unit, unit);
-      return;
-    }
-    if (unit <= 8 && row * nb <= kStageBytes && (row % 16 == 0 || dst_b == row)) {
-      // Transpose into an L1 buffer, then write whole rows (or the whole tile) non-temporally.
-      alignas(64) char buf[kStageBytes];
-      plain_tile(buf, s, na, nb, src_a, row, unit);
-      if (dst_b == row) {
-        stream_run(d, buf, row * nb);
-      } else {
-        for (int64_t b = 0; b < nb; ++b) stream_run(d + b * dst_b, buf + b * row, row);
-      }
-      return;
-    }
+  if (stream && unit % 16 == 0 && reinterpret_cast<uintptr_t>(d) % 16 == 0 && dst_b % 16 == 0) {
+    for (int64_t b = 0; b < nb; ++b)
+      for (int64_t a = 0; a < na; ++a) stream16(d + a * unit + b * dst_b, s + a * src_a + b * unit, unit);
+    return;
   }
 #endif
+  // Transpose into an L1 buffer, then write whole rows (or the whole tile) out: streamed, or
+  // plainly where destination rows lie far apart (their lines would evict each other mid-tile).
+  const bool staged = unit <= 8 && row * nb <= kStageBytes && (stream ? row % 16 == 0 || dst_b == row : dst_b >= 1024);
+  if (staged) {
+    alignas(64) char buf[kStageBytes];
+    plain_tile(buf, s, na, nb, src_a, row, unit);
+    const int64_t rows = dst_b == row ? 1 : nb, bytes = dst_b == row ? row * nb : row;
+    for (int64_t b = 0; b < rows; ++b) {
+#if defined(__SSE2__)
+      if (stream) {
+        stream_run(d + b * dst_b, buf + b * row, bytes);
+        continue;
+      }
+#endif
+      std::memcpy(d + b * dst_b, buf + b * row, bytes);
+    }
+    return;
+  }
   plain_tile(d, s, na, nb, src_a, dst_b, unit);
 }
 
