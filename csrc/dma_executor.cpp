@@ -154,8 +154,11 @@ void copy_nest(char* dst, const char* src, const Transfer& nest, int64_t esize) 
   const int64_t unit = plan.unit;
   if (plan.c.size > 1) return copy_small_tiles(d0, s0, plan);
   if (plan.outer.empty() && plan.a.size == 1 && plan.b.size == 1) {  // one run: split it across threads
-    at::parallel_for(0, unit, unit > 2 * kParallelBytes ? kParallelBytes : unit + 1,
-                     [&](int64_t begin, int64_t end) { std::memcpy(d0 + begin, s0 + begin, end - begin); });
+    const bool stream = unit >= g_stream_bytes.load(std::memory_order_relaxed);
+    at::parallel_for(0, unit, unit > 2 * kParallelBytes ? kParallelBytes : unit + 1, [&](int64_t begin, int64_t end) {
+      copy_run(d0 + begin, s0 + begin, end - begin, stream);
+      if (stream) end_streaming();
+    });
     return;
   }
   // Tiles of 2 KiB (t x t units, one line a row for 2-byte units): rows of a side whose rows lie

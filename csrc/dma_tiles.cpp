@@ -272,6 +272,13 @@ void copy_strided(char* d, const char* s, int64_t n, int64_t dst_step, int64_t s
   }
 }
 
+void copy_run(char* d, const char* s, int64_t bytes, bool stream) {
+#if defined(__SSE2__)
+  if (stream) return stream_run(d, s, bytes);
+#endif
+  std::memcpy(d, s, bytes);
+}
+
 void end_streaming() {
 #if defined(__SSE2__)
   _mm_sfence();

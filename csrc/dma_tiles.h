@@ -16,6 +16,9 @@ void copy_tile(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a, in
                bool stream);
 void end_streaming();
 
+// One contiguous run of bytes, streamed (non-temporal) when asked.
+void copy_run(char* d, const char* s, int64_t bytes, bool stream);
+
 // d[i * dst_step] = s[i * src_step] for i < n, units of `unit` bytes (byte steps).
 void copy_strided(char* d, const char* s, int64_t n, int64_t dst_step, int64_t src_step, int64_t unit);
 
