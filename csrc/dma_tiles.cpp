@@ -106,6 +106,13 @@ inline void block4x4_u32(char* d, const char* s, int64_t src_a, int64_t dst_b) {
   st(d + 3 * dst_b, _mm_unpackhi_epi64(t1, t3));
 }
 
+// 2x2 block of 8-byte units.
+inline void block2x2_u64(char* d, const char* s, int64_t src_a, int64_t dst_b) {
+  const __m128i r0 = ld(s), r1 = ld(s + src_a);
+  st(d, _mm_unpacklo_epi64(r0, r1));
+  st(d + dst_b, _mm_unpackhi_epi64(r0, r1));
+}
+
 // Whole blocks of K x K units over [0, na) x [0, nb), the ragged edges unit by unit.
 template <typename E, int K, void (*Block)(char*, const char*, int64_t, int64_t)>
 void blocked_tile(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a, int64_t dst_b) {
@@ -200,7 +207,14 @@ void tile_u32(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a, int
   if (na >= 4 && nb >= 4) return blocked_tile<uint32_t, 4, block4x4_u32>(d, s, na, nb, src_a, dst_b);
   scalar_tile<uint32_t>(d, s, na, nb, src_a, dst_b);
 }
+void tile_u64(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a, int64_t dst_b) {
+  if (na >= 2 && nb >= 2) return blocked_tile<uint64_t, 2, block2x2_u64>(d, s, na, nb, src_a, dst_b);
+  scalar_tile<uint64_t>(d, s, na, nb, src_a, dst_b);
+}
 #else
+void tile_u64(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a, int64_t dst_b) {
+  scalar_tile<uint64_t>(d, s, na, nb, src_a, dst_b);
+}
 void tile_u16(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a, int64_t dst_b) {
   scalar_tile<uint16_t>(d, s, na, nb, src_a, dst_b);
 }
@@ -214,7 +228,7 @@ void plain_tile(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a, i
     case 1: return scalar_tile<uint8_t>(d, s, na, nb, src_a, dst_b);
     case 2: return tile_u16(d, s, na, nb, src_a, dst_b);
     case 4: return tile_u32(d, s, na, nb, src_a, dst_b);
-    case 8: return scalar_tile<uint64_t>(d, s, na, nb, src_a, dst_b);
+    case 8: return tile_u64(d, s, na, nb, src_a, dst_b);
     case 16: return wide_tile<16>(d, s, na, nb, src_a, dst_b, unit);
     case 32: return wide_tile<32>(d, s, na, nb, src_a, dst_b, unit);
     case 64: return wide_tile<64>(d, s, na, nb, src_a, dst_b, unit);
