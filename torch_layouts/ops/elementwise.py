@@ -43,6 +43,7 @@ from .operands import (coords_for, coords_with_dtype, default_coords, has_paddin
                        operand_layout, plan, raw, real_slices, scalar_view, stick_dim, strides_in_order, view)
 from .registry import check_cast, out_overload, register, write_out
 from .stats import count_kernel, count_restickify
+from .strided import strided_copy
 
 A = torch.ops.aten
 
@@ -139,7 +140,7 @@ def materialize(t: torch.Tensor, coords: BoundLayout) -> torch.Tensor:
     if p.shape is None:
         copy_real(raw(out).view(coords.shape), view(t, coords, p), coords, out)
     else:
-        raw(out).as_strided(p.shape, p.dst_strides).copy_(p.read(t, coords))
+        strided_copy(raw(out).as_strided(p.shape, p.dst_strides), p.read(t, coords))
         _C._fill_padding(out)
     return out
 
@@ -149,7 +150,7 @@ def copy_real(target: torch.Tensor, values: torch.Tensor, coords: BoundLayout, o
     the coordinates); its padding keeps the pad value."""
     pieces, whole = real_slices(coords)
     for index in pieces:
-        target[index].copy_(values[index])
+        strided_copy(target[index], values[index])
     if whole:
         _C._fill_padding(out)
 

@@ -46,6 +46,7 @@ from .operands import (ViewPlan, default_coords, has_padding, is_whole_dense, ne
                        rowmajor, scratch, view)
 from .registry import register
 from .stats import count_restickify
+from .strided import strided_copy
 
 Shape = tuple[int, ...]
 # Tile GEMMs (one per tile of n, each repacking A inside the BLAS) beat one GEMM on packed copies
@@ -115,7 +116,7 @@ def _gather(t: torch.Tensor, coords: BoundLayout, p: ViewPlan) -> torch.Tensor:
     order = [k for d in matrix for k in range(first[d], first[d] + counts[d])]
     cols = coords.shape[matrix[-2]] * coords.shape[matrix[-1]]
     tiles = p.read(t, coords).permute(order)
-    return scratch(tiles.shape, t.dtype, t.device).copy_(tiles).view(*coords.size[:-2], -1, cols)
+    return strided_copy(scratch(tiles.shape, t.dtype, t.device), tiles).view(*coords.size[:-2], -1, cols)
 
 
 def _flipped(op: str, named: list[tuple[str, torch.Tensor]], i: int, coords: BoundLayout, requirement: str

@@ -34,6 +34,7 @@ from ..core.layout import BoundLayout, DeviceLayout, contiguous_strides, is_dens
 from ..core.mapping import Fill, View, map_view, padding
 from ..runtime import layout_records
 from ..spyre import SpyreTensorLayout
+from .strided import strided_copy
 
 Shape = tuple[int, ...]
 
@@ -296,8 +297,7 @@ def fill_pad(t: torch.Tensor, coords: BoundLayout, value: float | int | bool) ->
 def padded_copy(v: torch.Tensor, coords: BoundLayout, value: float | int | bool, dtype: torch.dtype | None = None
                 ) -> torch.Tensor:
     """A contiguous copy of a view in the coordinates with ``value`` in every padding position."""
-    out = torch.empty(coords.layout.device_size, dtype=dtype or v.dtype)
-    out.copy_(v)
+    out = strided_copy(torch.empty(coords.layout.device_size, dtype=dtype or v.dtype), v)
     return fill_pad(out, coords, value)
 
 

@@ -19,6 +19,7 @@ import torch
 
 from ..core.layout import BoundLayout
 from .operands import has_padding, scratch
+from .strided import strided_copy
 
 
 class Rows(NamedTuple):
@@ -38,13 +39,13 @@ class Rows(NamedTuple):
                dtype: torch.dtype | None = None) -> torch.Tensor:
         """The view ``v`` (shaped like the coordinates) as contiguous ``(rows, length)``."""
         permuted = v.permute(self.order)
-        out = scratch(permuted.shape, dtype or v.dtype, device).copy_(permuted)
+        out = strided_copy(scratch(permuted.shape, dtype or v.dtype, device), permuted)
         return out.view(-1, self.length(coords))
 
     def scatter(self, values: torch.Tensor, target: torch.Tensor) -> None:
         """Copy ``(rows, length)`` values into ``target`` (a buffer shaped like the coordinates)."""
         permuted = target.permute(self.order)
-        permuted.copy_(values.view(permuted.shape))
+        strided_copy(permuted, values.view(permuted.shape))
 
     def per_row(self, v: torch.Tensor) -> torch.Tensor:
         """A view constant along the row dims (stride 0) as a contiguous ``(rows, 1)`` tensor

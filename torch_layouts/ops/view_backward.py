@@ -17,6 +17,7 @@ import torch
 from .elementwise import fill_, materialize
 from .operands import default_coords, new_tensor, plan, real_slices, view
 from .registry import register
+from .strided import strided_copy
 
 
 def into_zeros(grad: torch.Tensor, input_sizes: Sequence[int], part: Callable[[torch.Tensor], torch.Tensor]
@@ -38,7 +39,7 @@ def into_zeros(grad: torch.Tensor, input_sizes: Sequence[int], part: Callable[[t
         src = plan(grad, coords)
     d, s = view(target, coords, dst), view(grad, coords, src)
     for index in pieces:
-        d[index].copy_(s[index])
+        strided_copy(d[index], s[index])
     return out
 
 

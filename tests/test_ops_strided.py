@@ -1,0 +1,108 @@
+"""``ops.strided.strided_copy`` (kernels' gathers and scatters on the DMA executor) against
+PyTorch's ``copy_``, bit for bit: tile gathers, scatters, transposes, broadcasts, offsets,
+every element size, views of device buffers and of scratch device memory."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from torch_layouts.ops import strided
+from torch_layouts.ops.operands import raw, scratch
+from torch_layouts.ops.strided import strided_copy
+
+
+def _take(t: torch.Tensor, *shape: int) -> torch.Tensor:
+    """The leading elements of a 1-D tensor viewed as ``shape``."""
+    n = 1
+    for d in shape:
+        n *= d
+    return t[:n].view(shape)
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.view(torch.uint8) if t.dim() else t.reshape(1).view(torch.uint8)
+
+
+# id, source builder (from a contiguous tensor), dtype
+CASES = [
+    ("tile-gather", lambda t: _take(t, 8, 64, 32).permute(1, 0, 2), torch.float32),
+    ("tile-gather-f16", lambda t: _take(t, 4, 48, 64).permute(1, 0, 2), torch.float16),
+    ("transpose", lambda t: _take(t, 96, 160).t(), torch.float32),
+    ("transpose-int8", lambda t: _take(t, 120, 128).t(), torch.int8),
+    ("4d-permute", lambda t: _take(t, 4, 3, 16, 80).permute(2, 0, 3, 1), torch.bfloat16),
+    ("offset-slice", lambda t: _take(t, 128, 120)[5:70:2, 7:99], torch.float32),
+    ("broadcast", lambda t: _take(t, -1)[:64].expand(30, 64), torch.float32),
+    ("int64", lambda t: _take(t, 40, 384).t(), torch.int64),
+    ("bool", lambda t: _take(t, 60, 256).t(), torch.bool),
+]
+
+
+SCATTERS = [c for c in CASES if not c[0].startswith("broadcast")]
+
+
+def _source(dtype: torch.dtype) -> torch.Tensor:
+    g = torch.Generator().manual_seed(0)
+    if dtype == torch.bool:
+        return torch.rand(49152, generator=g) > 0.5
+    if dtype.is_floating_point:
+        return torch.randn(49152, generator=g).to(dtype)
+    return torch.randint(-100, 100, (49152,), generator=g).to(dtype)
+
+
+@pytest.mark.parametrize("_, make, dtype", CASES, ids=[c[0] for c in CASES])
+def test_gather_matches_copy(_, make, dtype):
+    src = make(_source(dtype))
+    expected = torch.empty(src.shape, dtype=dtype).copy_(src)
+    got = strided_copy(torch.empty(src.shape, dtype=dtype), src)
+    assert torch.equal(_bits(got), _bits(expected))
+
+
+@pytest.mark.parametrize("_, make, dtype", SCATTERS, ids=[c[0] for c in SCATTERS])
+def test_scatter_matches_copy(_, make, dtype):
+    """Writing a dense tensor into the strided view: the untouched elements stay."""
+    base = _source(dtype)
+    target, expected_base = make(base.clone()), base.clone()
+    values = torch.arange(target.numel()).to(dtype).view(target.shape)
+    make(expected_base).copy_(values)
+    strided_copy(target, values)
+    assert torch.equal(_bits(target._base if target._base is not None else target), _bits(expected_base))
+
+
+@pytest.mark.parametrize("_, make, dtype", CASES, ids=[c[0] for c in CASES])
+def test_executor_runs_transposes_only(_, make, dtype, monkeypatch):
+    """Copies that move elements between rows (and are not tiny) run on the executor; runs of
+    contiguous elements on both sides stay with PyTorch's copy."""
+    calls = []
+    real = strided._C._run_nests
+    monkeypatch.setattr(strided, "_C", SimpleNamespace(_run_nests=lambda *a: calls.append(real(*a))))
+    src = make(_source(dtype))
+    strided_copy(torch.empty(src.shape, dtype=dtype), src)
+    inner = [s for n, s in zip(src.shape, src.stride()) if n > 1][-1]
+    assert len(calls) == (inner != 1 and src.numel() >= strided.SMALL)
+
+
+def test_device_buffers_and_scratch():
+    """Views of a device tensor's buffer into scratch device memory and back."""
+    x = torch.randn(256, 96)
+    device = x.to("spyre")
+    tiles = raw(device).view(3, 256, 32).permute(1, 0, 2)  # the default layout: [k tiles][m][stick]
+    dense = strided_copy(scratch(tiles.shape, torch.float32, device.device), tiles)
+    assert torch.equal(dense.reshape(256, 96), x)
+    out = torch.empty(256, 96, device="spyre")
+    strided_copy(raw(out).view(3, 256, 32).permute(1, 0, 2), dense)
+    assert torch.equal(out.cpu(), x)
+
+
+@pytest.mark.parametrize("dst_dtype, src_dtype", [(torch.float32, torch.float16), (torch.float64, torch.int32)])
+def test_other_dtypes_convert_like_copy(dst_dtype, src_dtype):
+    src = _take(_source(src_dtype), 96, 160).t()
+    got = strided_copy(torch.empty(src.shape, dtype=dst_dtype), src)
+    assert torch.equal(got, torch.empty(src.shape, dtype=dst_dtype).copy_(src))
+
+
+def test_empty_is_a_no_op():
+    dst = torch.empty(0, 5)
+    assert strided_copy(dst, torch.empty(0, 5)) is dst

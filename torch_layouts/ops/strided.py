@@ -1,0 +1,48 @@
+"""Strided copies between CPU views of device buffers on the C++ DMA executor.
+
+Kernels gather operands out of tiles into dense scratch matrices and scatter results
+back (matmul packing, row-wise kernels). Such a copy between two strided views of
+1-D buffers is one loop nest for ``_C._run_nests`` (cache-tiled transposes and run
+copies over threads, see docs/design.md). Where elements move between sticks (a
+transpose: either side's innermost dim is not contiguous) it is 2-5x faster than
+PyTorch's ``copy_``; where both sides are runs of contiguous elements (tile gathers and
+scatters) PyTorch's copy is faster, so those stay with ``copy_``. Elements are copied as
+bits, so both views must have the same dtype; anything else, and copies too small to
+amortise the executor's fixed cost, go through ``copy_``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .. import _C
+
+_BITS = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+SMALL = 4096  # elements: below this PyTorch's copy costs less than the executor's call
+
+
+def _flat(t: torch.Tensor) -> torch.Tensor:
+    """The whole storage of ``t`` as a 1-D integer tensor of ``t``'s element size."""
+    bits = t.view(_BITS[t.element_size()]) if t.dtype != _BITS[t.element_size()] else t
+    return bits.as_strided((t.untyped_storage().nbytes() // t.element_size(),), (1,), 0)
+
+
+def _innermost_stride(t: torch.Tensor) -> int:
+    """The stride of ``t``'s last dim of more than one element (1 for a single element)."""
+    for n, s in zip(reversed(t.shape), reversed(t.stride())):
+        if n > 1:
+            return s
+    return 1
+
+
+def strided_copy(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+    """``dst.copy_(src)`` for CPU tensors of one shape; one executor nest when they share a
+    dtype (``src`` may broadcast with stride 0) and elements move between rows (see above),
+    else PyTorch's copy. Returns ``dst``."""
+    if (dst.dtype != src.dtype or dst.shape != src.shape or dst.device.type != "cpu" or src.device.type != "cpu"
+            or dst.element_size() not in _BITS or dst.numel() < SMALL
+            or _innermost_stride(dst) == _innermost_stride(src) == 1):
+        return dst.copy_(src)
+    nest = (tuple(dst.shape), tuple(dst.stride()), tuple(src.stride()), dst.storage_offset(), src.storage_offset())
+    _C._run_nests([nest], _flat(dst), _flat(src))
+    return dst
