@@ -261,15 +261,7 @@ void copy_tile(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a, in
     alignas(64) char buf[kStageBytes];
     plain_tile(buf, s, na, nb, src_a, row, unit);
     const int64_t rows = dst_b == row ? 1 : nb, bytes = dst_b == row ? row * nb : row;
-    for (int64_t b = 0; b < rows; ++b) {
-#if defined(__SSE2__)
-      if (stream) {
-        stream_run(d + b * dst_b, buf + b * row, bytes);
-        continue;
-      }
-#endif
-      std::memcpy(d + b * dst_b, buf + b * row, bytes);
-    }
+    for (int64_t b = 0; b < rows; ++b) copy_run(d + b * dst_b, buf + b * row, bytes, stream);
     return;
   }
   plain_tile(d, s, na, nb, src_a, dst_b, unit);

@@ -16,15 +16,14 @@ from __future__ import annotations
 import torch
 
 from .. import _C
+from ..core.dtypes import BITS_DTYPE
 
-_BITS = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 SMALL = 4096  # elements: below this PyTorch's copy costs less than the executor's call
 
 
 def _flat(t: torch.Tensor) -> torch.Tensor:
     """The whole storage of ``t`` as a 1-D integer tensor of ``t``'s element size."""
-    bits = t.view(_BITS[t.element_size()]) if t.dtype != _BITS[t.element_size()] else t
-    return bits.as_strided((t.untyped_storage().nbytes() // t.element_size(),), (1,), 0)
+    return t.view(BITS_DTYPE[t.element_size()]).as_strided((t.untyped_storage().nbytes() // t.element_size(),), (1,), 0)
 
 
 def _innermost_stride(t: torch.Tensor) -> int:
@@ -40,7 +39,7 @@ def strided_copy(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
     dtype (``src`` may broadcast with stride 0) and elements move between rows (see above),
     else PyTorch's copy. Returns ``dst``."""
     if (dst.dtype != src.dtype or dst.shape != src.shape or dst.device.type != "cpu" or src.device.type != "cpu"
-            or dst.element_size() not in _BITS or dst.numel() < SMALL
+            or dst.element_size() not in BITS_DTYPE or dst.numel() < SMALL
             or _innermost_stride(dst) == _innermost_stride(src) == 1):
         return dst.copy_(src)
     nest = (tuple(dst.shape), tuple(dst.stride()), tuple(src.stride()), dst.storage_offset(), src.storage_offset())
