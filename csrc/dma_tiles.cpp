@@ -6,6 +6,7 @@
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
+#include <immintrin.h>
 #endif
 
 namespace torch_layouts {
@@ -41,10 +42,16 @@ void strided_units(char* d, const char* s, int64_t n, int64_t dst_step, int64_t 
   for (int64_t i = 0; i < n; ++i) store<E>(d + i * dst_step, load<E>(s + i * src_step));
 }
 
+// A tile of whole-line units whose source is one dense block (rows adjacent) reads it in order
+// and scatters whole lines to the destination; otherwise the writes run in order.
+inline bool source_order(int64_t na, int64_t nb, int64_t src_a, int64_t dst_b, int64_t unit) {
+  return unit % 64 == 0 && src_a == nb * unit && dst_b != na * unit;
+}
+
 template <int64_t U>
 void wide_tile(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a, int64_t dst_b, int64_t unit) {
   const int64_t u = U > 0 ? U : unit;
-  if (na >= nb) {
+  if (na >= nb && !source_order(na, nb, src_a, dst_b, u)) {
     for (int64_t b = 0; b < nb; ++b)
       for (int64_t a = 0; a < na; ++a) std::memcpy(d + a * u + b * dst_b, s + a * src_a + b * u, u);
   } else {
@@ -113,9 +120,40 @@ inline void block2x2_u64(char* d, const char* s, int64_t src_a, int64_t dst_b) {
   st(d + dst_b, _mm_unpackhi_epi64(r0, r1));
 }
 
+// AVX (not AVX2: this host has none) 256-bit shuffles move bits like the SSE2 ones; they are
+// compiled for AVX and used only where the CPU reports it.
+#define TL_AVX __attribute__((target("avx")))
+const bool kAvx = [] {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx") != 0;
+}();
+TL_AVX inline void block4x4_u64_avx(char* d, const char* s, int64_t src_a, int64_t dst_b) {
+  const __m256d r0 = _mm256_loadu_pd(reinterpret_cast<const double*>(s));
+  const __m256d r1 = _mm256_loadu_pd(reinterpret_cast<const double*>(s + src_a));
+  const __m256d r2 = _mm256_loadu_pd(reinterpret_cast<const double*>(s + 2 * src_a));
+  const __m256d r3 = _mm256_loadu_pd(reinterpret_cast<const double*>(s + 3 * src_a));
+  const __m256d t0 = _mm256_unpacklo_pd(r0, r1), t1 = _mm256_unpackhi_pd(r0, r1);
+  const __m256d t2 = _mm256_unpacklo_pd(r2, r3), t3 = _mm256_unpackhi_pd(r2, r3);
+  _mm256_storeu_pd(reinterpret_cast<double*>(d), _mm256_permute2f128_pd(t0, t2, 0x20));
+  _mm256_storeu_pd(reinterpret_cast<double*>(d + dst_b), _mm256_permute2f128_pd(t1, t3, 0x20));
+  _mm256_storeu_pd(reinterpret_cast<double*>(d + 2 * dst_b), _mm256_permute2f128_pd(t0, t2, 0x31));
+  _mm256_storeu_pd(reinterpret_cast<double*>(d + 3 * dst_b), _mm256_permute2f128_pd(t1, t3, 0x31));
+}
+
 // Whole blocks of K x K units over [0, na) x [0, nb), the ragged edges unit by unit.
 template <typename E, int K, void (*Block)(char*, const char*, int64_t, int64_t)>
 void blocked_tile(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a, int64_t dst_b) {
+  constexpr int64_t U = sizeof(E);
+  const int64_t na_k = na - na % K, nb_k = nb - nb % K;
+  for (int64_t a = 0; a < na_k; a += K)
+    for (int64_t b = 0; b < nb_k; b += K) Block(d + a * U + b * dst_b, s + a * src_a + b * U, src_a, dst_b);
+  if (nb_k < nb) scalar_tile<E>(d + nb_k * dst_b, s + nb_k * U, na_k, nb - nb_k, src_a, dst_b);
+  if (na_k < na) scalar_tile<E>(d + na_k * U, s + na_k * src_a, na - na_k, nb, src_a, dst_b);
+}
+
+// The same loop compiled for AVX, so that the AVX blocks inline into it.
+template <typename E, int K, void (*Block)(char*, const char*, int64_t, int64_t)>
+TL_AVX void blocked_tile_avx(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a, int64_t dst_b) {
   constexpr int64_t U = sizeof(E);
   const int64_t na_k = na - na % K, nb_k = nb - nb % K;
   for (int64_t a = 0; a < na_k; a += K)
@@ -208,6 +246,7 @@ void tile_u32(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a, int
   scalar_tile<uint32_t>(d, s, na, nb, src_a, dst_b);
 }
 void tile_u64(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a, int64_t dst_b) {
+  if (kAvx && na >= 4 && nb >= 4) return blocked_tile_avx<uint64_t, 4, block4x4_u64_avx>(d, s, na, nb, src_a, dst_b);
   if (na >= 2 && nb >= 2) return blocked_tile<uint64_t, 2, block2x2_u64>(d, s, na, nb, src_a, dst_b);
   scalar_tile<uint64_t>(d, s, na, nb, src_a, dst_b);
 }
@@ -249,6 +288,11 @@ void copy_tile(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a, in
   const int64_t row = na * unit;
 #if defined(__SSE2__)
   if (stream && unit % 16 == 0 && reinterpret_cast<uintptr_t>(d) % 16 == 0 && dst_b % 16 == 0) {
+    if (source_order(na, nb, src_a, dst_b, unit)) {
+      for (int64_t a = 0; a < na; ++a)
+        for (int64_t b = 0; b < nb; ++b) stream16(d + a * unit + b * dst_b, s + a * src_a + b * unit, unit);
+      return;
+    }
     for (int64_t b = 0; b < nb; ++b)
       for (int64_t a = 0; a < na; ++a) stream16(d + a * unit + b * dst_b, s + a * src_a + b * unit, unit);
     return;

@@ -17,7 +17,7 @@ import torch
 
 from .elementwise import operand_view
 from ..core.layout import BoundLayout
-from .operands import fill_pad, new_tensor, padded_copy, raw, reduced_dims, scratch
+from .operands import fill_pad, new_tensor, padded_copy, raw, reduced_dims
 from .reductions import readable, reduce_view, write_result
 from .registry import register
 from .rows import Rows, rows
@@ -48,8 +48,8 @@ def native_layer_norm(x: torch.Tensor, normalized_shape: Sequence[int], weight: 
         return empty, x.new_empty(stat_shape), x.new_empty(stat_shape)
     named = [("input", x), ("normalized_shape", normalized_shape), ("weight", weight), ("bias", bias)]
     x, coords, v, red, _ = readable(x, dims)
-    named[0] = ("input", x)
     shape = rows(coords, dims)
+    named[0] = ("input", x)
     if shape is not None and all(p is None or p.dtype == x.dtype for p in (weight, bias)):
         return _fused_forward(x, coords, v, shape, named, dims, eps)
     t = padded_copy(v, coords, 0, acc_dtype(x.dtype))
@@ -74,9 +74,8 @@ def _fused_forward(x: torch.Tensor, coords: BoundLayout, v: torch.Tensor, shape:
     data = shape.gather(v, coords, device)
     params = [None if named[i][1] is None else
               shape.per_column(operand_view("native_layer_norm", named, coords, i)) for i in (2, 3)]
-    result = scratch(data.shape, x.dtype, device)
-    mean, rstd = (scratch((data.shape[0], 1), x.dtype, device) for _ in range(2))
-    A.native_layer_norm.out(data, (data.shape[1],), *params, eps, out0=result, out1=mean, out2=rstd)
+    # the functional kernel: its .out form computes into temporaries and copies them out
+    result, mean, rstd = A.native_layer_norm(data, (data.shape[1],), *params, eps)
     out = new_tensor(coords, device)
     shape.scatter(result, raw(out).view(coords.shape))
     stats = [write_result(coords, dims, True, shape.rows_like(s, coords), device) for s in (mean, rstd)]
@@ -102,9 +101,9 @@ def native_layer_norm_backward(grad: torch.Tensor, x: torch.Tensor, normalized_s
                 else None, empty[1] if output_mask[2] and bias is not None else None)
     op = "native_layer_norm_backward"
     x, coords, v, red, _ = readable(x, dims)
+    shape = rows(coords, dims)
     named = [("grad_out", grad), ("input", x), ("normalized_shape", normalized_shape), ("mean", mean),
              ("rstd", rstd), ("weight", weight)]
-    shape = rows(coords, dims)
     if shape is not None and grad.dtype == x.dtype and all(p is None or p.dtype == x.dtype for p in (weight, bias)):
         return _fused_backward(coords, v, shape, named, bias, others, output_mask)
     acc = acc_dtype(x.dtype)
@@ -142,13 +141,8 @@ def _fused_backward(coords: BoundLayout, v: torch.Tensor, shape: Rows, named: li
     length = data.shape[1]
     mask = [output_mask[0], output_mask[1] and weight is not None, output_mask[2] and bias is not None]
     b = None if bias is None else w  # only its presence matters
-    if all(mask):  # into scratch device memory (the .out form wants all three outputs)
-        outs = [scratch(data.shape, x.dtype, device), scratch((length,), x.dtype, device),
-                scratch((length,), x.dtype, device)]
-        A.native_layer_norm_backward.out(grad, data, (length,), mean, rstd, w, b, mask, out0=outs[0],
-                                         out1=outs[1], out2=outs[2])
-    else:
-        outs = A.native_layer_norm_backward(grad, data, (length,), mean, rstd, w, b, mask)
+    # the functional kernel: its .out form computes into temporaries and copies them out
+    outs = A.native_layer_norm_backward(grad, data, (length,), mean, rstd, w, b, mask)
     grad_input = grad_weight = grad_bias = None
     if mask[0]:
         grad_input = new_tensor(coords, device)
