@@ -140,9 +140,11 @@ TL_AVX inline void block4x4_u64_avx(char* d, const char* s, int64_t src_a, int64
   _mm256_storeu_pd(reinterpret_cast<double*>(d + 3 * dst_b), _mm256_permute2f128_pd(t1, t3, 0x31));
 }
 
-// Whole blocks of K x K units over [0, na) x [0, nb), the ragged edges unit by unit.
+// Whole blocks of K x K units over [0, na) x [0, nb), the ragged edges unit by unit. Always
+// inlined, so that it takes its caller's target (AVX blocks inline into an AVX caller).
 template <typename E, int K, void (*Block)(char*, const char*, int64_t, int64_t)>
-void blocked_tile(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a, int64_t dst_b) {
+[[gnu::always_inline]] inline void blocked_tile(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a,
+                                                int64_t dst_b) {
   constexpr int64_t U = sizeof(E);
   const int64_t na_k = na - na % K, nb_k = nb - nb % K;
   for (int64_t a = 0; a < na_k; a += K)
@@ -151,15 +153,8 @@ void blocked_tile(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a,
   if (na_k < na) scalar_tile<E>(d + na_k * U, s + na_k * src_a, na - na_k, nb, src_a, dst_b);
 }
 
-// The same loop compiled for AVX, so that the AVX blocks inline into it.
-template <typename E, int K, void (*Block)(char*, const char*, int64_t, int64_t)>
-TL_AVX void blocked_tile_avx(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a, int64_t dst_b) {
-  constexpr int64_t U = sizeof(E);
-  const int64_t na_k = na - na % K, nb_k = nb - nb % K;
-  for (int64_t a = 0; a < na_k; a += K)
-    for (int64_t b = 0; b < nb_k; b += K) Block(d + a * U + b * dst_b, s + a * src_a + b * U, src_a, dst_b);
-  if (nb_k < nb) scalar_tile<E>(d + nb_k * dst_b, s + nb_k * U, na_k, nb - nb_k, src_a, dst_b);
-  if (na_k < na) scalar_tile<E>(d + na_k * U, s + na_k * src_a, na - na_k, nb, src_a, dst_b);
+TL_AVX void blocked_tile_u64_avx(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a, int64_t dst_b) {
+  blocked_tile<uint64_t, 4, block4x4_u64_avx>(d, s, na, nb, src_a, dst_b);
 }
 
 // na = 2 or 4 source rows interleaved into a dense destination (dst_b == na * unit).
@@ -246,7 +241,7 @@ void tile_u32(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a, int
   scalar_tile<uint32_t>(d, s, na, nb, src_a, dst_b);
 }
 void tile_u64(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a, int64_t dst_b) {
-  if (kAvx && na >= 4 && nb >= 4) return blocked_tile_avx<uint64_t, 4, block4x4_u64_avx>(d, s, na, nb, src_a, dst_b);
+  if (kAvx && na >= 4 && nb >= 4) return blocked_tile_u64_avx(d, s, na, nb, src_a, dst_b);
   if (na >= 2 && nb >= 2) return blocked_tile<uint64_t, 2, block2x2_u64>(d, s, na, nb, src_a, dst_b);
   scalar_tile<uint64_t>(d, s, na, nb, src_a, dst_b);
 }

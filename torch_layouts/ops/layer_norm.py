@@ -48,8 +48,8 @@ def native_layer_norm(x: torch.Tensor, normalized_shape: Sequence[int], weight: 
         return empty, x.new_empty(stat_shape), x.new_empty(stat_shape)
     named = [("input", x), ("normalized_shape", normalized_shape), ("weight", weight), ("bias", bias)]
     x, coords, v, red, _ = readable(x, dims)
-    shape = rows(coords, dims)
     named[0] = ("input", x)
+    shape = rows(coords, dims)
     if shape is not None and all(p is None or p.dtype == x.dtype for p in (weight, bias)):
         return _fused_forward(x, coords, v, shape, named, dims, eps)
     t = padded_copy(v, coords, 0, acc_dtype(x.dtype))
@@ -101,9 +101,9 @@ def native_layer_norm_backward(grad: torch.Tensor, x: torch.Tensor, normalized_s
                 else None, empty[1] if output_mask[2] and bias is not None else None)
     op = "native_layer_norm_backward"
     x, coords, v, red, _ = readable(x, dims)
-    shape = rows(coords, dims)
     named = [("grad_out", grad), ("input", x), ("normalized_shape", normalized_shape), ("mean", mean),
              ("rstd", rstd), ("weight", weight)]
+    shape = rows(coords, dims)
     if shape is not None and grad.dtype == x.dtype and all(p is None or p.dtype == x.dtype for p in (weight, bias)):
         return _fused_backward(coords, v, shape, named, bias, others, output_mask)
     acc = acc_dtype(x.dtype)

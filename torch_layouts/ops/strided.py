@@ -42,8 +42,8 @@ def strided_copy(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
     else PyTorch's copy. Returns ``dst``."""
     if (dst.dtype != src.dtype or dst.shape != src.shape or dst.device.type != "cpu" or src.device.type != "cpu"
             or dst.element_size() not in BITS_DTYPE or dst.numel() < SMALL
-            or _innermost_stride(dst) == _innermost_stride(src) == 1
-            and dst.numel() * dst.element_size() < RUNS_BYTES):
+            or (_innermost_stride(dst) == _innermost_stride(src) == 1
+                and dst.numel() * dst.element_size() < RUNS_BYTES)):
         return dst.copy_(src)
     nest = (tuple(dst.shape), tuple(dst.stride()), tuple(src.stride()), dst.storage_offset(), src.storage_offset())
     _C._run_nests([nest], _flat(dst), _flat(src))
