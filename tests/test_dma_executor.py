@@ -89,3 +89,27 @@ def test_interleaves_and_transposes_of_long_rows(streaming: bool, esize: int, ro
 def test_stream_threshold_rejects_negative_bytes() -> None:
     with pytest.raises(ValueError, match="-1"):
         _C._set_stream_bytes(-1)
+
+
+@pytest.mark.parametrize("esize", [2, 8])
+@pytest.mark.parametrize("line_units", [1, 2, 3])
+@pytest.mark.parametrize("dense", ["source", "destination", "neither"])
+def test_whole_line_tiles_in_either_order(streaming: bool, esize: int, line_units: int, dense: str) -> None:
+    """Tiles of whole-line units (64-192 bytes, HTP's crouton): a dense source block read in order
+    and scattered, a dense destination, or neither, equal PyTorch's strided copy bit for bit."""
+    dtype, unit = BITS[esize], 64 * line_units // esize
+    na, nb, outer = 8, 6, 3
+    far = (na + 1) * nb * unit  # rows of the non-dense side(s) lie this far apart
+    src_a = nb * unit if dense == "source" else far
+    dst_b = na * unit if dense == "destination" else far
+    ranges = (outer, nb, na, unit)
+    dst_strides = (dst_b * nb + unit, dst_b, unit, 1)
+    src_strides = (src_a * na + unit, unit, src_a, 1)
+    src_numel = sum((n - 1) * s for n, s in zip(ranges, src_strides)) + 1
+    dst_numel = sum((n - 1) * s for n, s in zip(ranges, dst_strides)) + 1
+    src = torch.randint(-100, 100, (src_numel,), dtype=torch.int64).to(dtype)
+    dst = torch.full((dst_numel,), 7, dtype=dtype)
+    expected = dst.clone()
+    expected.as_strided(ranges, dst_strides).copy_(src.as_strided(ranges, src_strides))
+    _C._run_nests([(ranges, dst_strides, src_strides, 0, 0)], dst, src)
+    assert torch.equal(dst, expected)
