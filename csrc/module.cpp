@@ -12,6 +12,7 @@
 #include "generator.h"
 #include "int64_format.h"
 #include "layout_records.h"
+#include "row_kernels.h"
 #include "runtime_stats.h"
 #include "tensor_impl.h"
 #include "view_offsets.h"
@@ -118,6 +119,15 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("_set_stream_bytes", &set_stream_bytes);
   m.def("_view_offsets", [](std::shared_ptr<BoundLayout> info, std::vector<int64_t> sizes, std::vector<int64_t> strides,
                             int64_t offset) { return view_offsets(*info, sizes, strides, offset); });
+
+  // Row kernels (row_kernels.h): compute only, so the GIL is released.
+  auto nogil = py::call_guard<py::gil_scoped_release>();
+  m.def("_rows_softmax", &rows_softmax, nogil);
+  m.def("_rows_softmax_backward", &rows_softmax_backward, nogil);
+  m.def("_rows_layer_norm", &rows_layer_norm, nogil);
+  m.def("_rows_layer_norm_backward", &rows_layer_norm_backward, nogil);
+  m.def("_rows_sum", &rows_sum, nogil);
+  m.def("_rows_set_portable", &rows_set_portable);
 
   m.def("_device_count", &device_count);
   m.def("_get_device", &current_device);

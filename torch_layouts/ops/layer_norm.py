@@ -15,15 +15,15 @@ from collections.abc import Sequence
 
 import torch
 
+from .. import _C
 from .elementwise import operand_view
 from ..core.layout import BoundLayout
 from .operands import fill_pad, new_tensor, padded_copy, raw, reduced_dims
 from .reductions import readable, reduce_view, write_result
 from .registry import register
-from .rows import Rows, rows
+from .rows import ROW_DTYPES, Rows, rows
 from .softmax import acc_dtype, rsum, write_values
 
-A = torch.ops.aten
 
 
 def _check_shape(x: torch.Tensor, normalized_shape: tuple[int, ...]) -> int:
@@ -50,7 +50,7 @@ def native_layer_norm(x: torch.Tensor, normalized_shape: Sequence[int], weight: 
     x, coords, v, red, _ = readable(x, dims)
     named[0] = ("input", x)
     shape = rows(coords, dims)
-    if shape is not None and all(p is None or p.dtype == x.dtype for p in (weight, bias)):
+    if shape is not None and x.dtype in ROW_DTYPES and all(p is None or p.dtype == x.dtype for p in (weight, bias)):
         return _fused_forward(x, coords, v, shape, named, dims, eps)
     t = padded_copy(v, coords, 0, acc_dtype(x.dtype))
     mean = rsum(t, red).div_(count)
@@ -69,16 +69,15 @@ def native_layer_norm(x: torch.Tensor, normalized_shape: Sequence[int], weight: 
 
 def _fused_forward(x: torch.Tensor, coords: BoundLayout, v: torch.Tensor, shape: Rows, named: list,
                    dims: tuple[int, ...], eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The CPU's layer norm kernel on the rows of ``x``'s buffer (see ``rows``)."""
+    """Layer norm over the rows of ``x``'s buffer in one sweep of the tiles (see ``rows``)."""
     device = x.device
-    data = shape.gather(v, coords, device)
     params = [None if named[i][1] is None else
               shape.per_column(operand_view("native_layer_norm", named, coords, i)) for i in (2, 3)]
-    # the functional kernel: its .out form computes into temporaries and copies them out
-    result, mean, rstd = A.native_layer_norm(data, (data.shape[1],), *params, eps)
     out = new_tensor(coords, device)
-    shape.scatter(result, raw(out).view(coords.shape))
-    stats = [write_result(coords, dims, True, shape.rows_like(s, coords), device) for s in (mean, rstd)]
+    mean, rstd = (torch.empty(shape.count(coords)) for _ in range(2))
+    _C._rows_layer_norm(shape.view(v), shape.view(raw(out).view(coords.shape)), *params, eps, mean, rstd,
+                        shape.width)
+    stats = [write_result(coords, dims, True, shape.rows_like(s.to(x.dtype), coords), device) for s in (mean, rstd)]
     return out, stats[0], stats[1]
 
 
@@ -104,7 +103,8 @@ def native_layer_norm_backward(grad: torch.Tensor, x: torch.Tensor, normalized_s
     named = [("grad_out", grad), ("input", x), ("normalized_shape", normalized_shape), ("mean", mean),
              ("rstd", rstd), ("weight", weight)]
     shape = rows(coords, dims)
-    if shape is not None and grad.dtype == x.dtype and all(p is None or p.dtype == x.dtype for p in (weight, bias)):
+    if (shape is not None and x.dtype in ROW_DTYPES and grad.dtype == x.dtype
+            and all(p is None or p.dtype == x.dtype for p in (weight, bias))):
         return _fused_backward(coords, v, shape, named, bias, others, output_mask)
     acc = acc_dtype(x.dtype)
     g = padded_copy(operand_view(op, named, coords, 0), coords, 0, acc)
@@ -130,27 +130,22 @@ def native_layer_norm_backward(grad: torch.Tensor, x: torch.Tensor, normalized_s
 def _fused_backward(coords: BoundLayout, v: torch.Tensor, shape: Rows, named: list, bias: torch.Tensor | None,
                     others: tuple[int, ...], output_mask: Sequence[bool]
                     ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
-    """The CPU's layer norm backward kernel on the rows of the buffers (see ``rows``)."""
+    """Layer norm backward over the rows of the buffers in one sweep of the tiles (see ``rows``)."""
     op = "native_layer_norm_backward"
     x, weight = named[1][1], named[5][1]
     device = x.device
-    data = shape.gather(v, coords, device)
-    grad = shape.gather(operand_view(op, named, coords, 0), coords, device)
     mean, rstd = (shape.per_row(operand_view(op, named, coords, i)) for i in (3, 4))
     w = None if weight is None else shape.per_column(operand_view(op, named, coords, 5))
-    length = data.shape[1]
-    mask = [output_mask[0], output_mask[1] and weight is not None, output_mask[2] and bias is not None]
-    b = None if bias is None else w  # only its presence matters
-    # the functional kernel: its .out form computes into temporaries and copies them out
-    outs = A.native_layer_norm_backward(grad, data, (length,), mean, rstd, w, b, mask)
-    grad_input = grad_weight = grad_bias = None
-    if mask[0]:
-        grad_input = new_tensor(coords, device)
-        shape.scatter(outs[0], raw(grad_input).view(coords.shape))
-    if mask[1]:
-        grad_weight = write_result(coords, others, False, shape.columns_like(outs[1], coords), device)
-    if mask[2]:
-        grad_bias = write_result(coords, others, False, shape.columns_like(outs[2], coords), device)
+    length = shape.length(coords)
+    grad_input = new_tensor(coords, device) if output_mask[0] else None
+    sums = [torch.empty(length) if want else None
+            for want in (output_mask[1] and weight is not None, output_mask[2] and bias is not None)]
+    _C._rows_layer_norm_backward(shape.view(operand_view(op, named, coords, 0)), shape.view(v), mean, rstd, w,
+                                 None if grad_input is None else shape.view(raw(grad_input).view(coords.shape)),
+                                 *sums, shape.width)
+    grad_weight, grad_bias = (None if s is None else
+                              write_result(coords, others, False, shape.columns_like(s.to(p.dtype), coords), device)
+                              for s, p in zip(sums, (weight, bias)))
     return grad_input, grad_weight, grad_bias
 
 

@@ -22,6 +22,7 @@ from typing import NamedTuple
 
 import torch
 
+from .. import _C
 from ..runtime.layout_records import default_layout
 from ..spyre import MAX_RANK, SpyreTensorLayout
 from .elementwise import copy_real, move, restickify_to
@@ -29,6 +30,7 @@ from ..core.layout import BoundLayout
 from .operands import (coords_for, default_coords, has_padding, new_tensor, operand_layout, padded_copy, plan,
                        plan_view, raw, real_slices, reduced_dims, rowmajor, strides_in_order, view)
 from .registry import register
+from .rows import ROW_DTYPES
 
 LOW_PRECISION = (torch.float16, torch.bfloat16)
 
@@ -191,6 +193,24 @@ def reduce_view(v: torch.Tensor, red: tuple[int, ...], kind: str, device: torch.
     return v if dtype is None or v.dtype == dtype else v.to(dtype)
 
 
+def _row_sums_apply(v: torch.Tensor, red: tuple[int, ...], out_dtype: torch.dtype) -> bool:
+    """Whether the C++ row sums take this sum: floating inputs and results, and the reduced
+    dims hold the view's contiguous dim (a sum over sticks; others reduce faster in ATen)."""
+    if not red or v.dtype not in ROW_DTYPES or out_dtype not in ROW_DTYPES:
+        return False
+    inner = min((d for d in range(v.dim()) if v.shape[d] > 1), key=lambda d: abs(v.stride(d)), default=None)
+    return inner in red and v.stride(inner) == 1
+
+
+def _row_sums(v: torch.Tensor, red: tuple[int, ...]) -> torch.Tensor:
+    """Sums over the device dims ``red`` of a CPU view, float32, kept as size 1: one sweep,
+    each row accumulated in float32 and rounded once (docs/design.md, "Row kernels")."""
+    order = [d for d in range(v.dim()) if d not in red] + sorted(red)
+    sums = torch.empty(math.prod(v.shape[d] for d in order[:v.dim() - len(red)]))
+    _C._rows_sum(v.permute(order), sums, len(red))
+    return sums.view([1 if d in red else n for d, n in enumerate(v.shape)])
+
+
 def reduce(kind: str, x: torch.Tensor, dim: int | Sequence[int] | None, keepdim: bool,
            dtype: torch.dtype | None) -> torch.Tensor:
     """One reduction (``kind`` in sum, mean, amax, amin, all, any) on device memory."""
@@ -207,9 +227,13 @@ def reduce(kind: str, x: torch.Tensor, dim: int | Sequence[int] | None, keepdim:
     x, coords, v, red, exact = readable(x, dims)
     pad = x.device_tensor_layout().pad_value
     v = masked(v, coords, exact, pad, identity(kind, x.dtype))
-    if kind == "mean":  # a low-precision mean rounds to its dtype: sum natively, divide in float32
+    count = math.prod(x.shape[d] for d in dims)
+    if kind in ("sum", "mean") and _row_sums_apply(v, red, out_dtype):
+        values = _row_sums(v, red)
+        values = values / count if kind == "mean" else values
+    elif kind == "mean":  # a low-precision mean rounds to its dtype: sum natively, divide in float32
         acc = None if out_dtype in LOW_PRECISION else out_dtype
-        values = reduce_view(v, red, "sum", x.device, acc).float() / math.prod(x.shape[d] for d in dims)
+        values = reduce_view(v, red, "sum", x.device, acc).float() / count
     else:
         values = reduce_view(v, red, kind, x.device, dtype)
     return write_result(coords, dims, keepdim, values.to(out_dtype), x.device)

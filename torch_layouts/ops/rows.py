@@ -1,12 +1,14 @@
-"""Row-wise kernels (softmax, layer norm and their backward) on the CPU's fused kernels.
+"""Row-wise kernels (softmax, layer norm and their backward) as one sweep over the tiles.
 
 When the coordinates have no padding and the device dims of the reduced host dims flatten,
 coarsest first, to those dims' elements in host order, permuting them last turns the
-device buffer into ``(rows, row length)``: one copy into scratch device memory gives the
-CPU's fused kernel its contiguous rows, and one copy puts its result back in the result's
-buffer (``gather``/``scatter``). Row results (a layer norm's mean and rstd) and per-column
-results (its weight and bias gradients) come back shaped like the coordinates, size 1
-along the dims they do not span, for ``reductions.write_result``.
+device buffer into ``(other dims..., row dims...)``: each row is one host row, in whatever
+strides the tiles give it. The C++ row kernels (``_C._rows_*``, docs/design.md "Row
+kernels") read such views directly: blocks of rows are gathered into float32 in cache,
+computed there and written into the result's buffer, with no dense copy of the tensor.
+Row results (a layer norm's mean and rstd) and per-column results (its weight and bias
+gradients) come back shaped like the coordinates, size 1 along the dims they do not span,
+for ``reductions.write_result``.
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ from typing import NamedTuple
 import torch
 
 from ..core.layout import BoundLayout
-from .operands import has_padding, scratch
-from .strided import strided_copy
+from .operands import has_padding
+
+ROW_DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # what the row kernels compute on
 
 
 class Rows(NamedTuple):
@@ -35,31 +38,27 @@ class Rows(NamedTuple):
     def length(self, coords: BoundLayout) -> int:
         return math.prod(self.shape(coords)[len(self.order) - self.width:])
 
-    def gather(self, v: torch.Tensor, coords: BoundLayout, device: torch.device,
-               dtype: torch.dtype | None = None) -> torch.Tensor:
-        """The view ``v`` (shaped like the coordinates) as contiguous ``(rows, length)``."""
-        permuted = v.permute(self.order)
-        out = strided_copy(scratch(permuted.shape, dtype or v.dtype, device), permuted)
-        return out.view(-1, self.length(coords))
+    def view(self, v: torch.Tensor) -> torch.Tensor:
+        """``v`` (shaped like the coordinates) with the row dims last: the row kernels' operand."""
+        return v.permute(self.order)
 
-    def scatter(self, values: torch.Tensor, target: torch.Tensor) -> None:
-        """Copy ``(rows, length)`` values into ``target`` (a buffer shaped like the coordinates)."""
-        permuted = target.permute(self.order)
-        strided_copy(permuted, values.view(permuted.shape))
+    def count(self, coords: BoundLayout) -> int:
+        """How many rows."""
+        return math.prod(self.shape(coords)[:len(self.order) - self.width])
 
     def per_row(self, v: torch.Tensor) -> torch.Tensor:
-        """A view constant along the row dims (stride 0) as a contiguous ``(rows, 1)`` tensor
-        (the CPU kernels read such operands by their data pointer)."""
+        """A view constant along the row dims (stride 0) as a contiguous float32 ``(rows,)``
+        tensor (the row kernels read such operands by their data pointer)."""
         permuted = v.permute(self.order)
-        return permuted[(...,) + (0,) * self.width].reshape(-1, 1).contiguous()
+        return permuted[(...,) + (0,) * self.width].reshape(-1).to(torch.float32).contiguous()
 
     def per_column(self, v: torch.Tensor) -> torch.Tensor:
-        """A view constant along the other dims as a contiguous ``(length,)`` tensor."""
+        """A view constant along the other dims as a contiguous float32 ``(length,)`` tensor."""
         permuted = v.permute(self.order)
-        return permuted[(0,) * (len(self.order) - self.width)].reshape(-1).contiguous()
+        return permuted[(0,) * (len(self.order) - self.width)].reshape(-1).to(torch.float32).contiguous()
 
     def rows_like(self, values: torch.Tensor, coords: BoundLayout) -> torch.Tensor:
-        """``(rows, 1)`` values shaped like the coordinates, size 1 along the row dims."""
+        """``(rows,)`` values shaped like the coordinates, size 1 along the row dims."""
         shape = [n if k < len(self.order) - self.width else 1 for k, n in enumerate(self.shape(coords))]
         return values.reshape(shape).permute(_inverse(self.order))
 

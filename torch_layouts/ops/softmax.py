@@ -14,14 +14,14 @@ import math
 
 import torch
 
+from .. import _C
 from .elementwise import convert, copy_real, operand_view, output
 from ..core.layout import BoundLayout
-from .operands import new_tensor, padded_copy, raw, scratch
+from .operands import new_tensor, padded_copy, raw
 from .reductions import LOW_PRECISION, readable
 from .registry import register
-from .rows import Rows, rows
+from .rows import ROW_DTYPES, Rows, rows
 
-A = torch.ops.aten
 
 
 def acc_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -53,7 +53,7 @@ def _softmax_any(x: torch.Tensor, dim: int, log: bool, safe: bool = False) -> to
         return torch.empty_like(x)
     x, coords, v, red, _ = readable(x, (dim,) if x.dim() else ())
     shape = rows(coords, (dim,) if x.dim() else ())
-    if shape is not None:
+    if shape is not None and x.dtype in ROW_DTYPES:
         return _fused_softmax(x, coords, v, shape, log, safe)
     t = padded_copy(v, coords, -math.inf, acc_dtype(x.dtype))
     top = _rmax(t, red)
@@ -70,14 +70,9 @@ def _softmax_any(x: torch.Tensor, dim: int, log: bool, safe: bool = False) -> to
 
 def _fused_softmax(x: torch.Tensor, coords: BoundLayout, v: torch.Tensor, shape: Rows, log: bool, safe: bool
                    ) -> torch.Tensor:
-    """The CPU's softmax kernel on the rows of ``x``'s buffer (see ``rows``)."""
-    data = shape.gather(v, coords, x.device)
-    result = scratch(data.shape, x.dtype, x.device)
-    (A._log_softmax.out if log else A._softmax.out)(data, 1, False, out=result)
-    if safe:
-        result.masked_fill_(data.amax(1, keepdim=True) == -math.inf, 0)
+    """Softmax over the rows of ``x``'s buffer in one sweep of the tiles (see ``rows``)."""
     out = new_tensor(coords, x.device)
-    shape.scatter(result, raw(out).view(coords.shape))
+    _C._rows_softmax(shape.view(v), shape.view(raw(out).view(coords.shape)), shape.width, log, safe)
     return out
 
 
@@ -104,17 +99,10 @@ def _backward(op: str, grad: torch.Tensor, output_: torch.Tensor, dim: int, inpu
     output_, coords, o, red, _ = readable(output_, (dim,) if output_.dim() else ())
     g = operand_view(op, [("grad_output", grad), ("output", output_)], coords, 0)
     shape = rows(coords, (dim,) if output_.dim() else ())
-    if shape is not None and grad.dtype == output_.dtype == input_dtype:
-        device = output_.device
-        data = shape.gather(g, coords, device)
-        result = scratch(data.shape, input_dtype, device)
-        saved = shape.gather(o, coords, device)
-        if log:
-            A._log_softmax_backward_data.out(data, saved, 1, input_dtype, out=result)
-        else:
-            A._softmax_backward_data.out(data, saved, 1, input_dtype, grad_input=result)
-        out = new_tensor(coords, device)
-        shape.scatter(result, raw(out).view(coords.shape))
+    if shape is not None and grad.dtype == output_.dtype == input_dtype and input_dtype in ROW_DTYPES:
+        out = new_tensor(coords, output_.device)
+        _C._rows_softmax_backward(shape.view(g), shape.view(o), shape.view(raw(out).view(coords.shape)), shape.width,
+                                  log)
         return out
     acc = acc_dtype(output_.dtype)
     gf = padded_copy(g, coords, 0, acc)

@@ -1,0 +1,413 @@
+#include "row_kernels.h"
+
+#include <ATen/Parallel.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <vector>
+
+#include "row_math.h"
+
+namespace torch_layouts {
+namespace {
+
+constexpr int64_t kBlockFloats = 65536;  // floats of every operand's rows gathered at once (L1/L2)
+constexpr int64_t kParallelFloats = 32768;  // fewer elements than this per thread run on one thread
+
+std::atomic<bool> g_portable{false};
+
+const RowMath& math() { return g_portable.load() ? portable_row_math() : row_math(); }
+
+struct Operand {
+  char* data;
+  at::ScalarType dtype;
+  int64_t esize;
+  std::vector<int64_t> outer_stride;  // per coalesced outer dim (elements)
+  std::vector<int64_t> run_offset;    // each run's offset within a row (elements)
+  int64_t run_stride;                 // between elements of a run
+};
+
+// The rows of one or more views of one shape (see row_kernels.h).
+struct Rows {
+  std::vector<int64_t> outer_size;
+  int64_t rows = 1, len = 1, run_len = 1;
+  std::vector<Operand> ops;
+
+  int64_t row_offset(const Operand& op, int64_t row) const {
+    int64_t off = 0;
+    for (size_t d = outer_size.size(); d-- > 0;) {
+      off += (row % outer_size[d]) * op.outer_stride[d];
+      row /= outer_size[d];
+    }
+    return off;
+  }
+};
+
+struct Dim {
+  int64_t size;
+  std::vector<int64_t> strides;  // one per view
+};
+
+// Dims [begin, end) of the views, size-1 dims dropped and dims merged where every view runs on.
+std::vector<Dim> coalesce(const std::vector<at::Tensor>& views, int64_t begin, int64_t end) {
+  std::vector<Dim> dims;
+  for (int64_t d = begin; d < end; ++d) {
+    const int64_t size = views[0].size(d);
+    if (size == 1) continue;
+    std::vector<int64_t> strides;
+    for (const auto& v : views) strides.push_back(v.stride(d));
+    bool merge = !dims.empty();
+    for (size_t k = 0; merge && k < views.size(); ++k) merge = dims.back().strides[k] == strides[k] * size;
+    if (merge) {
+      dims.back().size *= size;
+      dims.back().strides = strides;
+    } else {
+      dims.push_back({size, strides});
+    }
+  }
+  return dims;
+}
+
+Rows make_rows(const std::vector<at::Tensor>& views, const std::vector<const char*>& names, int64_t width) {
+  const at::Tensor& first = views[0];
+  TORCH_CHECK_VALUE(width >= 1 && width <= first.dim(), "row width ", width, " is outside [1, ", first.dim(),
+                    "] for a ", first.dim(), "-dim view");
+  for (size_t k = 0; k < views.size(); ++k) {
+    const at::Tensor& v = views[k];
+    TORCH_CHECK_VALUE(v.device().is_cpu(), names[k], " must be a CPU view of a device buffer, got one on ",
+                      v.device());
+    const auto t = v.scalar_type();
+    TORCH_CHECK_VALUE(t == at::kFloat || t == at::kHalf || t == at::kBFloat16,
+                      "row kernels take float32, float16 or bfloat16; ", names[k], " is ", t);
+    TORCH_CHECK_VALUE(v.sizes() == first.sizes(), names[k], " has shape ", v.sizes(), ", expected ", first.sizes());
+  }
+  Rows g;
+  const std::vector<Dim> outer = coalesce(views, 0, first.dim() - width);
+  std::vector<Dim> row = coalesce(views, first.dim() - width, first.dim());
+  if (row.empty()) row.push_back({1, std::vector<int64_t>(views.size(), 1)});
+  for (const Dim& d : outer) g.outer_size.push_back(d.size);
+  g.rows = first.numel() / std::max<int64_t>(1, [&] {
+             int64_t n = 1;
+             for (const Dim& d : row) n *= d.size;
+             return n;
+           }());
+  g.run_len = row.back().size;
+  g.len = 1;
+  for (const Dim& d : row) g.len *= d.size;
+  const int64_t runs = g.len / g.run_len;
+  for (size_t k = 0; k < views.size(); ++k) {
+    Operand op{static_cast<char*>(views[k].data_ptr()), views[k].scalar_type(),
+               static_cast<int64_t>(views[k].element_size()), {}, {}, row.back().strides[k]};
+    for (const Dim& d : outer) op.outer_stride.push_back(d.strides[k]);
+    op.run_offset.resize(runs);
+    for (int64_t j = 0; j < runs; ++j) {  // j as a multi-index over the row dims but the last
+      int64_t rest = j, off = 0;
+      for (size_t d = row.size() - 1; d-- > 0;) {
+        off += (rest % row[d].size) * row[d].strides[k];
+        rest /= row[d].size;
+      }
+      op.run_offset[j] = off;
+    }
+    g.ops.push_back(std::move(op));
+  }
+  return g;
+}
+
+void load(float* d, const char* s, int64_t n, int64_t stride, at::ScalarType t, const RowMath& m) {
+  if (t == at::kFloat) {
+    if (stride == 1) {
+      std::memcpy(d, s, n * sizeof(float));
+    } else {
+      const float* p = reinterpret_cast<const float*>(s);
+      for (int64_t i = 0; i < n; ++i) d[i] = p[i * stride];
+    }
+  } else if (t == at::kHalf) {
+    const uint16_t* p = reinterpret_cast<const uint16_t*>(s);
+    if (stride == 1) {
+      m.load_half(d, p, n);
+    } else {
+      for (int64_t i = 0; i < n; ++i) m.load_half(d + i, p + i * stride, 1);
+    }
+  } else {
+    const c10::BFloat16* p = reinterpret_cast<const c10::BFloat16*>(s);
+    for (int64_t i = 0; i < n; ++i) d[i] = static_cast<float>(p[i * stride]);
+  }
+}
+
+void store(char* d, const float* s, int64_t n, int64_t stride, at::ScalarType t, const RowMath& m) {
+  if (t == at::kFloat) {
+    if (stride == 1) {
+      std::memcpy(d, s, n * sizeof(float));
+    } else {
+      float* p = reinterpret_cast<float*>(d);
+      for (int64_t i = 0; i < n; ++i) p[i * stride] = s[i];
+    }
+  } else if (t == at::kHalf) {
+    uint16_t* p = reinterpret_cast<uint16_t*>(d);
+    if (stride == 1) {
+      m.store_half(p, s, n);
+    } else {
+      for (int64_t i = 0; i < n; ++i) m.store_half(p + i * stride, s + i, 1);
+    }
+  } else {
+    c10::BFloat16* p = reinterpret_cast<c10::BFloat16*>(d);
+    for (int64_t i = 0; i < n; ++i) p[i * stride] = c10::BFloat16(s[i]);
+  }
+}
+
+// Whether the rows starting at `base` continue each other's runs (a stick's rows in a tile): then
+// the block's piece of every run is one contiguous stretch.
+bool adjacent(const Rows& g, const Operand& op, const std::vector<int64_t>& base) {
+  for (size_t r = 1; r < base.size(); ++r) {
+    if (base[r] != base[0] + static_cast<int64_t>(r) * g.run_len * op.run_stride) return false;
+  }
+  return true;
+}
+
+// Rows [first, first + count) of operand k into buf ([run][row][element], `block` rows), run
+// by run so that adjacent rows of a tile are read one after another.
+void gather(const Rows& g, size_t k, int64_t first, int64_t count, int64_t block, float* buf, const RowMath& m) {
+  const Operand& op = g.ops[k];
+  std::vector<int64_t> base(count);
+  for (int64_t r = 0; r < count; ++r) base[r] = g.row_offset(op, first + r);
+  const int64_t rows = adjacent(g, op, base) ? 1 : count, n = rows == 1 ? count * g.run_len : g.run_len;
+  for (size_t j = 0; j < op.run_offset.size(); ++j) {
+    for (int64_t r = 0; r < rows; ++r) {
+      load(buf + (j * block + r) * g.run_len, op.data + (base[r] + op.run_offset[j]) * op.esize, n, op.run_stride,
+           op.dtype, m);
+    }
+  }
+}
+
+void scatter(const Rows& g, size_t k, int64_t first, int64_t count, int64_t block, const float* buf,
+             const RowMath& m) {
+  const Operand& op = g.ops[k];
+  std::vector<int64_t> base(count);
+  for (int64_t r = 0; r < count; ++r) base[r] = g.row_offset(op, first + r);
+  const int64_t rows = adjacent(g, op, base) ? 1 : count, n = rows == 1 ? count * g.run_len : g.run_len;
+  for (size_t j = 0; j < op.run_offset.size(); ++j) {
+    for (int64_t r = 0; r < rows; ++r) {
+      store(op.data + (base[r] + op.run_offset[j]) * op.esize, buf + (j * block + r) * g.run_len, n, op.run_stride,
+            op.dtype, m);
+    }
+  }
+}
+
+int64_t chunk_count(const Rows& g) {
+  return std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), g.rows * g.len / kParallelFloats));
+}
+
+// body(chunk, first, count) for fixed chunks of rows, one per thread.
+template <typename Body>
+void for_chunks(const Rows& g, Body body) {
+  if (g.rows == 0 || g.len == 0) return;
+  const int64_t chunks = chunk_count(g);
+  at::parallel_for(0, chunks, 1, [&](int64_t cb, int64_t ce) {
+    for (int64_t c = cb; c < ce; ++c) {
+      const int64_t begin = g.rows * c / chunks, end = g.rows * (c + 1) / chunks;
+      body(c, begin, end - begin);
+    }
+  });
+}
+
+// Operands the math reads and writes where they lie (float32 runs of stride 1); the others are
+// gathered into (or scattered from) float32 block buffers.
+struct Plan {
+  std::vector<char> direct;
+  std::vector<int64_t> dense;  // run offsets of a gathered row: buffers hold [run][row][element]
+  int64_t buffers = 0;
+  int64_t block = 1;           // rows per block
+};
+
+Plan plan(const Rows& g) {
+  Plan p;
+  for (const Operand& op : g.ops) {
+    p.direct.push_back(op.dtype == at::kFloat && op.run_stride == 1);
+    p.buffers += !p.direct.back();
+  }
+  p.block = std::clamp<int64_t>(kBlockFloats / (g.len * static_cast<int64_t>(g.ops.size())), 1, kMaxBlockRows);
+  for (size_t j = 0; j < g.ops[0].run_offset.size(); ++j) p.dense.push_back(static_cast<int64_t>(j) * p.block * g.run_len);
+  return p;
+}
+
+// The rows [first, first + count) of operand k (bufs: the block's buffers), one Row per row.
+struct BlockRows {
+  Row rows[kMaxBlockRows];
+  BlockRows(const Rows& g, const Plan& p, size_t k, int64_t first, int64_t count, float* const* bufs) {
+    const Operand& op = g.ops[k];
+    for (int64_t r = 0; r < count; ++r) {
+      rows[r] = p.direct[k] ? Row{reinterpret_cast<float*>(op.data) + g.row_offset(op, first + r), op.run_offset.data()}
+                            : Row{bufs[k] + r * g.run_len, p.dense.data()};
+    }
+  }
+};
+
+// body(chunk, block_first, block_count, bufs) for blocks of rows within each chunk (at most
+// kMaxBlockRows, all operands' rows within kBlockFloats); bufs[k] holds the block's rows of
+// operand k where it is not direct.
+template <typename Body>
+void for_blocks(const Rows& g, const Plan& p, Body body) {
+  const int64_t block = p.block;
+  for_chunks(g, [&](int64_t c, int64_t begin, int64_t count) {
+    std::vector<float> storage(block * g.len * p.buffers);
+    std::vector<float*> bufs(g.ops.size(), nullptr);
+    float* next = storage.data();
+    for (size_t k = 0; k < g.ops.size(); ++k) {
+      if (!p.direct[k]) {
+        bufs[k] = next;
+        next += block * g.len;
+      }
+    }
+    for (int64_t b = begin; b < begin + count; b += block) body(c, b, std::min(block, begin + count - b), bufs.data());
+  });
+}
+
+// Gathers the block's rows of the input operands that are not direct.
+void gather_inputs(const Rows& g, const Plan& p, std::initializer_list<size_t> inputs, int64_t first, int64_t count,
+                   float* const* bufs, const RowMath& m) {
+  for (size_t k : inputs) {
+    if (!p.direct[k]) gather(g, k, first, count, p.block, bufs[k], m);
+  }
+}
+
+void scatter_output(const Rows& g, const Plan& p, size_t k, int64_t first, int64_t count, float* const* bufs,
+                    const RowMath& m) {
+  if (!p.direct[k]) scatter(g, k, first, count, p.block, bufs[k], m);
+}
+
+float* float_vector(const at::Tensor& t, int64_t n, const char* name) {
+  TORCH_CHECK_VALUE(t.device().is_cpu() && t.scalar_type() == at::kFloat && t.is_contiguous() && t.numel() == n,
+                    name, " must be a contiguous float32 CPU tensor of ", n, " elements, got ", t.scalar_type(),
+                    " of ", t.numel(), " on ", t.device());
+  return t.data_ptr<float>();
+}
+
+const float* optional_vector(const std::optional<at::Tensor>& t, int64_t n, const char* name) {
+  return t.has_value() && t->defined() ? float_vector(*t, n, name) : nullptr;
+}
+
+}  // namespace
+
+void rows_softmax(const at::Tensor& x, const at::Tensor& out, int64_t width, bool log, bool safe) {
+  const Rows g = make_rows({x, out}, {"input", "out"}, width);
+  const Plan p = plan(g);
+  const RowMath& m = math();
+  const RowShape shape{g.len / g.run_len, g.run_len};
+  for_blocks(g, p, [&](int64_t, int64_t first, int64_t count, float* const* bufs) {
+    gather_inputs(g, p, {0}, first, count, bufs, m);
+    m.softmax(shape, count, BlockRows(g, p, 0, first, count, bufs).rows, BlockRows(g, p, 1, first, count, bufs).rows,
+              log, safe);
+    scatter_output(g, p, 1, first, count, bufs, m);
+  });
+}
+
+void rows_softmax_backward(const at::Tensor& grad, const at::Tensor& output, const at::Tensor& out, int64_t width,
+                           bool log) {
+  const Rows g = make_rows({grad, output, out}, {"grad_output", "output", "out"}, width);
+  const Plan p = plan(g);
+  const RowMath& m = math();
+  const RowShape shape{g.len / g.run_len, g.run_len};
+  for_blocks(g, p, [&](int64_t, int64_t first, int64_t count, float* const* bufs) {
+    gather_inputs(g, p, {0, 1}, first, count, bufs, m);
+    m.softmax_backward(shape, count, BlockRows(g, p, 0, first, count, bufs).rows,
+                       BlockRows(g, p, 1, first, count, bufs).rows, BlockRows(g, p, 2, first, count, bufs).rows, log);
+    scatter_output(g, p, 2, first, count, bufs, m);
+  });
+}
+
+void rows_layer_norm(const at::Tensor& x, const at::Tensor& out, const std::optional<at::Tensor>& weight,
+                     const std::optional<at::Tensor>& bias, double eps, const at::Tensor& mean,
+                     const at::Tensor& rstd, int64_t width) {
+  const Rows g = make_rows({x, out}, {"input", "out"}, width);
+  const float* w = optional_vector(weight, g.len, "weight");
+  const float* b = optional_vector(bias, g.len, "bias");
+  float* mu = float_vector(mean, g.rows, "mean");
+  float* rs = float_vector(rstd, g.rows, "rstd");
+  const Plan p = plan(g);
+  const RowMath& m = math();
+  const RowShape shape{g.len / g.run_len, g.run_len};
+  for_blocks(g, p, [&](int64_t, int64_t first, int64_t count, float* const* bufs) {
+    gather_inputs(g, p, {0}, first, count, bufs, m);
+    m.layer_norm(shape, count, BlockRows(g, p, 0, first, count, bufs).rows, BlockRows(g, p, 1, first, count, bufs).rows,
+                 w, b, static_cast<float>(eps), mu + first, rs + first);
+    scatter_output(g, p, 1, first, count, bufs, m);
+  });
+}
+
+void rows_layer_norm_backward(const at::Tensor& grad, const at::Tensor& x, const at::Tensor& mean,
+                              const at::Tensor& rstd, const std::optional<at::Tensor>& weight,
+                              const std::optional<at::Tensor>& grad_input,
+                              const std::optional<at::Tensor>& grad_weight,
+                              const std::optional<at::Tensor>& grad_bias, int64_t width) {
+  const bool dx = grad_input.has_value() && grad_input->defined();
+  std::vector<at::Tensor> views{grad, x};
+  if (dx) views.push_back(*grad_input);
+  const Rows g = make_rows(views, {"grad_out", "input", "grad_input"}, width);
+  const float* w = optional_vector(weight, g.len, "weight");
+  const float* mu = float_vector(mean, g.rows, "mean");
+  const float* rs = float_vector(rstd, g.rows, "rstd");
+  float* dgamma = grad_weight.has_value() && grad_weight->defined() ? float_vector(*grad_weight, g.len, "grad_weight")
+                                                                    : nullptr;
+  float* dbeta = grad_bias.has_value() && grad_bias->defined() ? float_vector(*grad_bias, g.len, "grad_bias")
+                                                               : nullptr;
+  const int64_t chunks = chunk_count(g);
+  // per-chunk column sums, added in chunk order at the end
+  std::vector<float> acc((dgamma ? chunks * g.len : 0) + (dbeta ? chunks * g.len : 0), 0.0f);
+  float* gamma_acc = dgamma ? acc.data() : nullptr;
+  float* beta_acc = dbeta ? acc.data() + (dgamma ? chunks * g.len : 0) : nullptr;
+  const Plan p = plan(g);
+  const RowMath& m = math();
+  const RowShape shape{g.len / g.run_len, g.run_len};
+  for_blocks(g, p, [&](int64_t c, int64_t first, int64_t count, float* const* bufs) {
+    gather_inputs(g, p, {0, 1}, first, count, bufs, m);
+    m.layer_norm_backward(shape, count, BlockRows(g, p, 0, first, count, bufs).rows,
+                          BlockRows(g, p, 1, first, count, bufs).rows,
+                          dx ? BlockRows(g, p, 2, first, count, bufs).rows : nullptr, mu + first, rs + first, w,
+                          gamma_acc ? gamma_acc + c * g.len : nullptr, beta_acc ? beta_acc + c * g.len : nullptr);
+    if (dx) scatter_output(g, p, 2, first, count, bufs, m);
+  });
+  for (auto [target, part] : {std::pair{dgamma, gamma_acc}, std::pair{dbeta, beta_acc}}) {
+    if (!target) continue;
+    std::fill(target, target + g.len, 0.0f);
+    for (int64_t c = 0; c < chunks; ++c) {
+      for (int64_t i = 0; i < g.len; ++i) target[i] += part[c * g.len + i];
+    }
+  }
+}
+
+void rows_sum(const at::Tensor& x, const at::Tensor& out, int64_t width) {
+  // Run by run into per-row sums, a thread's rows at once: no gather, and the buffer is read in
+  // storage order where rows are adjacent within a tile.
+  const Rows g = make_rows({x}, {"input"}, width);
+  float* sums = float_vector(out, g.rows, "out");
+  const Operand& op = g.ops[0];
+  const RowMath& m = math();
+  const bool direct = op.run_stride == 1 && op.dtype != at::kBFloat16;
+  for_chunks(g, [&](int64_t, int64_t first, int64_t count) {
+    std::vector<float> scratch(direct ? 0 : g.run_len);
+    float* tmp = scratch.data();
+    std::fill(sums + first, sums + first + count, 0.0f);
+    std::vector<int64_t> base(count);
+    for (int64_t r = 0; r < count; ++r) base[r] = g.row_offset(op, first + r);
+    for (const int64_t run : op.run_offset) {
+      for (int64_t r = 0; r < count; ++r) {
+        const char* p = op.data + (base[r] + run) * op.esize;
+        if (!direct) {
+          load(tmp, p, g.run_len, op.run_stride, op.dtype, m);
+          sums[first + r] += m.sum(tmp, g.run_len);
+        } else if (op.dtype == at::kFloat) {
+          sums[first + r] += m.sum(reinterpret_cast<const float*>(p), g.run_len);
+        } else {
+          sums[first + r] += m.sum_half(reinterpret_cast<const uint16_t*>(p), g.run_len);
+        }
+      }
+    }
+  });
+}
+
+bool rows_set_portable(bool portable) { return g_portable.exchange(portable); }
+
+}  // namespace torch_layouts

@@ -1,0 +1,34 @@
+// Fused row kernels on strided CPU views of device buffers: softmax, layer norm, their
+// backward, and row sums, each one sweep over the tiles with no dense copy of the tensor.
+//
+// Every view has the same shape (outer dims..., row dims...): the last `width` dims make a row,
+// in whatever strides the layout gives them (a stick dim's tiles, a dim_order, HTP chunks).
+// Blocks of rows are gathered into float32 in cache (float16/bfloat16 converted), computed
+// there (row_math.h) and scattered into the output views, over all threads
+// (docs/design.md, "Row kernels"). Per-row results (mean, rstd, sums) are contiguous float32
+// (rows,) tensors and per-column ones (weight/bias gradients) contiguous float32 (length,).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <optional>
+
+namespace torch_layouts {
+
+void rows_softmax(const at::Tensor& x, const at::Tensor& out, int64_t width, bool log, bool safe);
+void rows_softmax_backward(const at::Tensor& grad, const at::Tensor& output, const at::Tensor& out, int64_t width,
+                           bool log);
+void rows_layer_norm(const at::Tensor& x, const at::Tensor& out, const std::optional<at::Tensor>& weight,
+                     const std::optional<at::Tensor>& bias, double eps, const at::Tensor& mean,
+                     const at::Tensor& rstd, int64_t width);
+void rows_layer_norm_backward(const at::Tensor& grad, const at::Tensor& x, const at::Tensor& mean,
+                              const at::Tensor& rstd, const std::optional<at::Tensor>& weight,
+                              const std::optional<at::Tensor>& grad_input,
+                              const std::optional<at::Tensor>& grad_weight,
+                              const std::optional<at::Tensor>& grad_bias, int64_t width);
+void rows_sum(const at::Tensor& x, const at::Tensor& out, int64_t width);
+
+// Runs the portable loops instead of the AVX2 ones (tests compare them); returns the old setting.
+bool rows_set_portable(bool portable);
+
+}  // namespace torch_layouts
