@@ -14,7 +14,7 @@
 namespace torch_layouts {
 namespace {
 
-constexpr int64_t kBlockFloats = 65536;  // floats of every operand's rows gathered at once (L1/L2)
+constexpr int64_t kBlockFloats = 32768;  // floats of every operand's rows gathered at once (L1/L2)
 constexpr int64_t kParallelFloats = 32768;  // fewer elements than this per thread run on one thread
 
 std::atomic<bool> g_portable{false};
@@ -88,16 +88,14 @@ Rows make_rows(const std::vector<at::Tensor>& views, const std::vector<const cha
   const std::vector<Dim> outer = coalesce(views, 0, first.dim() - width);
   std::vector<Dim> row = coalesce(views, first.dim() - width, first.dim());
   if (row.empty()) row.push_back({1, std::vector<int64_t>(views.size(), 1)});
-  for (const Dim& d : outer) g.outer_size.push_back(d.size);
-  g.rows = first.numel() / std::max<int64_t>(1, [&] {
-             int64_t n = 1;
-             for (const Dim& d : row) n *= d.size;
-             return n;
-           }());
+  for (const Dim& d : outer) {
+    g.outer_size.push_back(d.size);
+    g.rows *= d.size;
+  }
   g.run_len = row.back().size;
   g.len = 1;
   for (const Dim& d : row) g.len *= d.size;
-  const int64_t runs = g.len / g.run_len;
+  const int64_t runs = g.run_len == 0 ? 0 : g.len / g.run_len;  // rows of no elements have no runs
   for (size_t k = 0; k < views.size(); ++k) {
     Operand op{static_cast<char*>(views[k].data_ptr()), views[k].scalar_type(),
                static_cast<int64_t>(views[k].element_size()), {}, {}, row.back().strides[k]};
@@ -228,7 +226,8 @@ Plan plan(const Rows& g) {
     p.direct.push_back(op.dtype == at::kFloat && op.run_stride == 1);
     p.buffers += !p.direct.back();
   }
-  p.block = std::clamp<int64_t>(kBlockFloats / (g.len * static_cast<int64_t>(g.ops.size())), 1, kMaxBlockRows);
+  p.block = std::clamp<int64_t>(kBlockFloats / (std::max<int64_t>(g.len, 1) * static_cast<int64_t>(g.ops.size())), 1,
+                                kMaxBlockRows);
   for (size_t j = 0; j < g.ops[0].run_offset.size(); ++j) p.dense.push_back(static_cast<int64_t>(j) * p.block * g.run_len);
   return p;
 }
@@ -295,7 +294,7 @@ void rows_softmax(const at::Tensor& x, const at::Tensor& out, int64_t width, boo
   const Rows g = make_rows({x, out}, {"input", "out"}, width);
   const Plan p = plan(g);
   const RowMath& m = math();
-  const RowShape shape{g.len / g.run_len, g.run_len};
+  const RowShape shape{static_cast<int64_t>(g.ops[0].run_offset.size()), g.run_len};
   for_blocks(g, p, [&](int64_t, int64_t first, int64_t count, float* const* bufs) {
     gather_inputs(g, p, {0}, first, count, bufs, m);
     m.softmax(shape, count, BlockRows(g, p, 0, first, count, bufs).rows, BlockRows(g, p, 1, first, count, bufs).rows,
@@ -309,7 +308,7 @@ void rows_softmax_backward(const at::Tensor& grad, const at::Tensor& output, con
   const Rows g = make_rows({grad, output, out}, {"grad_output", "output", "out"}, width);
   const Plan p = plan(g);
   const RowMath& m = math();
-  const RowShape shape{g.len / g.run_len, g.run_len};
+  const RowShape shape{static_cast<int64_t>(g.ops[0].run_offset.size()), g.run_len};
   for_blocks(g, p, [&](int64_t, int64_t first, int64_t count, float* const* bufs) {
     gather_inputs(g, p, {0, 1}, first, count, bufs, m);
     m.softmax_backward(shape, count, BlockRows(g, p, 0, first, count, bufs).rows,
@@ -328,7 +327,7 @@ void rows_layer_norm(const at::Tensor& x, const at::Tensor& out, const std::opti
   float* rs = float_vector(rstd, g.rows, "rstd");
   const Plan p = plan(g);
   const RowMath& m = math();
-  const RowShape shape{g.len / g.run_len, g.run_len};
+  const RowShape shape{static_cast<int64_t>(g.ops[0].run_offset.size()), g.run_len};
   for_blocks(g, p, [&](int64_t, int64_t first, int64_t count, float* const* bufs) {
     gather_inputs(g, p, {0}, first, count, bufs, m);
     m.layer_norm(shape, count, BlockRows(g, p, 0, first, count, bufs).rows, BlockRows(g, p, 1, first, count, bufs).rows,
@@ -360,7 +359,7 @@ void rows_layer_norm_backward(const at::Tensor& grad, const at::Tensor& x, const
   float* beta_acc = dbeta ? acc.data() + (dgamma ? chunks * g.len : 0) : nullptr;
   const Plan p = plan(g);
   const RowMath& m = math();
-  const RowShape shape{g.len / g.run_len, g.run_len};
+  const RowShape shape{static_cast<int64_t>(g.ops[0].run_offset.size()), g.run_len};
   for_blocks(g, p, [&](int64_t c, int64_t first, int64_t count, float* const* bufs) {
     gather_inputs(g, p, {0, 1}, first, count, bufs, m);
     m.layer_norm_backward(shape, count, BlockRows(g, p, 0, first, count, bufs).rows,
@@ -386,10 +385,10 @@ void rows_sum(const at::Tensor& x, const at::Tensor& out, int64_t width) {
   const Operand& op = g.ops[0];
   const RowMath& m = math();
   const bool direct = op.run_stride == 1 && op.dtype != at::kBFloat16;
+  std::fill(sums, sums + g.rows, 0.0f);  // rows of no elements sum to 0
   for_chunks(g, [&](int64_t, int64_t first, int64_t count) {
     std::vector<float> scratch(direct ? 0 : g.run_len);
     float* tmp = scratch.data();
-    std::fill(sums + first, sums + first + count, 0.0f);
     std::vector<int64_t> base(count);
     for (int64_t r = 0; r < count; ++r) base[r] = g.row_offset(op, first + r);
     for (const int64_t run : op.run_offset) {

@@ -259,13 +259,16 @@ void softmax_avx2(RowShape s, int64_t count, const Row* x, const Row* out, bool 
       chunks(s.run, [&](int64_t i, int64_t r) { a = _mm256_add_ps(a, exp8(_mm256_sub_ps(ld(xp + i, r, -kInf), mk))); });
       acc[k] = a;
     });
-    for (int64_t k = 0; k < count; ++k) m[k] += std::log(hsum(acc[k]));  // x - (max + log(sum))
-    each_run(s, count, [&](int64_t k, int64_t j) {
+    float ls[kMaxBlockRows];
+    for (int64_t k = 0; k < count; ++k) ls[k] = std::log(hsum(acc[k]));
+    each_run(s, count, [&](int64_t k, int64_t j) {  // (x - max) - log(sum): exact where x is near max
       const float* xp = ptr(x[k], j);
       float* op = ptr(out[k], j);
-      const V mk = splat(m[k]);
+      const V mk = splat(m[k]), lk = splat(ls[k]);
       const bool z = zero[k];
-      chunks(s.run, [&](int64_t i, int64_t r) { st(op + i, r, z ? zeros() : _mm256_sub_ps(ld(xp + i, r, 0), mk)); });
+      chunks(s.run, [&](int64_t i, int64_t r) {
+        st(op + i, r, z ? zeros() : _mm256_sub_ps(_mm256_sub_ps(ld(xp + i, r, 0), mk), lk));
+      });
     });
     return;
   }
