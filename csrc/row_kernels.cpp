@@ -388,20 +388,18 @@ void rows_sum(const at::Tensor& x, const at::Tensor& out, int64_t width) {
   std::fill(sums, sums + g.rows, 0.0f);  // rows of no elements sum to 0
   for_chunks(g, [&](int64_t, int64_t first, int64_t count) {
     std::vector<float> scratch(direct ? 0 : g.run_len);
-    float* tmp = scratch.data();
     std::vector<int64_t> base(count);
+    std::vector<const char*> runs(count);
     for (int64_t r = 0; r < count; ++r) base[r] = g.row_offset(op, first + r);
     for (const int64_t run : op.run_offset) {
+      for (int64_t r = 0; r < count; ++r) runs[r] = op.data + (base[r] + run) * op.esize;
+      if (direct) {
+        m.add_run_sums(sums + first, runs.data(), count, g.run_len, op.dtype == at::kHalf);
+        continue;
+      }
       for (int64_t r = 0; r < count; ++r) {
-        const char* p = op.data + (base[r] + run) * op.esize;
-        if (!direct) {
-          load(tmp, p, g.run_len, op.run_stride, op.dtype, m);
-          sums[first + r] += m.sum(tmp, g.run_len);
-        } else if (op.dtype == at::kFloat) {
-          sums[first + r] += m.sum(reinterpret_cast<const float*>(p), g.run_len);
-        } else {
-          sums[first + r] += m.sum_half(reinterpret_cast<const uint16_t*>(p), g.run_len);
-        }
+        load(scratch.data(), runs[r], g.run_len, op.run_stride, op.dtype, m);
+        sums[first + r] += m.sum(scratch.data(), g.run_len);
       }
     }
   });

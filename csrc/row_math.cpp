@@ -124,10 +124,18 @@ float sum_portable(const float* x, int64_t n) {
   return static_cast<float>(s);
 }
 
-float sum_half_portable(const uint16_t* x, int64_t n) {
-  double s = 0;
-  for (int64_t i = 0; i < n; ++i) s += c10::detail::fp16_ieee_to_fp32_value(x[i]);
-  return static_cast<float>(s);
+void add_run_sums_portable(float* sums, const char* const* runs, int64_t count, int64_t n, bool half) {
+  for (int64_t r = 0; r < count; ++r) {
+    double s = 0;
+    if (half) {
+      const uint16_t* x = reinterpret_cast<const uint16_t*>(runs[r]);
+      for (int64_t i = 0; i < n; ++i) s += c10::detail::fp16_ieee_to_fp32_value(x[i]);
+    } else {
+      const float* x = reinterpret_cast<const float*>(runs[r]);
+      for (int64_t i = 0; i < n; ++i) s += x[i];
+    }
+    sums[r] += static_cast<float>(s);
+  }
 }
 
 void load_half_portable(float* d, const uint16_t* s, int64_t n) {
@@ -139,7 +147,7 @@ void store_half_portable(uint16_t* d, const float* s, int64_t n) {
 }
 
 const RowMath kPortable{softmax_portable,      softmax_backward_portable, layer_norm_portable,
-                        layer_norm_backward_portable, sum_portable,   sum_half_portable, load_half_portable,
+                        layer_norm_backward_portable, sum_portable,   add_run_sums_portable, load_half_portable,
                         store_half_portable};
 
 }  // namespace
@@ -415,16 +423,43 @@ float sum_avx2(const float* x, int64_t n) {
   return hsum(_mm256_add_ps(s0, s1));
 }
 
-float sum_half_avx2(const uint16_t* x, int64_t n) {
-  V s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+// A run's sum as 8 partial lanes.
+inline V run_lanes(const char* p, int64_t n, bool half) {
+  V s0 = zeros(), s1 = zeros();
   int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    s0 = _mm256_add_ps(s0, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i))));
-    s1 = _mm256_add_ps(s1, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i + 8))));
+  if (half) {
+    const uint16_t* x = reinterpret_cast<const uint16_t*>(p);
+    for (; i + 16 <= n; i += 16) {
+      s0 = _mm256_add_ps(s0, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i))));
+      s1 = _mm256_add_ps(s1, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i + 8))));
+    }
+    alignas(32) float tail[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int64_t k = 0; i < n; ++i, ++k) {
+      tail[k % 8] += _cvtsh_ss(x[i]);
+    }
+    return _mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_load_ps(tail));
   }
-  float tail = 0;
-  for (; i < n; ++i) tail += _cvtsh_ss(x[i]);
-  return hsum(_mm256_add_ps(s0, s1)) + tail;
+  const float* x = reinterpret_cast<const float*>(p);
+  for (; i + 16 <= n; i += 16) {
+    s0 = _mm256_add_ps(s0, _mm256_loadu_ps(x + i));
+    s1 = _mm256_add_ps(s1, _mm256_loadu_ps(x + i + 8));
+  }
+  chunks(n - i, [&](int64_t k, int64_t r) { s0 = _mm256_add_ps(s0, ld(x + i + k, r, 0)); });
+  return _mm256_add_ps(s0, s1);
+}
+
+// Eight rows at a time: their lanes reduce to one vector of eight sums (a transposing hadd tree).
+void add_run_sums_avx2(float* sums, const char* const* runs, int64_t count, int64_t n, bool half) {
+  int64_t r = 0;
+  for (; r + 8 <= count; r += 8) {
+    V v[8];
+    for (int q = 0; q < 8; ++q) v[q] = run_lanes(runs[r + q], n, half);
+    const V b0 = _mm256_hadd_ps(_mm256_hadd_ps(v[0], v[1]), _mm256_hadd_ps(v[2], v[3]));
+    const V b1 = _mm256_hadd_ps(_mm256_hadd_ps(v[4], v[5]), _mm256_hadd_ps(v[6], v[7]));
+    const V total = _mm256_add_ps(_mm256_permute2f128_ps(b0, b1, 0x20), _mm256_permute2f128_ps(b0, b1, 0x31));
+    _mm256_storeu_ps(sums + r, _mm256_add_ps(_mm256_loadu_ps(sums + r), total));
+  }
+  for (; r < count; ++r) sums[r] += hsum(run_lanes(runs[r], n, half));
 }
 
 void load_half_avx2(float* d, const uint16_t* s, int64_t n) {
@@ -444,7 +479,7 @@ void store_half_avx2(uint16_t* d, const float* s, int64_t n) {
 }
 
 const RowMath kAvx2{softmax_avx2,      softmax_backward_avx2, layer_norm_avx2, layer_norm_backward_avx2,
-                    sum_avx2,          sum_half_avx2,         load_half_avx2,  store_half_avx2};
+                    sum_avx2,          add_run_sums_avx2,     load_half_avx2,  store_half_avx2};
 
 }  // namespace
 #pragma GCC pop_options

@@ -37,7 +37,8 @@ struct RowMath {
   void (*layer_norm_backward)(RowShape s, int64_t count, const Row* g, const Row* x, const Row* out,
                               const float* mean, const float* rstd, const float* w, float* dgamma, float* dbeta);
   float (*sum)(const float* x, int64_t n);
-  float (*sum_half)(const uint16_t* x, int64_t n);
+  // sums[r] += the sum of n float32 (half: float16) elements from runs[r], for r < count.
+  void (*add_run_sums)(float* sums, const char* const* runs, int64_t count, int64_t n, bool half);
   void (*load_half)(float* d, const uint16_t* s, int64_t n);
   void (*store_half)(uint16_t* d, const float* s, int64_t n);
 };
