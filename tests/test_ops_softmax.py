@@ -12,6 +12,7 @@ import torch
 import torch_layouts
 from ops_support import matches_cpu
 from torch_layouts import SpyreTensorLayout, htp
+from torch_layouts.ops.rows import PLANS
 
 F16, F32 = torch.float16, torch.float32
 close = functools.partial(matches_cpu, f16=(2e-3, 2e-3), other=(1e-5, 1e-5))
@@ -81,3 +82,37 @@ def test_layer_norm(_, shape, dtype, normalized, affine):
     order = list(range(len(shape))) + [-1]  # the stick dim is normalised: sparse statistics
     assert dmean.device_tensor_layout() == SpyreTensorLayout(mean.shape, dtype, order)
     close(dev(x.to("spyre")), ln.cpu()(x))
+
+
+# Geometries that share a shape but not their reads: each must get its own replayed plan.
+REPLAYS = [
+    ("default", lambda x: x.to("spyre")),
+    ("dim-order", lambda x: x.to("spyre", device_layout=SpyreTensorLayout(tuple(x.shape), x.dtype, [0, 2, 1]))),
+    ("slice", lambda x: torch.cat([torch.zeros(3, 5, 64), x], 1).to("spyre")[:, 5:]),
+    ("transpose", lambda x: x.transpose(1, 2).contiguous().to("spyre").transpose(1, 2)),
+]
+
+
+@pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
+def test_replayed_plans_match_the_cpu(log):
+    """The second call of a geometry replays the first one's plan: the same values as the
+    CPU (forward and backward), the input's layout, no restickify, whatever geometry ran before."""
+    fn = torch.log_softmax if log else torch.softmax
+    PLANS.clear()
+    sizes = []
+    for _ in range(2):
+        for name, make in REPLAYS:
+            x = torch.randn(3, 24, 64)  # whole sticks: the row kernels' path
+            y = make(x).requires_grad_()
+            g = torch.randn(3, 24, 64)
+            torch_layouts.reset_stats()
+            out = fn(y, -1)
+            assert torch_layouts.stats()["restickify_count"] == 0, name
+            close(out, fn(x, -1))
+            assert out.device_tensor_layout() == y.device_tensor_layout() or name in ("slice", "transpose"), name
+            out.backward(g.to("spyre"))
+            ref = x.clone().requires_grad_()
+            fn(ref, -1).backward(g)
+            close(y.grad, ref.grad)
+        sizes.append(len(PLANS))
+    assert sizes[0] > 0 and sizes[1] == sizes[0]  # every geometry planned once, then replayed

@@ -6,6 +6,8 @@ device buffer into ``(other dims..., row dims...)``: each row is one host row, i
 strides the tiles give it. The C++ row kernels (``_C._rows_*``, docs/design.md "Row
 kernels") read such views directly: blocks of rows are gathered into float32 in cache,
 computed there and written into the result's buffer, with no dense copy of the tensor.
+A call whose operands were read where they lie keeps its ``RowPlan``: the next call of the same
+geometry skips the planning and replays the views.
 Row results (a layer norm's mean and rstd) and per-column results (its weight and bias
 gradients) come back shaped like the coordinates, size 1 along the dims they do not span,
 for ``reductions.write_result``.
@@ -19,8 +21,9 @@ from typing import NamedTuple
 
 import torch
 
+from .. import _C
 from ..core.layout import BoundLayout
-from .operands import has_padding
+from .operands import has_padding, new_tensor, raw
 
 ROW_DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # what the row kernels compute on
 
@@ -92,3 +95,51 @@ def rows(coords: BoundLayout, dims: tuple[int, ...]) -> Rows | None:
         reduced += [dig.dim for dig in reversed(group.digits)]
     others = [d for d in range(len(coords.shape)) if d not in reduced]
     return Rows(tuple(others + reduced), len(reduced))
+
+
+Read = tuple[tuple[int, ...], tuple[int, ...], int]  # a view of a raw buffer: size, strides, offset
+
+
+class RowPlan(NamedTuple):
+    """A row kernel call's geometry: the result's coordinates, the row width, and every
+    operand's row view in its raw buffer (inputs, then the result); ``layouts`` keeps the
+    operands' layout objects alive, so that the ids in the plan's key stay theirs."""
+
+    coords: BoundLayout
+    width: int
+    reads: tuple[Read, ...]
+    layouts: tuple
+
+    def replay(self, tensors: tuple[torch.Tensor, ...]) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """The operands' row views and a new result's, and the result."""
+        out = new_tensor(self.coords, tensors[0].device)
+        return [raw(t).as_strided(*r) for t, r in zip((*tensors, out), self.reads)], out
+
+
+PLANS: dict[tuple, RowPlan] = {}
+MAX_PLANS = 512
+
+
+def plan_key(op: str, args: tuple, tensors: tuple[torch.Tensor, ...]) -> tuple | None:
+    """A call's geometry: the op, its other arguments, every tensor's device, dtype, shape,
+    strides, offset and layout record; None for a tensor without a layout."""
+    parts: list = [op, args]
+    for t in tensors:
+        info = _C._bound_layout_of(t)
+        if info is None:
+            return None
+        parts.append((t.device.index, t.dtype, t.shape, t.stride(), t.storage_offset(), id(info.layout),
+                      tuple(info.base_size), tuple(info.base_stride)))
+    return tuple(parts)
+
+
+def remember(key: tuple | None, coords: BoundLayout, width: int, views: list[torch.Tensor],
+             tensors: tuple[torch.Tensor, ...]) -> None:
+    """Keep the plan of a call whose operands were read where they lie (``views``: the operands'
+    row views, then the result's)."""
+    if key is None:
+        return
+    if len(PLANS) >= MAX_PLANS:
+        PLANS.clear()
+    reads = tuple((tuple(v.shape), tuple(v.stride()), v.storage_offset()) for v in views)
+    PLANS[key] = RowPlan(coords, width, reads, tuple(_C._bound_layout_of(t).layout for t in tensors))

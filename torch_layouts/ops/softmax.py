@@ -20,7 +20,7 @@ from ..core.layout import BoundLayout
 from .operands import new_tensor, padded_copy, raw
 from .reductions import LOW_PRECISION, readable
 from .registry import register
-from .rows import ROW_DTYPES, Rows, rows
+from .rows import PLANS, ROW_DTYPES, Rows, plan_key, remember, rows
 
 
 
@@ -51,10 +51,17 @@ def _softmax_any(x: torch.Tensor, dim: int, log: bool, safe: bool = False) -> to
     dim = dim % max(x.dim(), 1)
     if x.numel() == 0:
         return torch.empty_like(x)
+    key = plan_key("softmax", (dim, log, safe), (x,))
+    known = PLANS.get(key) if key is not None else None
+    if known is not None:
+        (vx, vo), out = known.replay((x,))
+        _C._rows_softmax(vx, vo, known.width, log, safe)
+        return out
+    given = x
     x, coords, v, red, _ = readable(x, (dim,) if x.dim() else ())
     shape = rows(coords, (dim,) if x.dim() else ())
     if shape is not None and x.dtype in ROW_DTYPES:
-        return _fused_softmax(x, coords, v, shape, log, safe)
+        return _fused_softmax(x, coords, v, shape, log, safe, key if x is given else None)
     t = padded_copy(v, coords, -math.inf, acc_dtype(x.dtype))
     top = _rmax(t, red)
     t.sub_(top)
@@ -68,11 +75,13 @@ def _softmax_any(x: torch.Tensor, dim: int, log: bool, safe: bool = False) -> to
     return write_values(coords, t, x.dtype, x.device)
 
 
-def _fused_softmax(x: torch.Tensor, coords: BoundLayout, v: torch.Tensor, shape: Rows, log: bool, safe: bool
-                   ) -> torch.Tensor:
+def _fused_softmax(x: torch.Tensor, coords: BoundLayout, v: torch.Tensor, shape: Rows, log: bool, safe: bool,
+                   key: tuple | None) -> torch.Tensor:
     """Softmax over the rows of ``x``'s buffer in one sweep of the tiles (see ``rows``)."""
     out = new_tensor(coords, x.device)
-    _C._rows_softmax(shape.view(v), shape.view(raw(out).view(coords.shape)), shape.width, log, safe)
+    views = [shape.view(v), shape.view(raw(out).view(coords.shape))]
+    _C._rows_softmax(*views, shape.width, log, safe)
+    remember(key, coords, shape.width, views, (x,))
     return out
 
 
@@ -96,13 +105,22 @@ def _backward(op: str, grad: torch.Tensor, output_: torch.Tensor, dim: int, inpu
     dim = dim % max(output_.dim(), 1)
     if output_.numel() == 0:
         return torch.empty_like(output_, dtype=input_dtype)
+    key = plan_key(op, (dim, input_dtype), (grad, output_))
+    known = PLANS.get(key) if key is not None else None
+    if known is not None:
+        views, out = known.replay((grad, output_))
+        _C._rows_softmax_backward(*views, known.width, log)
+        return out
+    given = output_
     output_, coords, o, red, _ = readable(output_, (dim,) if output_.dim() else ())
     g = operand_view(op, [("grad_output", grad), ("output", output_)], coords, 0)
     shape = rows(coords, (dim,) if output_.dim() else ())
     if shape is not None and grad.dtype == output_.dtype == input_dtype and input_dtype in ROW_DTYPES:
         out = new_tensor(coords, output_.device)
-        _C._rows_softmax_backward(shape.view(g), shape.view(o), shape.view(raw(out).view(coords.shape)), shape.width,
-                                  log)
+        views = [shape.view(g), shape.view(o), shape.view(raw(out).view(coords.shape))]
+        _C._rows_softmax_backward(*views, shape.width, log)
+        in_place = output_ is given and g.untyped_storage().data_ptr() == grad.untyped_storage().data_ptr()
+        remember(key if in_place else None, coords, shape.width, views, (grad, output_))
         return out
     acc = acc_dtype(output_.dtype)
     gf = padded_copy(g, coords, 0, acc)
