@@ -165,33 +165,34 @@ bool adjacent(const Rows& g, const Operand& op, const std::vector<int64_t>& base
   return true;
 }
 
-// Rows [first, first + count) of operand k into buf ([run][row][element], `block` rows), run
-// by run so that adjacent rows of a tile are read one after another.
-void gather(const Rows& g, size_t k, int64_t first, int64_t count, int64_t block, float* buf, const RowMath& m) {
+// f(position in a block buffer, device address, elements) for the pieces of the rows [first,
+// first + count) of operand k in a block buffer laid out [run][row][element] (`block` rows): run
+// by run, so that adjacent rows of a tile are visited one after another, and where the rows
+// continue each other's runs a run's piece of the whole block at once.
+template <typename F>
+void for_pieces(const Rows& g, size_t k, int64_t first, int64_t count, int64_t block, F f) {
   const Operand& op = g.ops[k];
   std::vector<int64_t> base(count);
   for (int64_t r = 0; r < count; ++r) base[r] = g.row_offset(op, first + r);
   const int64_t rows = adjacent(g, op, base) ? 1 : count, n = rows == 1 ? count * g.run_len : g.run_len;
   for (size_t j = 0; j < op.run_offset.size(); ++j) {
-    for (int64_t r = 0; r < rows; ++r) {
-      load(buf + (j * block + r) * g.run_len, op.data + (base[r] + op.run_offset[j]) * op.esize, n, op.run_stride,
-           op.dtype, m);
-    }
+    for (int64_t r = 0; r < rows; ++r) f((j * block + r) * g.run_len, op.data + (base[r] + op.run_offset[j]) * op.esize, n);
   }
+}
+
+void gather(const Rows& g, size_t k, int64_t first, int64_t count, int64_t block, float* buf, const RowMath& m) {
+  const Operand& op = g.ops[k];
+  for_pieces(g, k, first, count, block, [&](int64_t at, const char* p, int64_t n) {
+    load(buf + at, p, n, op.run_stride, op.dtype, m);
+  });
 }
 
 void scatter(const Rows& g, size_t k, int64_t first, int64_t count, int64_t block, const float* buf,
              const RowMath& m) {
   const Operand& op = g.ops[k];
-  std::vector<int64_t> base(count);
-  for (int64_t r = 0; r < count; ++r) base[r] = g.row_offset(op, first + r);
-  const int64_t rows = adjacent(g, op, base) ? 1 : count, n = rows == 1 ? count * g.run_len : g.run_len;
-  for (size_t j = 0; j < op.run_offset.size(); ++j) {
-    for (int64_t r = 0; r < rows; ++r) {
-      store(op.data + (base[r] + op.run_offset[j]) * op.esize, buf + (j * block + r) * g.run_len, n, op.run_stride,
-            op.dtype, m);
-    }
-  }
+  for_pieces(g, k, first, count, block, [&](int64_t at, char* p, int64_t n) {
+    store(p, buf + at, n, op.run_stride, op.dtype, m);
+  });
 }
 
 int64_t chunk_count(const Rows& g) {
