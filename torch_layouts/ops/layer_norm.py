@@ -21,7 +21,7 @@ from ..core.layout import BoundLayout
 from .operands import fill_pad, new_tensor, padded_copy, raw, reduced_dims
 from .reductions import readable, reduce_view, write_result
 from .registry import register
-from .rows import ROW_DTYPES, Rows, rows
+from .rows import PLANS, ROW_DTYPES, Rows, plan_key, remember, rows
 from .softmax import acc_dtype, rsum, write_values
 
 
@@ -46,12 +46,23 @@ def native_layer_norm(x: torch.Tensor, normalized_shape: Sequence[int], weight: 
     if x.numel() == 0:
         empty = torch.empty_like(x)
         return empty, x.new_empty(stat_shape), x.new_empty(stat_shape)
+    params = tuple(p for p in (weight, bias) if p is not None)
+    key = plan_key("native_layer_norm", (normalized_shape, weight is not None, bias is not None), (x, *params))
+    known = PLANS.get(key) if key is not None else None
+    if known is not None:
+        views, out = known.replay((x, *params))
+        return _fused_forward(known.coords, known.rows, views, out, weight is not None, bias is not None, dims, eps)
     named = [("input", x), ("normalized_shape", normalized_shape), ("weight", weight), ("bias", bias)]
+    given = x
     x, coords, v, red, _ = readable(x, dims)
     named[0] = ("input", x)
     shape = rows(coords, dims)
     if shape is not None and x.dtype in ROW_DTYPES and all(p is None or p.dtype == x.dtype for p in (weight, bias)):
-        return _fused_forward(x, coords, v, shape, named, dims, eps)
+        out = new_tensor(coords, x.device)
+        views = [shape.view(v), *(shape.view(operand_view("native_layer_norm", named, coords, i))
+                                  for i in (2, 3) if named[i][1] is not None), shape.view(raw(out).view(coords.shape))]
+        remember(key if x is given else None, coords, shape, views, (x, *params))
+        return _fused_forward(coords, shape, views, out, weight is not None, bias is not None, dims, eps)
     t = padded_copy(v, coords, 0, acc_dtype(x.dtype))
     mean = rsum(t, red).div_(count)
     t.sub_(mean)
@@ -67,17 +78,16 @@ def native_layer_norm(x: torch.Tensor, normalized_shape: Sequence[int], weight: 
     return out, stats[0], stats[1]
 
 
-def _fused_forward(x: torch.Tensor, coords: BoundLayout, v: torch.Tensor, shape: Rows, named: list,
-                   dims: tuple[int, ...], eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Layer norm over the rows of ``x``'s buffer in one sweep of the tiles (see ``rows``)."""
-    device = x.device
-    params = [None if named[i][1] is None else
-              shape.per_column(operand_view("native_layer_norm", named, coords, i)) for i in (2, 3)]
-    out = new_tensor(coords, device)
+def _fused_forward(coords: BoundLayout, shape: Rows, views: list[torch.Tensor], out: torch.Tensor, weighted: bool,
+                   biased: bool, dims: tuple[int, ...], eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Layer norm over the rows of the input's buffer in one sweep of the tiles (see ``rows``);
+    ``views``: the row views of the input, the weight and bias present, and ``out``."""
+    params = iter(shape.per_column(rv) for rv in views[1:-1])
+    w, b = (next(params) if present else None for present in (weighted, biased))
     mean, rstd = (torch.empty(shape.count(coords)) for _ in range(2))
-    _C._rows_layer_norm(shape.view(v), shape.view(raw(out).view(coords.shape)), *params, eps, mean, rstd,
-                        shape.width)
-    stats = [write_result(coords, dims, True, shape.rows_like(s.to(x.dtype), coords), device) for s in (mean, rstd)]
+    _C._rows_layer_norm(views[0], views[-1], w, b, eps, mean, rstd, shape.width)
+    dtype = out.dtype
+    stats = [write_result(coords, dims, True, shape.rows_like(s.to(dtype), coords), out.device) for s in (mean, rstd)]
     return out, stats[0], stats[1]
 
 
@@ -99,13 +109,27 @@ def native_layer_norm_backward(grad: torch.Tensor, x: torch.Tensor, normalized_s
         return (torch.empty_like(x) if output_mask[0] else None, empty[0] if output_mask[1] and weight is not None
                 else None, empty[1] if output_mask[2] and bias is not None else None)
     op = "native_layer_norm_backward"
+    tensors = (grad, x, mean, rstd) + ((weight,) if weight is not None else ())
+    key = plan_key(op, (normalized_shape, tuple(output_mask), bias is not None), tensors)
+    known = PLANS.get(key) if key is not None else None
+    if known is not None:
+        views, grad_input = known.replay(tensors, result=bool(output_mask[0]))
+        return _fused_backward(known.coords, known.rows, views, grad_input, weight, bias, others, output_mask,
+                               x.device)
+    given = x
     x, coords, v, red, _ = readable(x, dims)
     named = [("grad_out", grad), ("input", x), ("normalized_shape", normalized_shape), ("mean", mean),
              ("rstd", rstd), ("weight", weight)]
     shape = rows(coords, dims)
     if (shape is not None and x.dtype in ROW_DTYPES and grad.dtype == x.dtype
             and all(p is None or p.dtype == x.dtype for p in (weight, bias))):
-        return _fused_backward(coords, v, shape, named, bias, others, output_mask)
+        grad_input = new_tensor(coords, x.device) if output_mask[0] else None
+        views = [shape.view(operand_view(op, named, coords, 0)), shape.view(v),
+                 *(shape.view(operand_view(op, named, coords, i)) for i in (3, 4, 5) if named[i][1] is not None)]
+        if grad_input is not None:
+            views.append(shape.view(raw(grad_input).view(coords.shape)))
+        remember(key if x is given else None, coords, shape, views, tensors)
+        return _fused_backward(coords, shape, views, grad_input, weight, bias, others, output_mask, x.device)
     acc = acc_dtype(x.dtype)
     g = padded_copy(operand_view(op, named, coords, 0), coords, 0, acc)
     r = operand_view(op, named, coords, 4).to(acc)
@@ -127,21 +151,19 @@ def native_layer_norm_backward(grad: torch.Tensor, x: torch.Tensor, normalized_s
     return grad_input, grad_weight, grad_bias
 
 
-def _fused_backward(coords: BoundLayout, v: torch.Tensor, shape: Rows, named: list, bias: torch.Tensor | None,
-                    others: tuple[int, ...], output_mask: Sequence[bool]
+def _fused_backward(coords: BoundLayout, shape: Rows, views: list[torch.Tensor], grad_input: torch.Tensor | None,
+                    weight: torch.Tensor | None, bias: torch.Tensor | None, others: tuple[int, ...],
+                    output_mask: Sequence[bool], device: torch.device
                     ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
-    """Layer norm backward over the rows of the buffers in one sweep of the tiles (see ``rows``)."""
-    op = "native_layer_norm_backward"
-    x, weight = named[1][1], named[5][1]
-    device = x.device
-    mean, rstd = (shape.per_row(operand_view(op, named, coords, i)) for i in (3, 4))
-    w = None if weight is None else shape.per_column(operand_view(op, named, coords, 5))
+    """Layer norm backward over the rows of the buffers in one sweep of the tiles (see ``rows``);
+    ``views``: the row views of grad, input, mean, rstd, the weight if any, and ``grad_input``
+    if asked for."""
+    mean, rstd = shape.per_row(views[2]), shape.per_row(views[3])
+    w = None if weight is None else shape.per_column(views[4])
     length = shape.length(coords)
-    grad_input = new_tensor(coords, device) if output_mask[0] else None
     sums = [torch.empty(length) if want else None
             for want in (output_mask[1] and weight is not None, output_mask[2] and bias is not None)]
-    _C._rows_layer_norm_backward(shape.view(operand_view(op, named, coords, 0)), shape.view(v), mean, rstd, w,
-                                 None if grad_input is None else shape.view(raw(grad_input).view(coords.shape)),
+    _C._rows_layer_norm_backward(views[0], views[1], mean, rstd, w, views[-1] if grad_input is not None else None,
                                  *sums, shape.width)
     grad_weight, grad_bias = (None if s is None else
                               write_result(coords, others, False, shape.columns_like(s.to(p.dtype), coords), device)

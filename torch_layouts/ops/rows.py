@@ -49,16 +49,14 @@ class Rows(NamedTuple):
         """How many rows."""
         return math.prod(self.shape(coords)[:len(self.order) - self.width])
 
-    def per_row(self, v: torch.Tensor) -> torch.Tensor:
-        """A view constant along the row dims (stride 0) as a contiguous float32 ``(rows,)``
-        tensor (the row kernels read such operands by their data pointer)."""
-        permuted = v.permute(self.order)
-        return permuted[(...,) + (0,) * self.width].reshape(-1).to(torch.float32).contiguous()
+    def per_row(self, rv: torch.Tensor) -> torch.Tensor:
+        """A row view (``view``) constant along the row dims (stride 0) as a contiguous float32
+        ``(rows,)`` tensor (the row kernels read such operands by their data pointer)."""
+        return rv[(...,) + (0,) * self.width].reshape(-1).to(torch.float32).contiguous()
 
-    def per_column(self, v: torch.Tensor) -> torch.Tensor:
-        """A view constant along the other dims as a contiguous float32 ``(length,)`` tensor."""
-        permuted = v.permute(self.order)
-        return permuted[(0,) * (len(self.order) - self.width)].reshape(-1).to(torch.float32).contiguous()
+    def per_column(self, rv: torch.Tensor) -> torch.Tensor:
+        """A row view constant along the other dims as a contiguous float32 ``(length,)`` tensor."""
+        return rv[(0,) * (len(self.order) - self.width)].reshape(-1).to(torch.float32).contiguous()
 
     def rows_like(self, values: torch.Tensor, coords: BoundLayout) -> torch.Tensor:
         """``(rows,)`` values shaped like the coordinates, size 1 along the row dims."""
@@ -101,19 +99,21 @@ Read = tuple[tuple[int, ...], tuple[int, ...], int]  # a view of a raw buffer: s
 
 
 class RowPlan(NamedTuple):
-    """A row kernel call's geometry: the result's coordinates, the row width, and every
-    operand's row view in its raw buffer (inputs, then the result); ``layouts`` keeps the
+    """A row kernel call's geometry: the result's coordinates, the rows, and every operand's
+    row view in its raw buffer (inputs, then the result, if any); ``layouts`` keeps the
     operands' layout objects alive, so that the ids in the plan's key stay theirs."""
 
     coords: BoundLayout
-    width: int
+    rows: Rows
     reads: tuple[Read, ...]
     layouts: tuple
 
-    def replay(self, tensors: tuple[torch.Tensor, ...]) -> tuple[list[torch.Tensor], torch.Tensor]:
-        """The operands' row views and a new result's, and the result."""
-        out = new_tensor(self.coords, tensors[0].device)
-        return [raw(t).as_strided(*r) for t, r in zip((*tensors, out), self.reads)], out
+    def replay(self, tensors: tuple[torch.Tensor, ...], result: bool = True
+               ) -> tuple[list[torch.Tensor], torch.Tensor | None]:
+        """The operands' row views and, with ``result``, a new result and its row view."""
+        out = new_tensor(self.coords, tensors[0].device) if result else None
+        operands = (*tensors, out) if result else tensors
+        return [raw(t).as_strided(*r) for t, r in zip(operands, self.reads)], out
 
 
 PLANS: dict[tuple, RowPlan] = {}
@@ -133,13 +133,18 @@ def plan_key(op: str, args: tuple, tensors: tuple[torch.Tensor, ...]) -> tuple |
     return tuple(parts)
 
 
-def remember(key: tuple | None, coords: BoundLayout, width: int, views: list[torch.Tensor],
+def in_place(views: list[torch.Tensor], tensors: tuple[torch.Tensor, ...]) -> bool:
+    """Whether each operand's view reads its own buffer (no copy was made to read it)."""
+    return all(v.untyped_storage().data_ptr() == t.untyped_storage().data_ptr() for v, t in zip(views, tensors))
+
+
+def remember(key: tuple | None, coords: BoundLayout, shape: Rows, views: list[torch.Tensor],
              tensors: tuple[torch.Tensor, ...]) -> None:
     """Keep the plan of a call whose operands were read where they lie (``views``: the operands'
-    row views, then the result's)."""
-    if key is None:
+    row views, then the result's, if any)."""
+    if key is None or not in_place(views, tensors):
         return
     if len(PLANS) >= MAX_PLANS:
         PLANS.clear()
     reads = tuple((tuple(v.shape), tuple(v.stride()), v.storage_offset()) for v in views)
-    PLANS[key] = RowPlan(coords, width, reads, tuple(_C._bound_layout_of(t).layout for t in tensors))
+    PLANS[key] = RowPlan(coords, shape, reads, tuple(_C._bound_layout_of(t).layout for t in tensors))

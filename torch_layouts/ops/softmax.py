@@ -55,7 +55,7 @@ def _softmax_any(x: torch.Tensor, dim: int, log: bool, safe: bool = False) -> to
     known = PLANS.get(key) if key is not None else None
     if known is not None:
         (vx, vo), out = known.replay((x,))
-        _C._rows_softmax(vx, vo, known.width, log, safe)
+        _C._rows_softmax(vx, vo, known.rows.width, log, safe)
         return out
     given = x
     x, coords, v, red, _ = readable(x, (dim,) if x.dim() else ())
@@ -81,7 +81,7 @@ def _fused_softmax(x: torch.Tensor, coords: BoundLayout, v: torch.Tensor, shape:
     out = new_tensor(coords, x.device)
     views = [shape.view(v), shape.view(raw(out).view(coords.shape))]
     _C._rows_softmax(*views, shape.width, log, safe)
-    remember(key, coords, shape.width, views, (x,))
+    remember(key, coords, shape, views, (x,))
     return out
 
 
@@ -109,7 +109,7 @@ def _backward(op: str, grad: torch.Tensor, output_: torch.Tensor, dim: int, inpu
     known = PLANS.get(key) if key is not None else None
     if known is not None:
         views, out = known.replay((grad, output_))
-        _C._rows_softmax_backward(*views, known.width, log)
+        _C._rows_softmax_backward(*views, known.rows.width, log)
         return out
     given = output_
     output_, coords, o, red, _ = readable(output_, (dim,) if output_.dim() else ())
@@ -119,8 +119,7 @@ def _backward(op: str, grad: torch.Tensor, output_: torch.Tensor, dim: int, inpu
         out = new_tensor(coords, output_.device)
         views = [shape.view(g), shape.view(o), shape.view(raw(out).view(coords.shape))]
         _C._rows_softmax_backward(*views, shape.width, log)
-        in_place = output_ is given and g.untyped_storage().data_ptr() == grad.untyped_storage().data_ptr()
-        remember(key if in_place else None, coords, shape.width, views, (grad, output_))
+        remember(key if output_ is given else None, coords, shape, views, (grad, output_))
         return out
     acc = acc_dtype(output_.dtype)
     gf = padded_copy(g, coords, 0, acc)
