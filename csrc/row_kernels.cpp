@@ -16,6 +16,7 @@ namespace {
 
 constexpr int64_t kBlockFloats = 32768;  // floats of every operand's rows gathered at once (L1/L2)
 constexpr int64_t kParallelFloats = 32768;  // fewer elements than this per thread run on one thread
+constexpr int64_t kSumRows = 4096;  // rows whose sums accumulate together (in L1)
 
 std::atomic<bool> g_portable{false};
 
@@ -379,28 +380,31 @@ void rows_layer_norm_backward(const at::Tensor& grad, const at::Tensor& x, const
 }
 
 void rows_sum(const at::Tensor& x, const at::Tensor& out, int64_t width) {
-  // Run by run into per-row sums, a thread's rows at once: no gather, and the buffer is read in
-  // storage order where rows are adjacent within a tile.
+  // Run by run into per-row sums, kSumRows of a thread's rows at once: no gather, and the buffer
+  // is read in storage order where rows are adjacent within a tile.
   const Rows g = make_rows({x}, {"input"}, width);
   float* sums = float_vector(out, g.rows, "out");
   const Operand& op = g.ops[0];
   const RowMath& m = math();
   const bool direct = op.run_stride == 1 && op.dtype != at::kBFloat16;
   std::fill(sums, sums + g.rows, 0.0f);  // rows of no elements sum to 0
-  for_chunks(g, [&](int64_t, int64_t first, int64_t count) {
+  for_chunks(g, [&](int64_t, int64_t begin, int64_t rows) {
     std::vector<float> scratch(direct ? 0 : g.run_len);
-    std::vector<int64_t> base(count);
-    std::vector<const char*> runs(count);
-    for (int64_t r = 0; r < count; ++r) base[r] = g.row_offset(op, first + r);
-    for (const int64_t run : op.run_offset) {
-      for (int64_t r = 0; r < count; ++r) runs[r] = op.data + (base[r] + run) * op.esize;
-      if (direct) {
-        m.add_run_sums(sums + first, runs.data(), count, g.run_len, op.dtype == at::kHalf);
-        continue;
-      }
-      for (int64_t r = 0; r < count; ++r) {
-        load(scratch.data(), runs[r], g.run_len, op.run_stride, op.dtype, m);
-        sums[first + r] += m.sum(scratch.data(), g.run_len);
+    std::vector<int64_t> base(std::min(rows, kSumRows));
+    std::vector<const char*> runs(base.size());
+    for (int64_t first = begin; first < begin + rows; first += kSumRows) {
+      const int64_t count = std::min(kSumRows, begin + rows - first);
+      for (int64_t r = 0; r < count; ++r) base[r] = g.row_offset(op, first + r);
+      for (const int64_t run : op.run_offset) {
+        for (int64_t r = 0; r < count; ++r) runs[r] = op.data + (base[r] + run) * op.esize;
+        if (direct) {
+          m.add_run_sums(sums + first, runs.data(), count, g.run_len, op.dtype == at::kHalf);
+          continue;
+        }
+        for (int64_t r = 0; r < count; ++r) {
+          load(scratch.data(), runs[r], g.run_len, op.run_stride, op.dtype, m);
+          sums[first + r] += m.sum(scratch.data(), g.run_len);
+        }
       }
     }
   });
