@@ -14,7 +14,9 @@ from setuptools import setup  # noqa: E402
 from torch.utils.cpp_extension import BuildExtension, CppExtension, include_paths  # noqa: E402
 
 # -fopenmp: at::parallel_for is inlined from ATen's OpenMP header; without it copies run serially.
-flags = ["-O3", "-g0", "-fopenmp", "-Wall", "-Wno-unused-parameter", "-Wno-interference-size"]
+# -ffp-contract=off: a product is rounded the same way wherever it is used (GCC would fuse some
+# multiply-adds and not others, e.g. the row kernels' two passes over one row).
+flags = ["-O3", "-g0", "-fopenmp", "-ffp-contract=off", "-Wall", "-Wno-unused-parameter", "-Wno-interference-size"]
 if os.environ.get("TORCH_LAYOUTS_ASAN"):
     flags = ["-O1", "-g", "-fopenmp", "-fsanitize=address", "-fno-omit-frame-pointer", "-Wall"]
 
