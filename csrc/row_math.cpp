@@ -2,12 +2,11 @@
 
 #include <c10/util/Half.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 
-#if defined(__x86_64__)
+#if defined(__SSE2__)
 #include <immintrin.h>
 #endif
 
@@ -16,139 +15,148 @@ namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-// ---- portable loops ---------------------------------------------------------------------------
+// Cephes' e^x: 2^n * p(r), r = x - n ln2 in [-ln2/2, ln2/2]; the scale 2^n is applied in two
+// halves so that results down to the subnormals are right; x is clamped to where e^x is 0..inf.
+constexpr float kExpLow = -104.0f, kExpHigh = 88.7228394f, kLog2e = 1.44269504088896341f;
+constexpr float kLn2High = 0.693359375f, kLn2Low = -2.12194440e-4f;
+constexpr float kExpPoly[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
+                               4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
 
-// f(j, i, k) for element i of run j, k its index in the row.
-template <typename F>
-inline void each(RowShape s, F f) {
-  for (int64_t j = 0; j < s.runs; ++j)
-    for (int64_t i = 0; i < s.run; ++i) f(j, i, j * s.run + i);
-}
+}  // namespace
 
-inline float& at(Row x, int64_t j, int64_t i) { return x.base[x.off[j] + i]; }
+// ---- the portable row math: SSE2 lanes (x86-64's baseline), or scalar elsewhere ---------------
+namespace portable_simd {
+namespace {
 
-void softmax_row(RowShape s, Row x, Row out, bool log, bool safe) {
-  float m = -kInf;
-  each(s, [&](int64_t j, int64_t i, int64_t) { m = std::max(m, at(x, j, i)); });
-  if (safe && m == -kInf) {
-    each(s, [&](int64_t j, int64_t i, int64_t) { at(out, j, i) = 0.0f; });
-    return;
+#if defined(__SSE2__)
+struct S {
+  using V = __m128;
+  static constexpr int64_t kLanes = 4;
+  static V splat(float a) { return _mm_set1_ps(a); }
+  static V zeros() { return _mm_setzero_ps(); }
+  static V ld(const float* p, int64_t r, float fill) {
+    if (r == 4) return _mm_loadu_ps(p);
+    alignas(16) float t[4] = {fill, fill, fill, fill};
+    for (int64_t k = 0; k < r; ++k) t[k] = p[k];
+    return _mm_load_ps(t);
   }
-  double sum = 0;
-  if (log) {
-    each(s, [&](int64_t j, int64_t i, int64_t) { sum += std::exp(at(x, j, i) - m); });
-    const float ls = std::log(static_cast<float>(sum));
-    each(s, [&](int64_t j, int64_t i, int64_t) { at(out, j, i) = (at(x, j, i) - m) - ls; });
-    return;
+  static void st(float* p, int64_t r, V v) {
+    if (r == 4) return _mm_storeu_ps(p, v);
+    alignas(16) float t[4];
+    _mm_store_ps(t, v);
+    for (int64_t k = 0; k < r; ++k) p[k] = t[k];
   }
-  each(s, [&](int64_t j, int64_t i, int64_t) { sum += (at(out, j, i) = std::exp(at(x, j, i) - m)); });
-  const float inv = 1.0f / static_cast<float>(sum);
-  each(s, [&](int64_t j, int64_t i, int64_t) { at(out, j, i) *= inv; });
-}
-
-void softmax_backward_row(RowShape s, Row g, Row y, Row out, bool log) {
-  double sum = 0;
-  if (log) {
-    each(s, [&](int64_t j, int64_t i, int64_t) { sum += at(g, j, i); });
-    const float sf = static_cast<float>(sum);
-    each(s, [&](int64_t j, int64_t i, int64_t) { at(out, j, i) = at(g, j, i) - std::exp(at(y, j, i)) * sf; });
-    return;
+  static V keep(V v, int64_t r) {
+    if (r == 4) return v;
+    return _mm_and_ps(v, _mm_castsi128_ps(_mm_cmplt_epi32(_mm_setr_epi32(0, 1, 2, 3), _mm_set1_epi32(int(r)))));
   }
-  each(s, [&](int64_t j, int64_t i, int64_t) { sum += at(g, j, i) * at(y, j, i); });
-  const float dot = static_cast<float>(sum);
-  each(s, [&](int64_t j, int64_t i, int64_t) { at(out, j, i) = at(y, j, i) * (at(g, j, i) - dot); });
-}
-
-void layer_norm_row(RowShape s, Row x, Row out, const float* w, const float* b, float eps, float* mean,
-                         float* rstd) {
-  const int64_t n = s.runs * s.run;
-  double sum = 0;
-  each(s, [&](int64_t j, int64_t i, int64_t) { sum += at(x, j, i); });
-  const float mu = static_cast<float>(sum / n);
-  double v = 0;
-  each(s, [&](int64_t j, int64_t i, int64_t) { v += (at(x, j, i) - mu) * (at(x, j, i) - mu); });
-  const float r = 1.0f / std::sqrt(std::max(static_cast<float>(v / n), 0.0f) + eps);
-  each(s, [&](int64_t j, int64_t i, int64_t k) {
-    float y = (at(x, j, i) - mu) * r;
-    if (w) y *= w[k];
-    if (b) y += b[k];
-    at(out, j, i) = y;
-  });
-  *mean = mu;
-  *rstd = r;
-}
-
-void layer_norm_backward_row(RowShape s, Row g, Row x, Row out, float mean, float rstd, const float* w,
-                                  float* dgamma, float* dbeta) {
-  const int64_t n = s.runs * s.run;
-  double a = 0, b = 0;
-  each(s, [&](int64_t j, int64_t i, int64_t k) {
-    const float gv = at(g, j, i), xhat = (at(x, j, i) - mean) * rstd, gw = w ? gv * w[k] : gv;
-    if (dgamma) dgamma[k] += gv * xhat;
-    if (dbeta) dbeta[k] += gv;
-    a += gw;
-    b += gw * xhat;
-  });
-  if (!out.base) return;
-  const float ca = static_cast<float>(a / n), cb = static_cast<float>(b / n);
-  each(s, [&](int64_t j, int64_t i, int64_t k) {
-    const float gv = at(g, j, i), xhat = (at(x, j, i) - mean) * rstd, gw = w ? gv * w[k] : gv;
-    at(out, j, i) = rstd * (gw - ca - xhat * cb);
-  });
-}
-
-void softmax_portable(RowShape s, int64_t count, const Row* x, const Row* out, bool log, bool safe) {
-  for (int64_t r = 0; r < count; ++r) softmax_row(s, x[r], out[r], log, safe);
-}
-
-void softmax_backward_portable(RowShape s, int64_t count, const Row* g, const Row* y, const Row* out, bool log) {
-  for (int64_t r = 0; r < count; ++r) softmax_backward_row(s, g[r], y[r], out[r], log);
-}
-
-void layer_norm_portable(RowShape s, int64_t count, const Row* x, const Row* out, const float* w, const float* b,
-                         float eps, float* mean, float* rstd) {
-  for (int64_t r = 0; r < count; ++r) layer_norm_row(s, x[r], out[r], w, b, eps, mean + r, rstd + r);
-}
-
-void layer_norm_backward_portable(RowShape s, int64_t count, const Row* g, const Row* x, const Row* out,
-                                  const float* mean, const float* rstd, const float* w, float* dgamma,
-                                  float* dbeta) {
-  for (int64_t r = 0; r < count; ++r) {
-    layer_norm_backward_row(s, g[r], x[r], out ? out[r] : Row{nullptr, nullptr}, mean[r], rstd[r], w, dgamma, dbeta);
+  static V add(V a, V b) { return _mm_add_ps(a, b); }
+  static V sub(V a, V b) { return _mm_sub_ps(a, b); }
+  static V mul(V a, V b) { return _mm_mul_ps(a, b); }
+  static V max(V a, V b) { return _mm_max_ps(a, b); }
+  static V fmadd(V a, V b, V c) { return _mm_add_ps(_mm_mul_ps(a, b), c); }
+  static V fnmadd(V a, V b, V c) { return _mm_sub_ps(c, _mm_mul_ps(a, b)); }
+  static float hsum(V v) {
+    const V s = _mm_add_ps(v, _mm_movehl_ps(v, v));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 0x55)));
   }
-}
-
-float sum_portable(const float* x, int64_t n) {
-  double s = 0;
-  for (int64_t i = 0; i < n; ++i) s += x[i];
-  return static_cast<float>(s);
-}
-
-void add_run_sums_portable(float* sums, const char* const* runs, int64_t count, int64_t n, bool half) {
-  for (int64_t r = 0; r < count; ++r) {
-    double s = 0;
-    if (half) {
-      const uint16_t* x = reinterpret_cast<const uint16_t*>(runs[r]);
-      for (int64_t i = 0; i < n; ++i) s += c10::detail::fp16_ieee_to_fp32_value(x[i]);
-    } else {
-      const float* x = reinterpret_cast<const float*>(runs[r]);
-      for (int64_t i = 0; i < n; ++i) s += x[i];
-    }
-    sums[r] += static_cast<float>(s);
+  static float hmax(V v) {
+    const V s = _mm_max_ps(v, _mm_movehl_ps(v, v));
+    return _mm_cvtss_f32(_mm_max_ss(s, _mm_shuffle_ps(s, s, 0x55)));
   }
-}
+  static V exp(V x) {
+    const V nan = _mm_cmpunord_ps(x, x);
+    const V c = _mm_min_ps(_mm_max_ps(x, splat(kExpLow)), splat(kExpHigh));
+    const V t = fmadd(c, splat(kLog2e), splat(0.5f));
+    V fx = _mm_cvtepi32_ps(_mm_cvttps_epi32(t));
+    fx = _mm_sub_ps(fx, _mm_and_ps(_mm_cmpgt_ps(fx, t), splat(1.0f)));  // floor(t)
+    V r = fnmadd(fx, splat(kLn2High), c);
+    r = fnmadd(fx, splat(kLn2Low), r);
+    V p = splat(kExpPoly[0]);
+    for (int k = 1; k < 6; ++k) p = fmadd(p, r, splat(kExpPoly[k]));
+    p = fmadd(p, _mm_mul_ps(r, r), _mm_add_ps(r, splat(1.0f)));
+    const __m128i n = _mm_cvttps_epi32(fx), n1 = _mm_srai_epi32(n, 1), n2 = _mm_sub_epi32(n, n1);
+    const __m128i bias = _mm_set1_epi32(127);
+    const V s1 = _mm_castsi128_ps(_mm_slli_epi32(_mm_add_epi32(n1, bias), 23));
+    const V s2 = _mm_castsi128_ps(_mm_slli_epi32(_mm_add_epi32(n2, bias), 23));
+    const V e = _mm_mul_ps(_mm_mul_ps(p, s1), s2);
+    return _mm_or_ps(_mm_and_ps(nan, x), _mm_andnot_ps(nan, e));
+  }
+};
+#else
+struct S {
+  using V = float;
+  static constexpr int64_t kLanes = 1;
+  static V splat(float a) { return a; }
+  static V zeros() { return 0.0f; }
+  static V ld(const float* p, int64_t, float) { return *p; }
+  static void st(float* p, int64_t, V v) { *p = v; }
+  static V keep(V v, int64_t) { return v; }
+  static V add(V a, V b) { return a + b; }
+  static V sub(V a, V b) { return a - b; }
+  static V mul(V a, V b) { return a * b; }
+  static V max(V a, V b) { return a < b ? b : a; }
+  static V fmadd(V a, V b, V c) { return a * b + c; }
+  static V fnmadd(V a, V b, V c) { return c - a * b; }
+  static float hsum(V v) { return v; }
+  static float hmax(V v) { return v; }
+  static V exp(V x) { return std::exp(x); }
+};
+#endif
+
+#include "row_math_kernels.h"
+
+}  // namespace
+}  // namespace portable_simd
+
+namespace {
 
 void load_half_portable(float* d, const uint16_t* s, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) d[i] = c10::detail::fp16_ieee_to_fp32_value(s[i]);
+  int64_t i = 0;
+#if defined(__SSE2__)
+  // Four at a time: the half's exponent and mantissa shifted into a float's, times 2^112 (which
+  // rebiases normals and normalises subnormals exactly); infinities and NaNs get the float's
+  // all-ones exponent; the sign is put back last.
+  const __m128i zero = _mm_setzero_si128(), low = _mm_set1_epi32(0x7fff), top = _mm_set1_epi32(0x7bff);
+  const __m128 scale = _mm_castsi128_ps(_mm_set1_epi32(0x77800000));
+  for (; i + 4 <= n; i += 4) {
+    const __m128i h = _mm_unpacklo_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(s + i)), zero);
+    const __m128i em = _mm_and_si128(h, low), sign = _mm_slli_epi32(_mm_andnot_si128(low, h), 16);
+    const __m128i shifted = _mm_slli_epi32(em, 13);
+    const __m128i finite = _mm_castps_si128(_mm_mul_ps(_mm_castsi128_ps(shifted), scale));
+    const __m128i special = _mm_or_si128(shifted, _mm_set1_epi32(0x7f800000));
+    const __m128i big = _mm_cmpgt_epi32(em, top);
+    const __m128i bits = _mm_or_si128(_mm_and_si128(big, special), _mm_andnot_si128(big, finite));
+    _mm_storeu_ps(d + i, _mm_castsi128_ps(_mm_or_si128(bits, sign)));
+  }
+#endif
+  for (; i < n; ++i) d[i] = c10::detail::fp16_ieee_to_fp32_value(s[i]);
+}
+
+// Half-precision runs summed through a float32 buffer, a piece at a time.
+void add_run_sums_portable(float* sums, const char* const* runs, int64_t count, int64_t n, bool half) {
+  float piece[256];
+  for (int64_t r = 0; r < count; ++r) {
+    if (!half) {
+      sums[r] += portable_simd::sum(reinterpret_cast<const float*>(runs[r]), n);
+      continue;
+    }
+    const uint16_t* x = reinterpret_cast<const uint16_t*>(runs[r]);
+    for (int64_t i = 0; i < n; i += 256) {
+      const int64_t m = n - i < 256 ? n - i : 256;
+      load_half_portable(piece, x + i, m);
+      sums[r] += portable_simd::sum(piece, m);
+    }
+  }
 }
 
 void store_half_portable(uint16_t* d, const float* s, int64_t n) {
   for (int64_t i = 0; i < n; ++i) d[i] = c10::detail::fp16_ieee_from_fp32_value(s[i]);
 }
 
-const RowMath kPortable{softmax_portable,      softmax_backward_portable, layer_norm_portable,
-                        layer_norm_backward_portable, sum_portable,   add_run_sums_portable, load_half_portable,
-                        store_half_portable};
+const RowMath kPortable{portable_simd::softmax, portable_simd::softmax_backward, portable_simd::layer_norm,
+                        portable_simd::layer_norm_backward, portable_simd::sum, add_run_sums_portable,
+                        load_half_portable, store_half_portable};
 
 }  // namespace
 
@@ -160,272 +168,65 @@ const RowMath& portable_row_math() { return kPortable; }
 // instantiates a template shared with other files (the linker could pick this AVX2 copy).
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
+namespace avx2_simd {
 namespace {
 
-using V = __m256;
-
-inline V splat(float a) { return _mm256_set1_ps(a); }
-
-inline __m256i lanes_below(int64_t r) {
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(r)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-
-// Eight floats from p (r < 8: the first r, the other lanes `fill`).
-inline V ld(const float* p, int64_t r, float fill) {
-  if (r == 8) return _mm256_loadu_ps(p);
-  const __m256i m = lanes_below(r);
-  return _mm256_blendv_ps(splat(fill), _mm256_maskload_ps(p, m), _mm256_castsi256_ps(m));
-}
-
-inline void st(float* p, int64_t r, V v) {
-  if (r == 8) {
-    _mm256_storeu_ps(p, v);
-  } else {
+struct S {
+  using V = __m256;
+  static constexpr int64_t kLanes = 8;
+  static __m256i lanes_below(int64_t r) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(int(r)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  }
+  static V splat(float a) { return _mm256_set1_ps(a); }
+  static V zeros() { return _mm256_setzero_ps(); }
+  static V ld(const float* p, int64_t r, float fill) {
+    if (r == 8) return _mm256_loadu_ps(p);
+    const __m256i m = lanes_below(r);
+    return _mm256_blendv_ps(splat(fill), _mm256_maskload_ps(p, m), _mm256_castsi256_ps(m));
+  }
+  static void st(float* p, int64_t r, V v) {
+    if (r == 8) return _mm256_storeu_ps(p, v);
     _mm256_maskstore_ps(p, lanes_below(r), v);
   }
-}
-
-// body(i, r) over chunks of 8 elements, the last one of r < 8.
-template <typename Body>
-inline void chunks(int64_t n, Body body) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) body(i, 8);
-  if (i < n) body(i, n - i);
-}
-
-inline float hsum(V v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-inline float hmax(V v) {
-  __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_max_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-// e^x within 2 ulp (Cephes' polynomial for e^r, |r| <= ln2/2, scaled by 2^n in two halves so
-// that results down to the subnormals are exact in range); -inf gives 0, +inf inf, NaN NaN.
-inline V exp8(V x) {
-  const V nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
-  const V c = _mm256_min_ps(_mm256_max_ps(x, splat(-104.0f)), splat(88.7228394f));
-  const V fx = _mm256_floor_ps(_mm256_fmadd_ps(c, splat(1.44269504088896341f), splat(0.5f)));
-  V r = _mm256_fnmadd_ps(fx, splat(0.693359375f), c);
-  r = _mm256_fnmadd_ps(fx, splat(-2.12194440e-4f), r);
-  V p = splat(1.9875691500e-4f);
-  p = _mm256_fmadd_ps(p, r, splat(1.3981999507e-3f));
-  p = _mm256_fmadd_ps(p, r, splat(8.3334519073e-3f));
-  p = _mm256_fmadd_ps(p, r, splat(4.1665795894e-2f));
-  p = _mm256_fmadd_ps(p, r, splat(1.6666665459e-1f));
-  p = _mm256_fmadd_ps(p, r, splat(5.0000001201e-1f));
-  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, splat(1.0f)));
-  const __m256i n = _mm256_cvttps_epi32(fx);
-  const __m256i n1 = _mm256_srai_epi32(n, 1), n2 = _mm256_sub_epi32(n, n1);
-  const __m256i bias = _mm256_set1_epi32(127);
-  const V s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23));
-  const V s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bias), 23));
-  return _mm256_blendv_ps(_mm256_mul_ps(_mm256_mul_ps(p, s1), s2), x, nan);
-}
-
-// f(k, j) for run j of every row k of the block, run by run, so that rows adjacent within a tile
-// are visited in storage order. Accumulators live in registers within a run and in per-row
-// arrays between runs.
-template <typename F>
-inline void each_run(RowShape s, int64_t count, F f) {
-  for (int64_t j = 0; j < s.runs; ++j)
-    for (int64_t k = 0; k < count; ++k) f(k, j);
-}
-
-inline float* ptr(Row x, int64_t j) { return x.base + x.off[j]; }
-
-inline V zeros() { return _mm256_setzero_ps(); }
-
-void softmax_avx2(RowShape s, int64_t count, const Row* x, const Row* out, bool log, bool safe) {
-  V acc[kMaxBlockRows];
-  float m[kMaxBlockRows];
-  bool zero[kMaxBlockRows];
-  for (int64_t k = 0; k < count; ++k) acc[k] = splat(-kInf);
-  each_run(s, count, [&](int64_t k, int64_t j) {
-    const float* xp = ptr(x[k], j);
-    V a = acc[k];
-    chunks(s.run, [&](int64_t i, int64_t r) { a = _mm256_max_ps(a, ld(xp + i, r, -kInf)); });
-    acc[k] = a;
-  });
-  for (int64_t k = 0; k < count; ++k) {
-    m[k] = hmax(acc[k]);
-    zero[k] = safe && m[k] == -kInf;
-    acc[k] = zeros();
+  static V keep(V v, int64_t r) { return r == 8 ? v : _mm256_and_ps(v, _mm256_castsi256_ps(lanes_below(r))); }
+  static V add(V a, V b) { return _mm256_add_ps(a, b); }
+  static V sub(V a, V b) { return _mm256_sub_ps(a, b); }
+  static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
+  static V max(V a, V b) { return _mm256_max_ps(a, b); }
+  static V fmadd(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+  static V fnmadd(V a, V b, V c) { return _mm256_fnmadd_ps(a, b, c); }
+  static float hsum(V v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
   }
-  if (log) {
-    each_run(s, count, [&](int64_t k, int64_t j) {
-      const float* xp = ptr(x[k], j);
-      const V mk = splat(m[k]);
-      V a = acc[k];
-      chunks(s.run, [&](int64_t i, int64_t r) { a = _mm256_add_ps(a, exp8(_mm256_sub_ps(ld(xp + i, r, -kInf), mk))); });
-      acc[k] = a;
-    });
-    float ls[kMaxBlockRows];
-    for (int64_t k = 0; k < count; ++k) ls[k] = std::log(hsum(acc[k]));
-    each_run(s, count, [&](int64_t k, int64_t j) {  // (x - max) - log(sum): exact where x is near max
-      const float* xp = ptr(x[k], j);
-      float* op = ptr(out[k], j);
-      const V mk = splat(m[k]), lk = splat(ls[k]);
-      const bool z = zero[k];
-      chunks(s.run, [&](int64_t i, int64_t r) {
-        st(op + i, r, z ? zeros() : _mm256_sub_ps(_mm256_sub_ps(ld(xp + i, r, 0), mk), lk));
-      });
-    });
-    return;
+  static float hmax(V v) {
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_max_ss(s, _mm_movehdup_ps(s)));
   }
-  each_run(s, count, [&](int64_t k, int64_t j) {
-    const float* xp = ptr(x[k], j);
-    float* op = ptr(out[k], j);
-    const V mk = splat(m[k]);
-    V a = acc[k];
-    chunks(s.run, [&](int64_t i, int64_t r) {
-      const V e = exp8(_mm256_sub_ps(ld(xp + i, r, -kInf), mk));
-      st(op + i, r, e);
-      a = _mm256_add_ps(a, r == 8 ? e : _mm256_and_ps(e, _mm256_castsi256_ps(lanes_below(r))));
-    });
-    acc[k] = a;
-  });
-  for (int64_t k = 0; k < count; ++k) m[k] = zero[k] ? 0.0f : 1.0f / hsum(acc[k]);
-  each_run(s, count, [&](int64_t k, int64_t j) {
-    float* op = ptr(out[k], j);
-    const V scale = splat(m[k]);
-    const bool z = zero[k];
-    chunks(s.run, [&](int64_t i, int64_t r) { st(op + i, r, z ? zeros() : _mm256_mul_ps(ld(op + i, r, 0), scale)); });
-  });
-}
+  static V exp(V x) {
+    const V nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
+    const V c = _mm256_min_ps(_mm256_max_ps(x, splat(kExpLow)), splat(kExpHigh));
+    const V fx = _mm256_floor_ps(_mm256_fmadd_ps(c, splat(kLog2e), splat(0.5f)));
+    V r = _mm256_fnmadd_ps(fx, splat(kLn2High), c);
+    r = _mm256_fnmadd_ps(fx, splat(kLn2Low), r);
+    V p = splat(kExpPoly[0]);
+    for (int k = 1; k < 6; ++k) p = _mm256_fmadd_ps(p, r, splat(kExpPoly[k]));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, splat(1.0f)));
+    const __m256i n = _mm256_cvttps_epi32(fx), n1 = _mm256_srai_epi32(n, 1), n2 = _mm256_sub_epi32(n, n1);
+    const __m256i bias = _mm256_set1_epi32(127);
+    const V s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23));
+    const V s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bias), 23));
+    return _mm256_blendv_ps(_mm256_mul_ps(_mm256_mul_ps(p, s1), s2), x, nan);
+  }
+};
 
-void softmax_backward_avx2(RowShape s, int64_t count, const Row* g, const Row* y, const Row* out, bool log) {
-  V acc[kMaxBlockRows];
-  for (int64_t k = 0; k < count; ++k) acc[k] = zeros();
-  each_run(s, count, [&](int64_t k, int64_t j) {
-    const float *gp = ptr(g[k], j), *yp = ptr(y[k], j);
-    V a = acc[k];
-    if (log) {
-      chunks(s.run, [&](int64_t i, int64_t r) { a = _mm256_add_ps(a, ld(gp + i, r, 0)); });
-    } else {
-      chunks(s.run, [&](int64_t i, int64_t r) { a = _mm256_fmadd_ps(ld(gp + i, r, 0), ld(yp + i, r, 0), a); });
-    }
-    acc[k] = a;
-  });
-  for (int64_t k = 0; k < count; ++k) acc[k] = splat(hsum(acc[k]));
-  each_run(s, count, [&](int64_t k, int64_t j) {
-    const float *gp = ptr(g[k], j), *yp = ptr(y[k], j);
-    float* op = ptr(out[k], j);
-    const V a = acc[k];
-    if (log) {  // g - exp(y) * sum(g)
-      chunks(s.run, [&](int64_t i, int64_t r) {
-        st(op + i, r, _mm256_fnmadd_ps(exp8(ld(yp + i, r, 0)), a, ld(gp + i, r, 0)));
-      });
-    } else {  // y * (g - sum(g * y))
-      chunks(s.run, [&](int64_t i, int64_t r) {
-        st(op + i, r, _mm256_mul_ps(ld(yp + i, r, 0), _mm256_sub_ps(ld(gp + i, r, 0), a)));
-      });
-    }
-  });
-}
-
-void layer_norm_avx2(RowShape s, int64_t count, const Row* x, const Row* out, const float* w, const float* b,
-                     float eps, float* mean, float* rstd) {
-  const float n = static_cast<float>(s.runs * s.run);
-  V acc[kMaxBlockRows];
-  for (int64_t k = 0; k < count; ++k) acc[k] = zeros();
-  each_run(s, count, [&](int64_t k, int64_t j) {
-    const float* xp = ptr(x[k], j);
-    V a = acc[k];
-    chunks(s.run, [&](int64_t i, int64_t r) { a = _mm256_add_ps(a, ld(xp + i, r, 0)); });
-    acc[k] = a;
-  });
-  for (int64_t k = 0; k < count; ++k) {
-    mean[k] = hsum(acc[k]) / n;
-    acc[k] = zeros();
-  }
-  each_run(s, count, [&](int64_t k, int64_t j) {
-    const float* xp = ptr(x[k], j);
-    const V mk = splat(mean[k]);
-    V a = acc[k];
-    chunks(s.run, [&](int64_t i, int64_t r) {
-      const V d = _mm256_sub_ps(ld(xp + i, r, mean[k]), mk);
-      a = _mm256_fmadd_ps(d, d, a);
-    });
-    acc[k] = a;
-  });
-  for (int64_t k = 0; k < count; ++k) {
-    const float var = hsum(acc[k]) / n;
-    rstd[k] = 1.0f / std::sqrt((var > 0.0f ? var : 0.0f) + eps);
-  }
-  each_run(s, count, [&](int64_t k, int64_t j) {
-    const float* xp = ptr(x[k], j);
-    float* op = ptr(out[k], j);
-    const float *wj = w ? w + j * s.run : nullptr, *bj = b ? b + j * s.run : nullptr;
-    const V mk = splat(mean[k]), rk = splat(rstd[k]);
-    chunks(s.run, [&](int64_t i, int64_t r) {
-      V v = _mm256_mul_ps(_mm256_sub_ps(ld(xp + i, r, 0), mk), rk);
-      if (wj) v = _mm256_mul_ps(v, ld(wj + i, r, 0));
-      if (bj) v = _mm256_add_ps(v, ld(bj + i, r, 0));
-      st(op + i, r, v);
-    });
-  });
-}
-
-void layer_norm_backward_avx2(RowShape s, int64_t count, const Row* g, const Row* x, const Row* out,
-                              const float* mean, const float* rstd, const float* w, float* dgamma, float* dbeta) {
-  const float n = static_cast<float>(s.runs * s.run);
-  V sa[kMaxBlockRows], sb[kMaxBlockRows];
-  for (int64_t k = 0; k < count; ++k) sa[k] = sb[k] = zeros();
-  each_run(s, count, [&](int64_t k, int64_t j) {
-    const float *gp = ptr(g[k], j), *xp = ptr(x[k], j), *wj = w ? w + j * s.run : nullptr;
-    float *dg = dgamma ? dgamma + j * s.run : nullptr, *db = dbeta ? dbeta + j * s.run : nullptr;
-    const V mk = splat(mean[k]), rk = splat(rstd[k]);
-    V a = sa[k], c = sb[k];
-    chunks(s.run, [&](int64_t i, int64_t r) {
-      const V gv = ld(gp + i, r, 0), xhat = _mm256_mul_ps(_mm256_sub_ps(ld(xp + i, r, 0), mk), rk);
-      if (dg) st(dg + i, r, _mm256_fmadd_ps(gv, xhat, ld(dg + i, r, 0)));
-      if (db) st(db + i, r, _mm256_add_ps(gv, ld(db + i, r, 0)));
-      const V gw = wj ? _mm256_mul_ps(gv, ld(wj + i, r, 0)) : gv;
-      a = _mm256_add_ps(a, gw);
-      c = _mm256_fmadd_ps(gw, xhat, c);
-    });
-    sa[k] = a;
-    sb[k] = c;
-  });
-  if (!out) return;
-  for (int64_t k = 0; k < count; ++k) {
-    sa[k] = splat(hsum(sa[k]) / n);
-    sb[k] = splat(hsum(sb[k]) / n);
-  }
-  each_run(s, count, [&](int64_t k, int64_t j) {
-    const float *gp = ptr(g[k], j), *xp = ptr(x[k], j), *wj = w ? w + j * s.run : nullptr;
-    float* op = ptr(out[k], j);
-    const V mk = splat(mean[k]), rk = splat(rstd[k]), a = sa[k], c = sb[k];
-    chunks(s.run, [&](int64_t i, int64_t r) {
-      const V gv = ld(gp + i, r, 0), xhat = _mm256_mul_ps(_mm256_sub_ps(ld(xp + i, r, 0), mk), rk);
-      const V gw = wj ? _mm256_mul_ps(gv, ld(wj + i, r, 0)) : gv;
-      st(op + i, r, _mm256_mul_ps(rk, _mm256_fnmadd_ps(xhat, c, _mm256_sub_ps(gw, a))));
-    });
-  });
-}
-
-float sum_avx2(const float* x, int64_t n) {
-  V s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    s0 = _mm256_add_ps(s0, _mm256_loadu_ps(x + i));
-    s1 = _mm256_add_ps(s1, _mm256_loadu_ps(x + i + 8));
-  }
-  chunks(n - i, [&](int64_t k, int64_t r) { s0 = _mm256_add_ps(s0, ld(x + i + k, r, 0)); });
-  return hsum(_mm256_add_ps(s0, s1));
-}
+#include "row_math_kernels.h"
 
 // A run's sum as 8 partial lanes.
-inline V run_lanes(const char* p, int64_t n, bool half) {
-  V s0 = zeros(), s1 = zeros();
+inline S::V run_lanes(const char* p, int64_t n, bool half) {
+  S::V s0 = S::zeros(), s1 = S::zeros();
   int64_t i = 0;
   if (half) {
     const uint16_t* x = reinterpret_cast<const uint16_t*>(p);
@@ -444,7 +245,7 @@ inline V run_lanes(const char* p, int64_t n, bool half) {
     s0 = _mm256_add_ps(s0, _mm256_loadu_ps(x + i));
     s1 = _mm256_add_ps(s1, _mm256_loadu_ps(x + i + 8));
   }
-  chunks(n - i, [&](int64_t k, int64_t r) { s0 = _mm256_add_ps(s0, ld(x + i + k, r, 0)); });
+  chunks(n - i, [&](int64_t k, int64_t r) { s0 = _mm256_add_ps(s0, S::ld(x + i + k, r, 0)); });
   return _mm256_add_ps(s0, s1);
 }
 
@@ -452,14 +253,14 @@ inline V run_lanes(const char* p, int64_t n, bool half) {
 void add_run_sums_avx2(float* sums, const char* const* runs, int64_t count, int64_t n, bool half) {
   int64_t r = 0;
   for (; r + 8 <= count; r += 8) {
-    V v[8];
+    S::V v[8];
     for (int q = 0; q < 8; ++q) v[q] = run_lanes(runs[r + q], n, half);
-    const V b0 = _mm256_hadd_ps(_mm256_hadd_ps(v[0], v[1]), _mm256_hadd_ps(v[2], v[3]));
-    const V b1 = _mm256_hadd_ps(_mm256_hadd_ps(v[4], v[5]), _mm256_hadd_ps(v[6], v[7]));
-    const V total = _mm256_add_ps(_mm256_permute2f128_ps(b0, b1, 0x20), _mm256_permute2f128_ps(b0, b1, 0x31));
+    const S::V b0 = _mm256_hadd_ps(_mm256_hadd_ps(v[0], v[1]), _mm256_hadd_ps(v[2], v[3]));
+    const S::V b1 = _mm256_hadd_ps(_mm256_hadd_ps(v[4], v[5]), _mm256_hadd_ps(v[6], v[7]));
+    const S::V total = _mm256_add_ps(_mm256_permute2f128_ps(b0, b1, 0x20), _mm256_permute2f128_ps(b0, b1, 0x31));
     _mm256_storeu_ps(sums + r, _mm256_add_ps(_mm256_loadu_ps(sums + r), total));
   }
-  for (; r < count; ++r) sums[r] += hsum(run_lanes(runs[r], n, half));
+  for (; r < count; ++r) sums[r] += S::hsum(run_lanes(runs[r], n, half));
 }
 
 void load_half_avx2(float* d, const uint16_t* s, int64_t n) {
@@ -478,10 +279,12 @@ void store_half_avx2(uint16_t* d, const float* s, int64_t n) {
   for (; i < n; ++i) d[i] = _cvtss_sh(s[i], _MM_FROUND_TO_NEAREST_INT);
 }
 
-const RowMath kAvx2{softmax_avx2,      softmax_backward_avx2, layer_norm_avx2, layer_norm_backward_avx2,
-                    sum_avx2,          add_run_sums_avx2,     load_half_avx2,  store_half_avx2};
+
+const RowMath kAvx2{softmax,    softmax_backward, layer_norm,     layer_norm_backward,
+                    sum,        add_run_sums_avx2, load_half_avx2, store_half_avx2};
 
 }  // namespace
+}  // namespace avx2_simd
 #pragma GCC pop_options
 
 const RowMath& row_math() {
@@ -489,7 +292,7 @@ const RowMath& row_math() {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
   }();
-  return avx2 ? kAvx2 : kPortable;
+  return avx2 ? avx2_simd::kAvx2 : kPortable;
 }
 #else
 const RowMath& row_math() { return kPortable; }

@@ -769,3 +769,19 @@ def test_rows_of_length_zero() -> None:
     reached = proc.stdout.split()
     assert proc.returncode == 0 and reached[-1:] == ["done"], (
         f"exit status {proc.returncode} during {reached[-1] if reached else 'import'}\n{proc.stderr[-2000:]}")
+
+
+@MODES
+def test_every_float16_converts_exactly(portable: bool) -> None:
+    """All 65536 float16 bit patterns (subnormals, infinities, NaNs included) reach the row math
+    as their exact float32 values: each one summed with three zeros, in every lane position."""
+    halves = torch.arange(0, 65536, dtype=torch.int32).to(torch.int16).view(torch.float16)
+    expected = halves.float()
+    with row_math(portable):
+        for lane in range(4):
+            x = torch.zeros(65536, 4, dtype=torch.float16)
+            x[:, lane] = halves
+            sums = torch.empty(65536)
+            _C._rows_sum(x, sums, 1)
+            same = (sums == expected) | (sums.isnan() & expected.isnan())
+            assert bool(same.all()), halves[~same][:8]

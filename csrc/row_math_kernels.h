@@ -1,0 +1,213 @@
+// The row math of row_math.h written once over a vector type S. row_math.cpp includes this file
+// once per instruction set, inside that set's namespace and after its S (and before nothing
+// else), so each set compiles these functions with its own target: no includes here, and no
+// templates that other files could instantiate too.
+//
+// S provides: V, kLanes, splat, zeros, ld(p, r, fill) (the first r lanes from p, the others
+// `fill`), st(p, r, v) (the first r lanes), keep(v, r) (lanes from r on zeroed), add, sub, mul,
+// max, fmadd(a, b, c) = a * b + c, fnmadd(a, b, c) = c - a * b, hsum, hmax, and exp (e^x within
+// 2 ulp; -inf gives 0, +inf inf, NaN NaN).
+
+// body(i, r) over chunks of kLanes elements, the last one of r < kLanes.
+template <typename Body>
+inline void chunks(int64_t n, Body body) {
+  int64_t i = 0;
+  for (; i + S::kLanes <= n; i += S::kLanes) body(i, S::kLanes);
+  if (i < n) body(i, n - i);
+}
+
+// f(k, j) for run j of every row k of the block, run by run, so that rows adjacent within a tile
+// are visited in storage order. Accumulators live in registers within a run and in per-row
+// arrays between runs.
+template <typename F>
+inline void each_run(RowShape s, int64_t count, F f) {
+  for (int64_t j = 0; j < s.runs; ++j)
+    for (int64_t k = 0; k < count; ++k) f(k, j);
+}
+
+inline float* ptr(Row x, int64_t j) { return x.base + x.off[j]; }
+
+void softmax(RowShape s, int64_t count, const Row* x, const Row* out, bool log, bool safe) {
+  using V = S::V;
+  V acc[kMaxBlockRows];
+  float m[kMaxBlockRows];
+  bool zero[kMaxBlockRows];
+  for (int64_t k = 0; k < count; ++k) acc[k] = S::splat(-kInf);
+  each_run(s, count, [&](int64_t k, int64_t j) {
+    const float* xp = ptr(x[k], j);
+    V a = acc[k];
+    chunks(s.run, [&](int64_t i, int64_t r) { a = S::max(a, S::ld(xp + i, r, -kInf)); });
+    acc[k] = a;
+  });
+  for (int64_t k = 0; k < count; ++k) {
+    m[k] = S::hmax(acc[k]);
+    zero[k] = safe && m[k] == -kInf;
+    acc[k] = S::zeros();
+  }
+  if (log) {
+    each_run(s, count, [&](int64_t k, int64_t j) {
+      const float* xp = ptr(x[k], j);
+      const V mk = S::splat(m[k]);
+      V a = acc[k];
+      chunks(s.run, [&](int64_t i, int64_t r) { a = S::add(a, S::exp(S::sub(S::ld(xp + i, r, -kInf), mk))); });
+      acc[k] = a;
+    });
+    float ls[kMaxBlockRows];
+    for (int64_t k = 0; k < count; ++k) ls[k] = std::log(S::hsum(acc[k]));
+    each_run(s, count, [&](int64_t k, int64_t j) {  // (x - max) - log(sum): exact where x is near max
+      const float* xp = ptr(x[k], j);
+      float* op = ptr(out[k], j);
+      const V mk = S::splat(m[k]), lk = S::splat(ls[k]);
+      const bool z = zero[k];
+      chunks(s.run, [&](int64_t i, int64_t r) {
+        S::st(op + i, r, z ? S::zeros() : S::sub(S::sub(S::ld(xp + i, r, 0), mk), lk));
+      });
+    });
+    return;
+  }
+  each_run(s, count, [&](int64_t k, int64_t j) {
+    const float* xp = ptr(x[k], j);
+    float* op = ptr(out[k], j);
+    const V mk = S::splat(m[k]);
+    V a = acc[k];
+    chunks(s.run, [&](int64_t i, int64_t r) {
+      const V e = S::exp(S::sub(S::ld(xp + i, r, -kInf), mk));
+      S::st(op + i, r, e);
+      a = S::add(a, S::keep(e, r));
+    });
+    acc[k] = a;
+  });
+  for (int64_t k = 0; k < count; ++k) m[k] = zero[k] ? 0.0f : 1.0f / S::hsum(acc[k]);
+  each_run(s, count, [&](int64_t k, int64_t j) {
+    float* op = ptr(out[k], j);
+    const V scale = S::splat(m[k]);
+    const bool z = zero[k];
+    chunks(s.run, [&](int64_t i, int64_t r) { S::st(op + i, r, z ? S::zeros() : S::mul(S::ld(op + i, r, 0), scale)); });
+  });
+}
+
+void softmax_backward(RowShape s, int64_t count, const Row* g, const Row* y, const Row* out, bool log) {
+  using V = S::V;
+  V acc[kMaxBlockRows];
+  for (int64_t k = 0; k < count; ++k) acc[k] = S::zeros();
+  each_run(s, count, [&](int64_t k, int64_t j) {
+    const float *gp = ptr(g[k], j), *yp = ptr(y[k], j);
+    V a = acc[k];
+    if (log) {
+      chunks(s.run, [&](int64_t i, int64_t r) { a = S::add(a, S::ld(gp + i, r, 0)); });
+    } else {
+      chunks(s.run, [&](int64_t i, int64_t r) { a = S::fmadd(S::ld(gp + i, r, 0), S::ld(yp + i, r, 0), a); });
+    }
+    acc[k] = a;
+  });
+  for (int64_t k = 0; k < count; ++k) acc[k] = S::splat(S::hsum(acc[k]));
+  each_run(s, count, [&](int64_t k, int64_t j) {
+    const float *gp = ptr(g[k], j), *yp = ptr(y[k], j);
+    float* op = ptr(out[k], j);
+    const V a = acc[k];
+    if (log) {  // g - exp(y) * sum(g)
+      chunks(s.run, [&](int64_t i, int64_t r) {
+        S::st(op + i, r, S::fnmadd(S::exp(S::ld(yp + i, r, 0)), a, S::ld(gp + i, r, 0)));
+      });
+    } else {  // y * (g - sum(g * y))
+      chunks(s.run, [&](int64_t i, int64_t r) {
+        S::st(op + i, r, S::mul(S::ld(yp + i, r, 0), S::sub(S::ld(gp + i, r, 0), a)));
+      });
+    }
+  });
+}
+
+void layer_norm(RowShape s, int64_t count, const Row* x, const Row* out, const float* w, const float* b, float eps,
+                float* mean, float* rstd) {
+  using V = S::V;
+  const float n = static_cast<float>(s.runs * s.run);
+  V acc[kMaxBlockRows];
+  for (int64_t k = 0; k < count; ++k) acc[k] = S::zeros();
+  each_run(s, count, [&](int64_t k, int64_t j) {
+    const float* xp = ptr(x[k], j);
+    V a = acc[k];
+    chunks(s.run, [&](int64_t i, int64_t r) { a = S::add(a, S::ld(xp + i, r, 0)); });
+    acc[k] = a;
+  });
+  for (int64_t k = 0; k < count; ++k) {
+    mean[k] = S::hsum(acc[k]) / n;
+    acc[k] = S::zeros();
+  }
+  each_run(s, count, [&](int64_t k, int64_t j) {
+    const float* xp = ptr(x[k], j);
+    const V mk = S::splat(mean[k]);
+    V a = acc[k];
+    chunks(s.run, [&](int64_t i, int64_t r) {
+      const V d = S::sub(S::ld(xp + i, r, mean[k]), mk);
+      a = S::fmadd(d, d, a);
+    });
+    acc[k] = a;
+  });
+  for (int64_t k = 0; k < count; ++k) {
+    const float var = S::hsum(acc[k]) / n;
+    rstd[k] = 1.0f / std::sqrt((var > 0.0f ? var : 0.0f) + eps);
+  }
+  each_run(s, count, [&](int64_t k, int64_t j) {
+    const float* xp = ptr(x[k], j);
+    float* op = ptr(out[k], j);
+    const float *wj = w ? w + j * s.run : nullptr, *bj = b ? b + j * s.run : nullptr;
+    const V mk = S::splat(mean[k]), rk = S::splat(rstd[k]);
+    chunks(s.run, [&](int64_t i, int64_t r) {
+      V v = S::mul(S::sub(S::ld(xp + i, r, 0), mk), rk);
+      if (wj) v = S::mul(v, S::ld(wj + i, r, 0));
+      if (bj) v = S::add(v, S::ld(bj + i, r, 0));
+      S::st(op + i, r, v);
+    });
+  });
+}
+
+void layer_norm_backward(RowShape s, int64_t count, const Row* g, const Row* x, const Row* out, const float* mean,
+                         const float* rstd, const float* w, float* dgamma, float* dbeta) {
+  using V = S::V;
+  const float n = static_cast<float>(s.runs * s.run);
+  V sa[kMaxBlockRows], sb[kMaxBlockRows];
+  for (int64_t k = 0; k < count; ++k) sa[k] = sb[k] = S::zeros();
+  each_run(s, count, [&](int64_t k, int64_t j) {
+    const float *gp = ptr(g[k], j), *xp = ptr(x[k], j), *wj = w ? w + j * s.run : nullptr;
+    float *dg = dgamma ? dgamma + j * s.run : nullptr, *db = dbeta ? dbeta + j * s.run : nullptr;
+    const V mk = S::splat(mean[k]), rk = S::splat(rstd[k]);
+    V a = sa[k], c = sb[k];
+    chunks(s.run, [&](int64_t i, int64_t r) {
+      const V gv = S::ld(gp + i, r, 0), xhat = S::mul(S::sub(S::ld(xp + i, r, 0), mk), rk);
+      if (dg) S::st(dg + i, r, S::fmadd(gv, xhat, S::ld(dg + i, r, 0)));
+      if (db) S::st(db + i, r, S::add(gv, S::ld(db + i, r, 0)));
+      const V gw = wj ? S::mul(gv, S::ld(wj + i, r, 0)) : gv;
+      a = S::add(a, gw);
+      c = S::fmadd(gw, xhat, c);
+    });
+    sa[k] = a;
+    sb[k] = c;
+  });
+  if (!out) return;
+  for (int64_t k = 0; k < count; ++k) {
+    sa[k] = S::splat(S::hsum(sa[k]) / n);
+    sb[k] = S::splat(S::hsum(sb[k]) / n);
+  }
+  each_run(s, count, [&](int64_t k, int64_t j) {
+    const float *gp = ptr(g[k], j), *xp = ptr(x[k], j), *wj = w ? w + j * s.run : nullptr;
+    float* op = ptr(out[k], j);
+    const V mk = S::splat(mean[k]), rk = S::splat(rstd[k]), a = sa[k], c = sb[k];
+    chunks(s.run, [&](int64_t i, int64_t r) {
+      const V gv = S::ld(gp + i, r, 0), xhat = S::mul(S::sub(S::ld(xp + i, r, 0), mk), rk);
+      const V gw = wj ? S::mul(gv, S::ld(wj + i, r, 0)) : gv;
+      S::st(op + i, r, S::mul(rk, S::fnmadd(xhat, c, S::sub(gw, a))));
+    });
+  });
+}
+
+float sum(const float* x, int64_t n) {
+  using V = S::V;
+  V s0 = S::zeros(), s1 = S::zeros();
+  int64_t i = 0;
+  for (; i + 2 * S::kLanes <= n; i += 2 * S::kLanes) {
+    s0 = S::add(s0, S::ld(x + i, S::kLanes, 0));
+    s1 = S::add(s1, S::ld(x + i + S::kLanes, S::kLanes, 0));
+  }
+  chunks(n - i, [&](int64_t k, int64_t r) { s0 = S::add(s0, S::ld(x + i + k, r, 0)); });
+  return S::hsum(S::add(s0, s1));
+}
