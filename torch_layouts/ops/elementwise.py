@@ -39,8 +39,9 @@ from ..core.layout import BoundLayout, DeviceLayout
 from ..dma.relayout import relayout_transfers
 from ..runtime.layout_records import default_layout
 from . import rules
-from .operands import (coords_for, coords_with_dtype, default_coords, has_padding, record_of, is_whole_dense, new_tensor,
-                       operand_layout, plan, raw, real_slices, scalar_view, stick_dim, strides_in_order, view)
+from .operands import (coords_for, coords_with_dtype, default_coords, geometry_key, has_padding, record_of,
+                       is_whole_dense, new_tensor, operand_layout, plan, raw, real_slices, scalar_view, stick_dim,
+                       strides_in_order, view)
 from .registry import check_cast, out_overload, register, write_out
 from .stats import count_kernel, count_restickify
 from .strided import strided_copy
@@ -262,12 +263,10 @@ def signature(spec: Spec, args: tuple | list, kwargs: dict, target: torch.Tensor
             continue
         if a.device.type != "spyre" or a.dim() == 0:
             return None
-        info = _C._bound_layout_of(a)
-        if info is None:
+        geometry = geometry_key(a)
+        if geometry is None:
             return None
-        parts.append((a.device.index, a.dtype, a.shape, a.stride(), a.storage_offset(), id(info.layout),
-                      tuple(info.base_size),
-                      tuple(info.base_stride), ptr is not None and a.untyped_storage().data_ptr() == ptr))
+        parts.append((*geometry, ptr is not None and a.untyped_storage().data_ptr() == ptr))
     return tuple(parts)
 
 

@@ -21,9 +21,8 @@ from ..core.layout import BoundLayout
 from .operands import fill_pad, new_tensor, padded_copy, raw, reduced_dims
 from .reductions import readable, reduce_view, write_result
 from .registry import register
-from .rows import PLANS, ROW_DTYPES, Rows, plan_key, remember, rows
+from .rows import ROW_DTYPES, Rows, lookup, remember, rows
 from .softmax import acc_dtype, rsum, write_values
-
 
 
 def _check_shape(x: torch.Tensor, normalized_shape: tuple[int, ...]) -> int:
@@ -47,8 +46,7 @@ def native_layer_norm(x: torch.Tensor, normalized_shape: Sequence[int], weight: 
         empty = torch.empty_like(x)
         return empty, x.new_empty(stat_shape), x.new_empty(stat_shape)
     params = tuple(p for p in (weight, bias) if p is not None)
-    key = plan_key("native_layer_norm", (normalized_shape, weight is not None, bias is not None), (x, *params))
-    known = PLANS.get(key) if key is not None else None
+    key, known = lookup("native_layer_norm", (normalized_shape, weight is not None, bias is not None), (x, *params))
     if known is not None:
         views, out = known.replay((x, *params))
         return _fused_forward(known.coords, known.rows, views, out, weight is not None, bias is not None, dims, eps)
@@ -110,8 +108,7 @@ def native_layer_norm_backward(grad: torch.Tensor, x: torch.Tensor, normalized_s
                 else None, empty[1] if output_mask[2] and bias is not None else None)
     op = "native_layer_norm_backward"
     tensors = (grad, x, mean, rstd) + ((weight,) if weight is not None else ())
-    key = plan_key(op, (normalized_shape, tuple(output_mask), bias is not None), tensors)
-    known = PLANS.get(key) if key is not None else None
+    key, known = lookup(op, (normalized_shape, tuple(output_mask), bias is not None), tensors)
     if known is not None:
         views, grad_input = known.replay(tensors, result=bool(output_mask[0]))
         return _fused_backward(known.coords, known.rows, views, grad_input, weight, bias, others, output_mask,

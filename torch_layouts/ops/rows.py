@@ -4,8 +4,8 @@ When the coordinates have no padding and the device dims of the reduced host dim
 coarsest first, to those dims' elements in host order, permuting them last turns the
 device buffer into ``(other dims..., row dims...)``: each row is one host row, in whatever
 strides the tiles give it. The C++ row kernels (``_C._rows_*``, docs/design.md "Row
-kernels") read such views directly: blocks of rows are gathered into float32 in cache,
-computed there and written into the result's buffer, with no dense copy of the tensor.
+kernels") read such views directly, block by block of rows (float16/bfloat16 through float32
+block buffers), with no dense copy of the tensor.
 A call whose operands were read where they lie keeps its ``RowPlan``: the next call of the same
 geometry skips the planning and replays the views.
 Row results (a layer norm's mean and rstd) and per-column results (its weight and bias
@@ -23,7 +23,7 @@ import torch
 
 from .. import _C
 from ..core.layout import BoundLayout
-from .operands import has_padding, new_tensor, raw
+from .operands import geometry_key, has_padding, new_tensor, raw
 
 ROW_DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # what the row kernels compute on
 
@@ -120,17 +120,17 @@ PLANS: dict[tuple, RowPlan] = {}
 MAX_PLANS = 512
 
 
-def plan_key(op: str, args: tuple, tensors: tuple[torch.Tensor, ...]) -> tuple | None:
-    """A call's geometry: the op, its other arguments, every tensor's device, dtype, shape,
-    strides, offset and layout record; None for a tensor without a layout."""
+def lookup(op: str, args: tuple, tensors: tuple[torch.Tensor, ...]) -> tuple[tuple | None, RowPlan | None]:
+    """A call's key (the op, its other arguments and every tensor's ``geometry_key``; None when a
+    tensor has no layout) and the plan kept for it, if any."""
     parts: list = [op, args]
     for t in tensors:
-        info = _C._bound_layout_of(t)
-        if info is None:
-            return None
-        parts.append((t.device.index, t.dtype, t.shape, t.stride(), t.storage_offset(), id(info.layout),
-                      tuple(info.base_size), tuple(info.base_stride)))
-    return tuple(parts)
+        geometry = geometry_key(t)
+        if geometry is None:
+            return None, None
+        parts.append(geometry)
+    key = tuple(parts)
+    return key, PLANS.get(key)
 
 
 def in_place(views: list[torch.Tensor], tensors: tuple[torch.Tensor, ...]) -> bool:

@@ -20,8 +20,7 @@ from ..core.layout import BoundLayout
 from .operands import new_tensor, padded_copy, raw
 from .reductions import LOW_PRECISION, readable
 from .registry import register
-from .rows import PLANS, ROW_DTYPES, Rows, plan_key, remember, rows
-
+from .rows import ROW_DTYPES, Rows, lookup, remember, rows
 
 
 def acc_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -51,8 +50,7 @@ def _softmax_any(x: torch.Tensor, dim: int, log: bool, safe: bool = False) -> to
     dim = dim % max(x.dim(), 1)
     if x.numel() == 0:
         return torch.empty_like(x)
-    key = plan_key("softmax", (dim, log, safe), (x,))
-    known = PLANS.get(key) if key is not None else None
+    key, known = lookup("softmax", (dim, log, safe), (x,))
     if known is not None:
         (vx, vo), out = known.replay((x,))
         _C._rows_softmax(vx, vo, known.rows.width, log, safe)
@@ -105,8 +103,7 @@ def _backward(op: str, grad: torch.Tensor, output_: torch.Tensor, dim: int, inpu
     dim = dim % max(output_.dim(), 1)
     if output_.numel() == 0:
         return torch.empty_like(output_, dtype=input_dtype)
-    key = plan_key(op, (dim, input_dtype), (grad, output_))
-    known = PLANS.get(key) if key is not None else None
+    key, known = lookup(op, (dim, input_dtype), (grad, output_))
     if known is not None:
         views, out = known.replay((grad, output_))
         _C._rows_softmax_backward(*views, known.rows.width, log)
