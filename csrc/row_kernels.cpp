@@ -216,6 +216,7 @@ void for_chunks(const Rows& g, Body body) {
 // Operands the math reads and writes where they lie (float32 runs of stride 1); the others are
 // gathered into (or scattered from) float32 block buffers.
 struct Plan {
+  RowShape shape;              // a row's runs, as the row math takes them
   std::vector<char> direct;
   std::vector<int64_t> dense;  // run offsets of a gathered row: buffers hold [run][row][element]
   int64_t buffers = 0;
@@ -223,7 +224,7 @@ struct Plan {
 };
 
 Plan plan(const Rows& g) {
-  Plan p;
+  Plan p{{static_cast<int64_t>(g.ops[0].run_offset.size()), g.run_len}};
   for (const Operand& op : g.ops) {
     p.direct.push_back(op.dtype == at::kFloat && op.run_stride == 1);
     p.buffers += !p.direct.back();
@@ -296,10 +297,9 @@ void rows_softmax(const at::Tensor& x, const at::Tensor& out, int64_t width, boo
   const Rows g = make_rows({x, out}, {"input", "out"}, width);
   const Plan p = plan(g);
   const RowMath& m = math();
-  const RowShape shape{static_cast<int64_t>(g.ops[0].run_offset.size()), g.run_len};
   for_blocks(g, p, [&](int64_t, int64_t first, int64_t count, float* const* bufs) {
     gather_inputs(g, p, {0}, first, count, bufs, m);
-    m.softmax(shape, count, BlockRows(g, p, 0, first, count, bufs).rows, BlockRows(g, p, 1, first, count, bufs).rows,
+    m.softmax(p.shape, count, BlockRows(g, p, 0, first, count, bufs).rows, BlockRows(g, p, 1, first, count, bufs).rows,
               log, safe);
     scatter_output(g, p, 1, first, count, bufs, m);
   });
@@ -310,10 +310,9 @@ void rows_softmax_backward(const at::Tensor& grad, const at::Tensor& output, con
   const Rows g = make_rows({grad, output, out}, {"grad_output", "output", "out"}, width);
   const Plan p = plan(g);
   const RowMath& m = math();
-  const RowShape shape{static_cast<int64_t>(g.ops[0].run_offset.size()), g.run_len};
   for_blocks(g, p, [&](int64_t, int64_t first, int64_t count, float* const* bufs) {
     gather_inputs(g, p, {0, 1}, first, count, bufs, m);
-    m.softmax_backward(shape, count, BlockRows(g, p, 0, first, count, bufs).rows,
+    m.softmax_backward(p.shape, count, BlockRows(g, p, 0, first, count, bufs).rows,
                        BlockRows(g, p, 1, first, count, bufs).rows, BlockRows(g, p, 2, first, count, bufs).rows, log);
     scatter_output(g, p, 2, first, count, bufs, m);
   });
@@ -329,10 +328,9 @@ void rows_layer_norm(const at::Tensor& x, const at::Tensor& out, const std::opti
   float* rs = float_vector(rstd, g.rows, "rstd");
   const Plan p = plan(g);
   const RowMath& m = math();
-  const RowShape shape{static_cast<int64_t>(g.ops[0].run_offset.size()), g.run_len};
   for_blocks(g, p, [&](int64_t, int64_t first, int64_t count, float* const* bufs) {
     gather_inputs(g, p, {0}, first, count, bufs, m);
-    m.layer_norm(shape, count, BlockRows(g, p, 0, first, count, bufs).rows, BlockRows(g, p, 1, first, count, bufs).rows,
+    m.layer_norm(p.shape, count, BlockRows(g, p, 0, first, count, bufs).rows, BlockRows(g, p, 1, first, count, bufs).rows,
                  w, b, static_cast<float>(eps), mu + first, rs + first);
     scatter_output(g, p, 1, first, count, bufs, m);
   });
@@ -361,10 +359,9 @@ void rows_layer_norm_backward(const at::Tensor& grad, const at::Tensor& x, const
   float* beta_acc = dbeta ? acc.data() + (dgamma ? chunks * g.len : 0) : nullptr;
   const Plan p = plan(g);
   const RowMath& m = math();
-  const RowShape shape{static_cast<int64_t>(g.ops[0].run_offset.size()), g.run_len};
   for_blocks(g, p, [&](int64_t c, int64_t first, int64_t count, float* const* bufs) {
     gather_inputs(g, p, {0, 1}, first, count, bufs, m);
-    m.layer_norm_backward(shape, count, BlockRows(g, p, 0, first, count, bufs).rows,
+    m.layer_norm_backward(p.shape, count, BlockRows(g, p, 0, first, count, bufs).rows,
                           BlockRows(g, p, 1, first, count, bufs).rows,
                           dx ? BlockRows(g, p, 2, first, count, bufs).rows : nullptr, mu + first, rs + first, w,
                           gamma_acc ? gamma_acc + c * g.len : nullptr, beta_acc ? beta_acc + c * g.len : nullptr);

@@ -64,22 +64,20 @@ struct S {
     const V s = _mm_max_ps(v, _mm_movehl_ps(v, v));
     return _mm_cvtss_f32(_mm_max_ss(s, _mm_shuffle_ps(s, s, 0x55)));
   }
-  static V exp(V x) {
-    const V nan = _mm_cmpunord_ps(x, x);
-    const V c = _mm_min_ps(_mm_max_ps(x, splat(kExpLow)), splat(kExpHigh));
-    const V t = fmadd(c, splat(kLog2e), splat(0.5f));
-    V fx = _mm_cvtepi32_ps(_mm_cvttps_epi32(t));
-    fx = _mm_sub_ps(fx, _mm_and_ps(_mm_cmpgt_ps(fx, t), splat(1.0f)));  // floor(t)
-    V r = fnmadd(fx, splat(kLn2High), c);
-    r = fnmadd(fx, splat(kLn2Low), r);
-    V p = splat(kExpPoly[0]);
-    for (int k = 1; k < 6; ++k) p = fmadd(p, r, splat(kExpPoly[k]));
-    p = fmadd(p, _mm_mul_ps(r, r), _mm_add_ps(r, splat(1.0f)));
+  static V min(V a, V b) { return _mm_min_ps(a, b); }
+  static V floor(V t) {  // SSE2 has no rounding: truncate, then step down where that rounded up
+    const V f = _mm_cvtepi32_ps(_mm_cvttps_epi32(t));
+    return _mm_sub_ps(f, _mm_and_ps(_mm_cmpgt_ps(f, t), splat(1.0f)));
+  }
+  static V scale2n(V p, V fx) {  // p * 2^fx in two halves of the exponent (subnormal results stay right)
     const __m128i n = _mm_cvttps_epi32(fx), n1 = _mm_srai_epi32(n, 1), n2 = _mm_sub_epi32(n, n1);
     const __m128i bias = _mm_set1_epi32(127);
     const V s1 = _mm_castsi128_ps(_mm_slli_epi32(_mm_add_epi32(n1, bias), 23));
     const V s2 = _mm_castsi128_ps(_mm_slli_epi32(_mm_add_epi32(n2, bias), 23));
-    const V e = _mm_mul_ps(_mm_mul_ps(p, s1), s2);
+    return _mm_mul_ps(_mm_mul_ps(p, s1), s2);
+  }
+  static V keep_nan(V x, V e) {
+    const V nan = _mm_cmpunord_ps(x, x);
     return _mm_or_ps(_mm_and_ps(nan, x), _mm_andnot_ps(nan, e));
   }
 };
@@ -95,12 +93,15 @@ struct S {
   static V add(V a, V b) { return a + b; }
   static V sub(V a, V b) { return a - b; }
   static V mul(V a, V b) { return a * b; }
-  static V max(V a, V b) { return a < b ? b : a; }
+  static V max(V a, V b) { return a > b ? a : b; }  // b where either is NaN, as SSE's maxps
+  static V min(V a, V b) { return a < b ? a : b; }
   static V fmadd(V a, V b, V c) { return a * b + c; }
   static V fnmadd(V a, V b, V c) { return c - a * b; }
   static float hsum(V v) { return v; }
   static float hmax(V v) { return v; }
-  static V exp(V x) { return std::exp(x); }
+  static V floor(V t) { return std::floor(t); }
+  static V scale2n(V p, V fx) { return std::ldexp(p, static_cast<int>(fx)); }
+  static V keep_nan(V x, V e) { return x != x ? x : e; }
 };
 #endif
 
@@ -205,21 +206,16 @@ struct S {
     s = _mm_max_ps(s, _mm_movehl_ps(s, s));
     return _mm_cvtss_f32(_mm_max_ss(s, _mm_movehdup_ps(s)));
   }
-  static V exp(V x) {
-    const V nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
-    const V c = _mm256_min_ps(_mm256_max_ps(x, splat(kExpLow)), splat(kExpHigh));
-    const V fx = _mm256_floor_ps(_mm256_fmadd_ps(c, splat(kLog2e), splat(0.5f)));
-    V r = _mm256_fnmadd_ps(fx, splat(kLn2High), c);
-    r = _mm256_fnmadd_ps(fx, splat(kLn2Low), r);
-    V p = splat(kExpPoly[0]);
-    for (int k = 1; k < 6; ++k) p = _mm256_fmadd_ps(p, r, splat(kExpPoly[k]));
-    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, splat(1.0f)));
+  static V min(V a, V b) { return _mm256_min_ps(a, b); }
+  static V floor(V t) { return _mm256_floor_ps(t); }
+  static V scale2n(V p, V fx) {  // p * 2^fx in two halves of the exponent (subnormal results stay right)
     const __m256i n = _mm256_cvttps_epi32(fx), n1 = _mm256_srai_epi32(n, 1), n2 = _mm256_sub_epi32(n, n1);
     const __m256i bias = _mm256_set1_epi32(127);
     const V s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23));
     const V s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bias), 23));
-    return _mm256_blendv_ps(_mm256_mul_ps(_mm256_mul_ps(p, s1), s2), x, nan);
+    return _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
   }
+  static V keep_nan(V x, V e) { return _mm256_blendv_ps(e, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q)); }
 };
 
 #include "row_math_kernels.h"
