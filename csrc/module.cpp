@@ -15,10 +15,13 @@
 #include "row_kernels.h"
 #include "runtime_stats.h"
 #include "tensor_impl.h"
+#include "tile_gemm.h"
 #include "view_offsets.h"
 
 namespace py = pybind11;
 using namespace torch_layouts;
+// A GEMM operand's dim groups: (batch dims, row dims, column dims).
+using GemmGroups = std::tuple<std::vector<int64_t>, std::vector<int64_t>, std::vector<int64_t>>;
 
 namespace {
 
@@ -128,6 +131,16 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("_rows_layer_norm_backward", &rows_layer_norm_backward, nogil);
   m.def("_rows_sum", &rows_sum, nogil);
   m.def("_rows_set_portable", &rows_set_portable);
+  m.def(
+      "_tile_gemm",
+      [](const at::Tensor& c, const GemmGroups& cg, const at::Tensor& a, const GemmGroups& ag, const at::Tensor& b,
+         const GemmGroups& bg, int64_t m, int64_t n, int64_t k, double alpha, bool accumulate) {
+        tile_gemm({c, std::get<0>(cg), std::get<1>(cg), std::get<2>(cg)},
+                  {a, std::get<0>(ag), std::get<1>(ag), std::get<2>(ag)},
+                  {b, std::get<0>(bg), std::get<1>(bg), std::get<2>(bg)}, m, n, k, alpha, accumulate);
+      },
+      nogil);
+  m.def("_tile_gemm_available", &tile_gemm_available);
 
   m.def("_device_count", &device_count);
   m.def("_get_device", &current_device);

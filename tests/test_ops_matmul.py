@@ -18,12 +18,18 @@ F16, F32 = torch.float16, torch.float32
 close = functools.partial(matches_cpu, f16=(2e-2, 1e-2), other=(1e-4, 1e-4))
 
 
-@pytest.fixture(autouse=True, params=["tile-gemms", "one-packed-gemm"])
+GEMM_PATHS = ["tile-gemm", "blas-on-tiles", "blas-packed"] if matmul.TILE_GEMM else ["blas-on-tiles", "blas-packed"]
+
+
+@pytest.fixture(autouse=True, params=GEMM_PATHS)
 def gemm_path(request, monkeypatch):
-    """Every test runs on both GEMM paths: B and C read in place as tiles, or packed."""
-    if request.param == "one-packed-gemm":
+    """Every test runs on every GEMM path: the C++ tile GEMM (float32, AVX2 hosts) and, for
+    BLAS, B and C read in place as tiles or packed."""
+    if request.param != "tile-gemm":
+        monkeypatch.setattr(matmul, "TILE_GEMM", False)
+    if request.param == "blas-packed":
         monkeypatch.setattr(matmul, "TILE_GEMM_BYTES", 0)
-    else:
+    elif request.param == "blas-on-tiles":
         monkeypatch.setattr(matmul, "TILE_GEMM_TILES", 1 << 20)
 
 

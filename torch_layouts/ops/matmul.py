@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import NamedTuple
 
 import torch
 
@@ -53,6 +54,8 @@ Shape = tuple[int, ...]
 # of B and C while A stays in cache and there are few tiles.
 TILE_GEMM_BYTES = 8 << 20
 TILE_GEMM_TILES = 4
+# float32 products run on the tile GEMM (csrc/tile_gemm.cpp) where the CPU has AVX2 and FMA.
+TILE_GEMM = _C._tile_gemm_available()
 
 
 @functools.lru_cache(maxsize=1024)
@@ -97,35 +100,56 @@ def _readable(op: str, named: list[tuple[str, torch.Tensor]], i: int, coords: Bo
     return t, plan(t, coords)
 
 
-def _dense(op: str, named: list[tuple[str, torch.Tensor]], i: int, coords: BoundLayout, exact: bool,
-           requirement: str) -> torch.Tensor:
-    """Operand ``i`` as a dense ``(..., rows, padded cols)`` CPU matrix gathered from its
-    device buffer, read in ``coords`` (see ``_readable``), or the transpose of one (``_flipped``)."""
+class Tiles(NamedTuple):
+    """An operand as a strided view of its device buffer whose dims form three groups, each
+    enumerated row-major: batch dims, the dims of the matrix's rows, those of its columns
+    (``(..., rows, padded cols)`` when gathered; see ``csrc/tile_gemm.h``)."""
+
+    view: torch.Tensor
+    batch: list[int]
+    rows: list[int]
+    cols: list[int]
+
+    def groups(self) -> tuple[list[int], list[int], list[int]]:
+        return self.batch, self.rows, self.cols
+
+    def transposed(self) -> Tiles:
+        return Tiles(self.view, self.batch, self.cols, self.rows)
+
+    def dense(self, device: torch.device) -> torch.Tensor:
+        """The matrix gathered into a dense ``(..., rows, padded cols)`` scratch on ``device`` (for BLAS)."""
+        tiles = self.view.permute(self.batch + self.rows + self.cols)
+        dense = strided_copy(scratch(tiles.shape, tiles.dtype, device), tiles)
+        nb = len(self.batch)
+        return dense.view(*dense.shape[:nb], math.prod(dense.shape[nb:nb + len(self.rows)]), -1)
+
+
+def _tiles(t: torch.Tensor, coords: BoundLayout, p: ViewPlan) -> Tiles:
+    """The tiles ``p`` reads of ``t`` in ``coords`` (a default layout), grouped as a matrix."""
+    counts = p.factors or (1,) * len(coords.shape)
+    first = [sum(counts[:d]) for d in range(len(counts))]
+    dims = [list(range(first[d], first[d] + counts[d])) for d in _matrix_order(len(coords.size))]
+    nb = len(coords.size) - 2
+    return Tiles(p.read(t, coords), sum(dims[:nb], []), dims[nb], dims[nb + 1] + dims[nb + 2])
+
+
+def _operand(op: str, named: list[tuple[str, torch.Tensor]], i: int, coords: BoundLayout, exact: bool,
+             requirement: str) -> Tiles:
+    """Operand ``i`` read in ``coords`` (see ``_readable``), or as the transpose of its
+    transpose's tiles (``_flipped``)."""
     flipped = None if exact else _flipped(op, named, i, coords, requirement)
     if flipped is not None:
         return flipped
     t, p = _readable(op, named, i, coords, exact, requirement, refine=True)
-    return _gather(t, coords, p)
-
-
-def _gather(t: torch.Tensor, coords: BoundLayout, p: ViewPlan) -> torch.Tensor:
-    """The tiles ``p`` reads of ``t`` in ``coords``, copied into a dense ``(..., rows, padded cols)`` matrix."""
-    matrix = _matrix_order(len(coords.size))
-    counts = p.factors or (1,) * len(coords.shape)
-    first = [sum(counts[:d]) for d in range(len(counts))]
-    order = [k for d in matrix for k in range(first[d], first[d] + counts[d])]
-    cols = coords.shape[matrix[-2]] * coords.shape[matrix[-1]]
-    tiles = p.read(t, coords).permute(order)
-    return strided_copy(scratch(tiles.shape, t.dtype, t.device), tiles).view(*coords.size[:-2], -1, cols)
+    return _tiles(t, coords, p)
 
 
 def _flipped(op: str, named: list[tuple[str, torch.Tensor]], i: int, coords: BoundLayout, requirement: str
-             ) -> torch.Tensor | None:
+             ) -> Tiles | None:
     """An operand sticked on its rows (``weight.t()``, ``grad.t()``) as the transpose of its
-    transpose's dense matrix: that one's tiles are gathered whole, and the GEMM reads a
-    transposed operand as it is. It is the restickify the rule asks for (counted; strict mode
-    raises), done as one copy of whole sticks. None when the operand is sticked on its
-    columns, or either arrangement has padding."""
+    transpose's tiles. It is the restickify the rule asks for (counted; strict mode raises),
+    done by the GEMM's packing. None when the operand is sticked on its columns, or either
+    arrangement has padding."""
     name, t = named[i]
     direct = plan(t, coords)
     if direct is not None and direct.stick_ok or has_padding(coords):
@@ -139,10 +163,7 @@ def _flipped(op: str, named: list[tuple[str, torch.Tensor]], i: int, coords: Bou
     if info is not None and is_whole_dense(t, info):
         rules.check(op, requirement, named, name, coords.layout)
     count_restickify(t.numel() * t.element_size())
-    dense = _gather(flipped, flipped_coords, p).transpose(-2, -1)
-    # The CPU's half-precision GEMMs sum in another order for a transposed operand: a contiguous
-    # one gives the bits a restickified operand (compiled plans, other arrangements) gives.
-    return dense if t.dtype == torch.float32 else dense.contiguous()
+    return _tiles(flipped, flipped_coords, p).transposed()
 
 
 def matmul(op: str, a: torch.Tensor, b: torch.Tensor, names: tuple[str, str] = ("self", "mat2"),
@@ -167,10 +188,14 @@ def matmul(op: str, a: torch.Tensor, b: torch.Tensor, names: tuple[str, str] = (
     padded_k = k % eps != 0
     named = [(names[0], a), (names[1], b)]
     b_size = tuple(b.shape)
-    dense_a = _dense(op, named, 0, default_coords(tuple(a.shape), dtype), padded_k,
-                     "mat1 sticked on k (its last dim) in the default layout")
+    tiles_a = _operand(op, named, 0, default_coords(tuple(a.shape), dtype), padded_k,
+                       "mat1 sticked on k (its last dim) in the default layout")
     b_coords = BoundLayout(rhs_layout(b_size, dtype), b_size, rowmajor(b_size))
     b_rule = "mat2 sticked on n (its last dim), with k padded to whole sticks of zeros"
+    if dtype == torch.float32 and TILE_GEMM:
+        tiles_b = _operand(op, named, 1, b_coords, padded_k, b_rule)
+        return _tile_gemm(out, c_coords, tiles_a, tiles_b, (m, n, k), bias, beta, alpha)
+    dense_a = tiles_a.dense(a.device)
     tiles_of_n = -(-n // eps)
     if not batch and tiles_of_n <= TILE_GEMM_TILES and dense_a.numel() * dense_a.element_size() <= TILE_GEMM_BYTES:
         # C's tiles [n tiles, m, stick] = A @ B's tiles [n tiles, k, stick]: B and C in place.
@@ -186,7 +211,9 @@ def matmul(op: str, a: torch.Tensor, b: torch.Tensor, names: tuple[str, str] = (
         if has_padding(c_coords):
             _C._fill_padding(out)
         return out if bias is None or bias_tiles is not None else _epilogue(out, bias, beta, alpha)
-    dense_b = _dense(op, named, 1, b_coords, padded_k, b_rule)
+    # Dense (contiguous) operands: the CPU's half-precision GEMMs sum in another order for a
+    # transposed one, and a restickified operand (compiled plans) arrives contiguous.
+    dense_b = _operand(op, named, 1, b_coords, padded_k, b_rule).dense(a.device)
     product = scratch((*batch, m, dense_b.shape[-1]), dtype, a.device)
     bias_row = None if bias is None else _bias_row(bias, c_coords, out_shape)
     if bias_row is None:
@@ -198,6 +225,26 @@ def matmul(op: str, a: torch.Tensor, b: torch.Tensor, names: tuple[str, str] = (
     in_device_order = product.permute([order.index(d) for d in range(len(order))])
     copy_real(raw(out).view(c_coords.shape), in_device_order, c_coords, out)
     return out if bias is None or bias_row is not None else _epilogue(out, bias, beta, alpha)
+
+
+def _tile_gemm(out: torch.Tensor, c_coords: BoundLayout, a: Tiles, b: Tiles, mnk: tuple[int, int, int],
+               bias: torch.Tensor | None, beta: float, alpha: float) -> torch.Tensor:
+    """``out`` (fresh, in ``c_coords``) := ``alpha * a @ b`` (+ ``beta * bias``) on the tile GEMM:
+    A, B and C read and written where they lie. A bias readable in C's coordinates is written
+    into C first and the product accumulated onto it, as the CPU's ``addmm`` does."""
+    c_tiles = raw(out).view(c_coords.shape)
+    order = _matrix_order(len(c_coords.size))
+    nb = len(order) - 3
+    c_groups = (list(order[:nb]), [order[nb]], [order[nb + 1], order[nb + 2]])
+    bias_tiles = None if bias is None or beta == 0 else _bias_tiles(bias, c_coords, tuple(out.shape))
+    if bias_tiles is not None:
+        torch.mul(bias_tiles.expand(c_tiles.shape), beta, out=c_tiles)
+    _C._tile_gemm(c_tiles, c_groups, a.view, a.groups(), b.view, b.groups(), *mnk, alpha, bias_tiles is not None)
+    if bias_tiles is not None and has_padding(c_coords):
+        _C._fill_padding(out)
+    if bias is not None and beta != 0 and bias_tiles is None:
+        run(ADD, [out, bias], {"alpha": beta}, target=out)
+    return out
 
 
 def _bias_row(bias: torch.Tensor, coords: BoundLayout, shape: Shape) -> torch.Tensor | None:

@@ -1,0 +1,328 @@
+#include "tile_gemm.h"
+
+#include <ATen/Parallel.h>
+#include <c10/util/Exception.h>
+#include <immintrin.h>
+
+#include <algorithm>
+#include <vector>
+
+namespace torch_layouts {
+namespace {
+
+constexpr int64_t kMR = 6;     // rows of C per register block
+constexpr int64_t kNR = 16;    // columns of C per register block (a B panel)
+constexpr int64_t kKC = 256;   // depth of one pass: a B panel's kKC x 16 floats stay in L1
+constexpr int64_t kMC = 144;   // rows of A packed per pass (kMC x kKC floats in L2)
+constexpr int64_t kMaxDirectLd = 64;  // B panels whose rows lie further apart (floats) are packed
+
+// Element offsets of the first `count` indices of a dim group, enumerated row-major.
+std::vector<int64_t> group_offsets(const at::Tensor& v, const std::vector<int64_t>& dims, int64_t count,
+                                   const char* name, const char* what) {
+  int64_t extent = 1;
+  for (int64_t d : dims) {
+    TORCH_CHECK_VALUE(d >= 0 && d < v.dim(), name, ": ", what, " dim ", d, " is not a dim of its ", v.dim(),
+                      "-dim view");
+    extent *= v.size(d);
+  }
+  TORCH_CHECK_VALUE(count <= extent, name, ": needs ", count, " ", what, " but its view holds ", extent);
+  std::vector<int64_t> off(count);
+  std::vector<int64_t> index(dims.size(), 0);
+  int64_t cur = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    off[i] = cur;
+    for (size_t g = dims.size(); g-- > 0;) {  // odometer step, innermost dim first
+      const int64_t d = dims[g];
+      cur += v.stride(d);
+      if (++index[g] < v.size(d)) break;
+      cur -= v.stride(d) * v.size(d);
+      index[g] = 0;
+    }
+  }
+  return off;
+}
+
+struct Tables {
+  float* base;
+  std::vector<int64_t> batch, rows, cols;
+};
+
+Tables tables(const GemmOperand& op, const char* name, int64_t batch, int64_t rows, int64_t cols) {
+  const at::Tensor& v = op.view;
+  TORCH_CHECK_VALUE(v.device().is_cpu() && v.scalar_type() == at::kFloat, name,
+                    ": expected a float32 CPU view, got ", v.scalar_type(), " on ", v.device());
+  std::vector<bool> used(v.dim(), false);
+  for (const auto* group : {&op.batch, &op.rows, &op.cols}) {
+    for (int64_t d : *group) {
+      TORCH_CHECK_VALUE(d >= 0 && d < v.dim() && !used[d], name, ": dim ", d, " is out of range or in two groups");
+      used[d] = true;
+    }
+  }
+  return {v.data_ptr<float>(), group_offsets(v, op.batch, batch, name, "batch entries"),
+          group_offsets(v, op.rows, rows, name, "rows"), group_offsets(v, op.cols, cols, name, "columns")};
+}
+
+int64_t group_extent(const GemmOperand& op) {
+  int64_t n = 1;
+  for (int64_t d : op.batch) n *= op.view.size(d);
+  return n;
+}
+
+// Whether columns [j, j + kNR) are contiguous (all real), and rows p evenly spaced by `ld`.
+bool contiguous_panel(const std::vector<int64_t>& cols, int64_t j) {
+  if (j + kNR > static_cast<int64_t>(cols.size())) return false;
+  for (int64_t q = 1; q < kNR; ++q)
+    if (cols[j + q] != cols[j] + q) return false;
+  return true;
+}
+
+bool even_rows(const std::vector<int64_t>& rows, int64_t* ld) {
+  *ld = rows.size() > 1 ? rows[1] - rows[0] : kNR;
+  for (size_t p = 1; p < rows.size(); ++p)
+    if (rows[p] - rows[p - 1] != *ld) return false;
+  return true;
+}
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+
+// acc (6x16, row-major) := sum over kc of a packed A strip x B rows (16 floats, `ldb` apart).
+// The strip is [6][kc] (kStep 1) or [kc][6] (kStep 6).
+template <int64_t kStep>
+inline void kernel_6x16(int64_t kc, const float* a, const float* b, int64_t ldb, float* acc) {
+  __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00,
+         c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+  const int64_t rs = kStep == 1 ? kc : 1;
+  const float *a0 = a, *a1 = a + rs, *a2 = a + 2 * rs, *a3 = a + 3 * rs, *a4 = a + 4 * rs, *a5 = a + 5 * rs;
+  for (int64_t p = 0; p < kc * kStep; p += kStep, b += ldb) {
+    const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
+    __m256 x = _mm256_broadcast_ss(a0 + p);
+    c00 = _mm256_fmadd_ps(x, b0, c00), c01 = _mm256_fmadd_ps(x, b1, c01);
+    x = _mm256_broadcast_ss(a1 + p);
+    c10 = _mm256_fmadd_ps(x, b0, c10), c11 = _mm256_fmadd_ps(x, b1, c11);
+    x = _mm256_broadcast_ss(a2 + p);
+    c20 = _mm256_fmadd_ps(x, b0, c20), c21 = _mm256_fmadd_ps(x, b1, c21);
+    x = _mm256_broadcast_ss(a3 + p);
+    c30 = _mm256_fmadd_ps(x, b0, c30), c31 = _mm256_fmadd_ps(x, b1, c31);
+    x = _mm256_broadcast_ss(a4 + p);
+    c40 = _mm256_fmadd_ps(x, b0, c40), c41 = _mm256_fmadd_ps(x, b1, c41);
+    x = _mm256_broadcast_ss(a5 + p);
+    c50 = _mm256_fmadd_ps(x, b0, c50), c51 = _mm256_fmadd_ps(x, b1, c51);
+  }
+  const __m256 r[12] = {c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51};
+  for (int q = 0; q < 12; ++q) _mm256_storeu_ps(acc + 8 * q, r[q]);
+}
+
+struct Problem {
+  Tables c, a, b;
+  int64_t batch, m, n, k;
+  float alpha;
+  bool accumulate;
+  int64_t panels;                  // 16-column panels of B and C
+  std::vector<int64_t> b_panel;    // per panel: offset of B's row 0 (direct) or -1 (packed)
+  int64_t ldb = 0;
+  std::vector<float> packed_b;     // [batch][panel][k][16] for panels that are not direct ...
+  bool pack_b_in_task = false;     // ... unless each task packs its own (one row block per batch entry)
+  std::vector<char> c_direct;      // per panel: C's columns contiguous
+  std::vector<int64_t> a_run;      // per column p of A: how many columns from p are contiguous
+  bool a_strips_by_row = true;     // A packed [6][kc] per strip (else [kc][6]), see pack_a
+};
+
+// Rows [p0, p0 + kc) of B's panel jp as [kc][16] (columns past n are zero).
+void pack_b(const Problem& P, int64_t bi, int64_t jp, int64_t p0, int64_t kc, float* dst) {
+  const float* base = P.b.base + P.b.batch[bi];
+  const int64_t j0 = jp * kNR, nr = std::min(kNR, P.n - j0);
+  if (contiguous_panel(P.b.cols, j0)) {  // whole rows of 16, far apart
+    for (int64_t p = p0; p < p0 + kc; ++p, dst += kNR) std::copy_n(base + P.b.rows[p] + P.b.cols[j0], kNR, dst);
+    return;
+  }
+  for (int64_t p = p0; p < p0 + kc; ++p, dst += kNR) {
+    const float* row = base + P.b.rows[p];
+    int64_t q = 0;
+    for (; q < nr; ++q) dst[q] = row[P.b.cols[j0 + q]];
+    for (; q < kNR; ++q) dst[q] = 0.f;
+  }
+}
+
+// A rows [i0, i0 + mc) x depth [p0, p0 + kc) into strips of 6 rows (rows past m are zero).
+// Where A's columns lie in runs (A sticked on k) each strip is [6][kc], copied row by row and
+// run by run; otherwise (A sticked on its rows: a transposed operand) [kc][6], each column's 6
+// rows copied together (a run where the strip's rows are adjacent).
+void pack_a(const Problem& P, int64_t bi, int64_t i0, int64_t mc, int64_t p0, int64_t kc, float* dst) {
+  const float* base = P.a.base + P.a.batch[bi];
+  const int64_t real = std::max<int64_t>(0, std::min(mc, P.m - i0));
+  const int64_t* rows = P.a.rows.data() + i0;
+  if (P.a_strips_by_row) {
+    for (int64_t r = real; r < mc; ++r) std::fill(dst + r * kc, dst + (r + 1) * kc, 0.f);
+    for (int64_t r = 0; r < real; ++r) {
+      const float* row = base + rows[r];
+      for (int64_t p = p0; p < p0 + kc;) {
+        const int64_t len = std::min(P.a_run[p], p0 + kc - p);
+        std::copy(row + P.a.cols[p], row + P.a.cols[p] + len, dst + r * kc + (p - p0));
+        p += len;
+      }
+    }
+    return;
+  }
+  // Column after column: one column's rows of the block lie in a few runs (lines read once).
+  int64_t live[(kMC + kMR - 1) / kMR];
+  bool adjacent[(kMC + kMR - 1) / kMR];
+  const int64_t strips = mc / kMR;
+  for (int64_t t = 0; t < strips; ++t) {
+    live[t] = std::max<int64_t>(0, std::min(kMR, real - t * kMR));
+    adjacent[t] = live[t] == kMR && rows[t * kMR + kMR - 1] == rows[t * kMR] + kMR - 1;
+  }
+  for (int64_t p = 0; p < kc; ++p) {
+    const float* col = base + P.a.cols[p0 + p];
+    for (int64_t t = 0; t < strips; ++t) {
+      float* out = dst + t * kMR * kc + p * kMR;
+      if (adjacent[t]) {
+        const float* src = col + rows[t * kMR];
+        for (int64_t r = 0; r < kMR; ++r) out[r] = src[r];
+      } else {
+        for (int64_t r = 0; r < kMR; ++r) out[r] = r < live[t] ? col[rows[t * kMR + r]] : 0.f;
+      }
+    }
+  }
+}
+
+// C rows [i0, i0 + mr) x columns of panel jp (+)= alpha * acc.
+void write_c(const Problem& P, int64_t bi, int64_t i0, int64_t mr, int64_t jp, const float* acc, bool add) {
+  float* base = P.c.base + P.c.batch[bi];
+  const int64_t j0 = jp * kNR, nr = std::min(kNR, P.n - j0);
+  const __m256 alpha = _mm256_set1_ps(P.alpha);
+  if (P.c_direct[jp]) {
+    for (int64_t r = 0; r < mr; ++r) {
+      float* out = base + P.c.rows[i0 + r] + P.c.cols[j0];
+      __m256 v0 = _mm256_mul_ps(alpha, _mm256_loadu_ps(acc + r * kNR));
+      __m256 v1 = _mm256_mul_ps(alpha, _mm256_loadu_ps(acc + r * kNR + 8));
+      if (add) v0 = _mm256_add_ps(_mm256_loadu_ps(out), v0), v1 = _mm256_add_ps(_mm256_loadu_ps(out + 8), v1);
+      _mm256_storeu_ps(out, v0);
+      _mm256_storeu_ps(out + 8, v1);
+    }
+    return;
+  }
+  for (int64_t r = 0; r < mr; ++r) {
+    float* row = base + P.c.rows[i0 + r];
+    for (int64_t q = 0; q < nr; ++q) {
+      float& out = row[P.c.cols[j0 + q]];
+      const float v = P.alpha * acc[r * kNR + q];
+      out = add ? out + v : v;
+    }
+  }
+}
+
+// One task: a batch entry, a block of mc rows from i0 and panels [jp0, jp1).
+void run_task(const Problem& P, int64_t bi, int64_t i0, int64_t mc, int64_t jp0, int64_t jp1, float* apack,
+              float* bpack) {
+  const int64_t mc_strips = (mc + kMR - 1) / kMR * kMR;
+  alignas(32) float acc[kMR * kNR];
+  for (int64_t p0 = 0; p0 < P.k; p0 += kKC) {
+    const int64_t kc = std::min(kKC, P.k - p0);
+    pack_a(P, bi, i0, mc_strips, p0, kc, apack);
+    const bool add = P.accumulate || p0 > 0;
+    for (int64_t jp = jp0; jp < jp1; ++jp) {
+      const float* b;
+      int64_t ldb;
+      if (P.b_panel[jp] >= 0) {
+        b = P.b.base + P.b.batch[bi] + P.b_panel[jp] + p0 * P.ldb;
+        ldb = P.ldb;
+      } else if (P.pack_b_in_task) {
+        pack_b(P, bi, jp, p0, kc, bpack);
+        b = bpack;
+        ldb = kNR;
+      } else {
+        b = P.packed_b.data() + ((bi * P.panels + jp) * P.k + p0) * kNR;
+        ldb = kNR;
+      }
+      for (int64_t s = 0; s < mc; s += kMR) {
+        if (P.a_strips_by_row)
+          kernel_6x16<1>(kc, apack + s * kc, b, ldb, acc);
+        else
+          kernel_6x16<kMR>(kc, apack + s * kc, b, ldb, acc);
+        write_c(P, bi, i0 + s, std::min(kMR, mc - s), jp, acc, add);
+      }
+    }
+  }
+}
+
+void run(Problem& P) {
+  P.a_run.assign(P.k, 1);
+  for (int64_t p = P.k - 1; p-- > 0;)
+    if (P.a.cols[p + 1] == P.a.cols[p] + 1) P.a_run[p] = P.a_run[p + 1] + 1;
+  P.a_strips_by_row = P.a_run[0] >= std::min<int64_t>(4, P.k);
+  int64_t direct_ld = 0;
+  const bool rows_even = even_rows(P.b.rows, &direct_ld);
+  P.ldb = direct_ld;
+  std::vector<int64_t> to_pack;
+  for (int64_t jp = 0; jp < P.panels; ++jp) {
+    // Rows far apart (a batch dim between them) alias in L1 and L2: such panels are packed.
+    const bool direct = rows_even && direct_ld <= kMaxDirectLd && contiguous_panel(P.b.cols, jp * kNR);
+    P.b_panel.push_back(direct ? P.b.rows[0] + P.b.cols[jp * kNR] : -1);
+    if (!direct) to_pack.push_back(jp);
+    P.c_direct.push_back(contiguous_panel(P.c.cols, jp * kNR));
+  }
+  // Tasks: batch x row blocks x panel ranges, enough for every thread when there are few blocks.
+  // Row blocks of equal size (whole 6-row strips, at most kMC rows), as many as a multiple of the
+  // threads when there are few tasks, so that every thread gets the same work.
+  const int64_t threads = at::get_num_threads();
+  int64_t blocks = (P.m + kMC - 1) / kMC;
+  if (P.batch * blocks % threads != 0 && P.batch * blocks < 8 * threads && P.m >= threads * kMR)
+    blocks = (blocks + threads - 1) / threads * threads;
+  const int64_t mc = ((P.m + blocks - 1) / blocks + kMR - 1) / kMR * kMR;
+  blocks = (P.m + mc - 1) / mc;
+  const int64_t split = std::clamp<int64_t>((2 * threads + P.batch * blocks - 1) / (P.batch * blocks), 1, P.panels);
+  const int64_t per = (P.panels + split - 1) / split;
+  const int64_t tasks = P.batch * blocks * split;
+  P.pack_b_in_task = blocks == 1;  // no two tasks read the same panel of one batch entry
+  if (!to_pack.empty() && !P.pack_b_in_task) {
+    P.packed_b.resize(static_cast<size_t>(P.batch * P.panels * P.k * kNR));
+    const int64_t jobs = P.batch * static_cast<int64_t>(to_pack.size());
+    at::parallel_for(0, jobs, std::max<int64_t>(1, 4096 / std::max<int64_t>(P.k, 1)), [&](int64_t b0, int64_t b1) {
+      for (int64_t t = b0; t < b1; ++t) {
+        const int64_t bi = t / to_pack.size(), jp = to_pack[t % to_pack.size()];
+        pack_b(P, bi, jp, 0, P.k, P.packed_b.data() + (bi * P.panels + jp) * P.k * kNR);
+      }
+    });
+  }
+  const int64_t flops = 2 * P.batch * P.m * P.n * P.k;
+  const int64_t grain = flops < (int64_t{1} << 22) ? tasks : 1;  // small problems on one thread
+  at::parallel_for(0, tasks, grain, [&](int64_t t0, int64_t t1) {
+    std::vector<float> apack(static_cast<size_t>(((kMC + kMR - 1) / kMR * kMR) * kKC));
+    std::vector<float> bpack(static_cast<size_t>(P.pack_b_in_task ? kKC * kNR : 0));
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t bi = t / (blocks * split), rest = t % (blocks * split);
+      const int64_t i0 = (rest / split) * mc, jp0 = (rest % split) * per;
+      const int64_t jp1 = std::min(P.panels, jp0 + per);
+      if (jp0 < jp1) run_task(P, bi, i0, std::min(mc, P.m - i0), jp0, jp1, apack.data(), bpack.data());
+    }
+  });
+}
+
+#pragma GCC pop_options
+
+}  // namespace
+
+bool tile_gemm_available() {
+  static const bool available = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  }();
+  return available;
+}
+
+void tile_gemm(const GemmOperand& c, const GemmOperand& a, const GemmOperand& b, int64_t m, int64_t n, int64_t k,
+               double alpha, bool accumulate) {
+  TORCH_CHECK(tile_gemm_available(), "tile_gemm needs a CPU with AVX2 and FMA");
+  TORCH_CHECK_VALUE(m >= 0 && n >= 0 && k >= 0, "tile_gemm: negative size m=", m, " n=", n, " k=", k);
+  const int64_t batch = group_extent(c);
+  TORCH_CHECK_VALUE(group_extent(a) == batch && group_extent(b) == batch, "tile_gemm: batch sizes differ: C ",
+                    batch, ", A ", group_extent(a), ", B ", group_extent(b));
+  Problem P{tables(c, "C", batch, m, n), tables(a, "A", batch, m, k), tables(b, "B", batch, k, n),
+            batch, m, n, k, static_cast<float>(alpha), accumulate, (n + kNR - 1) / kNR, {}, 0, {}, {}};
+  if (batch == 0 || m == 0 || n == 0) return;
+  TORCH_CHECK_VALUE(k > 0, "tile_gemm: k must be positive (an empty product is a fill)");
+  run(P);
+}
+
+}  // namespace torch_layouts

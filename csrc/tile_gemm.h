@@ -1,0 +1,34 @@
+// float32 GEMM on matrices that lie in device tiles: C (+)= alpha * A @ B with every operand read
+// or written where it lies, no dense copy of any of them (docs/design.md, "Tile GEMM").
+//
+// Each operand is a strided CPU view of a device buffer whose dims are split into three groups:
+// batch dims, the dims that make up the matrix's rows and the dims that make up its columns,
+// each group enumerated row-major (a Spyre tile view [k tiles, m, stick] is rows (m), columns
+// (k tiles, stick)). A transposed operand is the same view with the groups swapped. The kernel
+// walks C in 6x16 register blocks: B's 16-column panels are read in place where their columns
+// are contiguous and their rows evenly spaced (a tile sticked on n), else packed once; A is
+// packed per 144x256 block into cache (its tile rows are 128 bytes apart). AVX2/FMA only
+// (`tile_gemm_available`); callers keep a BLAS path for other hosts and dtypes.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <vector>
+
+namespace torch_layouts {
+
+// A view and its dim groups (indices into the view's dims, outer to inner).
+struct GemmOperand {
+  at::Tensor view;
+  std::vector<int64_t> batch, rows, cols;
+};
+
+// C[b](i, j) = alpha * sum_p A[b](i, p) * B[b](p, j) (+ C[b](i, j) when accumulate) for
+// i < m, j < n, p < k and every batch index; only those elements of C are written.
+void tile_gemm(const GemmOperand& c, const GemmOperand& a, const GemmOperand& b, int64_t m, int64_t n, int64_t k,
+               double alpha, bool accumulate);
+
+// Whether this CPU runs the kernel (AVX2 and FMA).
+bool tile_gemm_available();
+
+}  // namespace torch_layouts
