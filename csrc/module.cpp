@@ -134,12 +134,15 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def(
       "_tile_gemm",
       [](const at::Tensor& c, const GemmGroups& cg, const at::Tensor& a, const GemmGroups& ag, const at::Tensor& b,
-         const GemmGroups& bg, int64_t m, int64_t n, int64_t k, double alpha, bool accumulate) {
+         const GemmGroups& bg, int64_t m, int64_t n, int64_t k, double alpha, bool accumulate,
+         const std::optional<at::Tensor>& bias, double beta) {
         tile_gemm({c, std::get<0>(cg), std::get<1>(cg), std::get<2>(cg)},
                   {a, std::get<0>(ag), std::get<1>(ag), std::get<2>(ag)},
-                  {b, std::get<0>(bg), std::get<1>(bg), std::get<2>(bg)}, m, n, k, alpha, accumulate);
+                  {b, std::get<0>(bg), std::get<1>(bg), std::get<2>(bg)}, m, n, k, alpha, accumulate, bias, beta);
       },
-      nogil);
+      py::arg("c"), py::arg("c_groups"), py::arg("a"), py::arg("a_groups"), py::arg("b"), py::arg("b_groups"),
+      py::arg("m"), py::arg("n"), py::arg("k"), py::arg("alpha"), py::arg("accumulate"), py::arg("bias") = py::none(),
+      py::arg("beta") = 1.0, nogil);
   m.def("_tile_gemm_available", &tile_gemm_available);
 
   m.def("_device_count", &device_count);

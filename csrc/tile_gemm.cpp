@@ -118,6 +118,8 @@ struct Problem {
   int64_t batch, m, n, k;
   float alpha;
   bool accumulate;
+  const float* bias;  // null, or n floats: C(i, j) starts from beta * bias[j]
+  float beta;
   int64_t panels;                  // 16-column panels of B and C
   std::vector<int64_t> b_panel;    // per panel: offset of B's row 0 (direct) or -1 (packed)
   int64_t ldb = 0;
@@ -191,12 +193,20 @@ void write_c(const Problem& P, int64_t bi, int64_t i0, int64_t mr, int64_t jp, c
   float* base = P.c.base + P.c.batch[bi];
   const int64_t j0 = jp * kNR, nr = std::min(kNR, P.n - j0);
   const __m256 alpha = _mm256_set1_ps(P.alpha);
+  const bool bias = !add && P.bias != nullptr;  // the first pass adds beta * bias[j]
   if (P.c_direct[jp]) {
+    __m256 bias0 = _mm256_setzero_ps(), bias1 = bias0;
+    if (bias) {
+      const __m256 beta = _mm256_set1_ps(P.beta);
+      bias0 = _mm256_mul_ps(beta, _mm256_loadu_ps(P.bias + j0));
+      bias1 = _mm256_mul_ps(beta, _mm256_loadu_ps(P.bias + j0 + 8));
+    }
     for (int64_t r = 0; r < mr; ++r) {
       float* out = base + P.c.rows[i0 + r] + P.c.cols[j0];
       __m256 v0 = _mm256_mul_ps(alpha, _mm256_loadu_ps(acc + r * kNR));
       __m256 v1 = _mm256_mul_ps(alpha, _mm256_loadu_ps(acc + r * kNR + 8));
       if (add) v0 = _mm256_add_ps(_mm256_loadu_ps(out), v0), v1 = _mm256_add_ps(_mm256_loadu_ps(out + 8), v1);
+      if (bias) v0 = _mm256_add_ps(bias0, v0), v1 = _mm256_add_ps(bias1, v1);
       _mm256_storeu_ps(out, v0);
       _mm256_storeu_ps(out + 8, v1);
     }
@@ -207,7 +217,7 @@ void write_c(const Problem& P, int64_t bi, int64_t i0, int64_t mr, int64_t jp, c
     for (int64_t q = 0; q < nr; ++q) {
       float& out = row[P.c.cols[j0 + q]];
       const float v = P.alpha * acc[r * kNR + q];
-      out = add ? out + v : v;
+      out = add ? out + v : bias ? P.beta * P.bias[j0 + q] + v : v;
     }
   }
 }
@@ -312,14 +322,23 @@ bool tile_gemm_available() {
 }
 
 void tile_gemm(const GemmOperand& c, const GemmOperand& a, const GemmOperand& b, int64_t m, int64_t n, int64_t k,
-               double alpha, bool accumulate) {
+               double alpha, bool accumulate, const std::optional<at::Tensor>& bias, double beta) {
   TORCH_CHECK(tile_gemm_available(), "tile_gemm needs a CPU with AVX2 and FMA");
   TORCH_CHECK_VALUE(m >= 0 && n >= 0 && k >= 0, "tile_gemm: negative size m=", m, " n=", n, " k=", k);
   const int64_t batch = group_extent(c);
   TORCH_CHECK_VALUE(group_extent(a) == batch && group_extent(b) == batch, "tile_gemm: batch sizes differ: C ",
                     batch, ", A ", group_extent(a), ", B ", group_extent(b));
   Problem P{tables(c, "C", batch, m, n), tables(a, "A", batch, m, k), tables(b, "B", batch, k, n),
-            batch, m, n, k, static_cast<float>(alpha), accumulate, (n + kNR - 1) / kNR, {}, 0, {}, {}};
+            batch, m, n, k, static_cast<float>(alpha), accumulate, nullptr, static_cast<float>(beta),
+            (n + kNR - 1) / kNR, {}, 0, {}, {}};
+  if (bias) {
+    TORCH_CHECK_VALUE(bias->device().is_cpu() && bias->scalar_type() == at::kFloat && bias->dim() == 1 &&
+                          bias->is_contiguous() && bias->numel() >= n,
+                      "bias: expected a contiguous float32 CPU vector of at least ", n, " elements, got ",
+                      bias->sizes(), " ", bias->scalar_type());
+    TORCH_CHECK_VALUE(!accumulate, "bias: only without accumulate (C starts from beta * bias)");
+    P.bias = bias->data_ptr<float>();
+  }
   if (batch == 0 || m == 0 || n == 0) return;
   TORCH_CHECK_VALUE(k > 0, "tile_gemm: k must be positive (an empty product is a fill)");
   run(P);

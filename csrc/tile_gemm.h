@@ -13,6 +13,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <optional>
 #include <vector>
 
 namespace torch_layouts {
@@ -23,10 +24,11 @@ struct GemmOperand {
   std::vector<int64_t> batch, rows, cols;
 };
 
-// C[b](i, j) = alpha * sum_p A[b](i, p) * B[b](p, j) (+ C[b](i, j) when accumulate) for
-// i < m, j < n, p < k and every batch index; only those elements of C are written.
+// C[b](i, j) = alpha * sum_p A[b](i, p) * B[b](p, j) (+ C[b](i, j) when accumulate, + beta * bias[j]
+// with a bias) for i < m, j < n, p < k and every batch index; only those elements of C are written.
+// A bias is a dense float32 vector of n elements or more.
 void tile_gemm(const GemmOperand& c, const GemmOperand& a, const GemmOperand& b, int64_t m, int64_t n, int64_t k,
-               double alpha, bool accumulate);
+               double alpha, bool accumulate, const std::optional<at::Tensor>& bias, double beta);
 
 // Whether this CPU runs the kernel (AVX2 and FMA).
 bool tile_gemm_available();

@@ -95,24 +95,31 @@ def problems(draw):
     b = draw(storage(batch, k + extra(), n + extra(), math.nan))
     c = draw(storage(batch, m + extra(), n + extra(), SENTINEL))
     alpha = draw(st.sampled_from([1.0, 0.5, -2.0]))
-    accumulate = draw(st.booleans())
-    return batch, (m, n, k), a, b, c, alpha, accumulate
+    start = draw(st.sampled_from(["zero", "accumulate", "bias"]))  # what C starts from
+    beta = draw(st.sampled_from([1.0, -0.5]))
+    return batch, (m, n, k), a, b, c, alpha, start, beta
 
 
 @given(problems(), st.randoms(use_true_random=False))
 def test_tile_gemm_matches_float64(problem, rnd):
-    batch, (m, n, k), a, b, c, alpha, accumulate = problem
+    batch, (m, n, k), a, b, c, alpha, start, beta = problem
     nb = math.prod(batch)
     gen = torch.Generator().manual_seed(rnd.randrange(1 << 30))
     av, bv = torch.randn(nb, m, k, generator=gen), torch.randn(nb, k, n, generator=gen)
     a.place(av)
     b.place(bv)
-    cv = torch.randn(nb, m, n, generator=gen) if accumulate else None
-    if accumulate:
+    want = alpha * (av.double() @ bv.double())
+    bias = None
+    if start == "accumulate":
+        cv = torch.randn(nb, m, n, generator=gen)
         c.place(cv)
+        want += cv.double()
+    elif start == "bias":
+        bias = torch.randn(n + 3, generator=gen)
+        want += beta * bias[:n].double()
     a_before, b_before, c_before = a.buffer.clone(), b.buffer.clone(), c.buffer.clone()
-    _C._tile_gemm(c.view, c.groups, a.view, a.groups, b.view, b.groups, m, n, k, alpha, accumulate)
-    want = alpha * (av.double() @ bv.double()) + (cv.double() if accumulate else 0)
+    _C._tile_gemm(c.view, c.groups, a.view, a.groups, b.view, b.groups, m, n, k, alpha, start == "accumulate",
+                  bias, beta)
     got = c.logical()[:, :m, :n].double()
     torch.testing.assert_close(got, want, atol=1e-4 * math.sqrt(k), rtol=1e-5)
     assert torch.equal(a.buffer.nan_to_num(7.0), a_before.nan_to_num(7.0))
@@ -140,14 +147,15 @@ def test_transposed_operands_are_the_same_view_with_groups_swapped():
     assert bool((out.permute(1, 0, 2).reshape(70, 64)[:, 40:] == SENTINEL).all())
 
 
-@pytest.mark.parametrize("case", ["dtype", "batch", "rows", "group", "k"])
+@pytest.mark.parametrize("case", ["dtype", "batch", "rows", "group", "k", "bias", "bias-accumulate"])
 def test_bad_operands_raise_value_errors_naming_them(case):
     a, b, c = torch.randn(8, 4), torch.randn(4, 5), torch.zeros(8, 5)
     g = ([], [0], [1])
     args = [c, g, a, g, b, g, 8, 5, 4, 1.0, False]
     match = {"dtype": "A: expected a float32", "batch": "batch sizes differ", "rows": "A: needs 9 rows",
              "group": "C: dim 1 is out of range or in two groups",
-             "k": "k must be positive"}[case]
+             "k": "k must be positive", "bias": "bias: expected a contiguous float32 CPU vector of at least 5",
+             "bias-accumulate": "bias: only without accumulate"}[case]
     if case == "dtype":
         args[2] = a.double()
     elif case == "batch":
@@ -158,5 +166,10 @@ def test_bad_operands_raise_value_errors_naming_them(case):
         args[1] = ([], [1], [1])
     elif case == "k":
         args[8] = 0
+    elif case == "bias":
+        args.append(torch.randn(4))
+    elif case == "bias-accumulate":
+        args[10] = True
+        args.append(torch.randn(5))
     with pytest.raises(ValueError, match=match):
         _C._tile_gemm(*args)

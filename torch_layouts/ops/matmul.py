@@ -230,19 +230,23 @@ def matmul(op: str, a: torch.Tensor, b: torch.Tensor, names: tuple[str, str] = (
 def _tile_gemm(out: torch.Tensor, c_coords: BoundLayout, a: Tiles, b: Tiles, mnk: tuple[int, int, int],
                bias: torch.Tensor | None, beta: float, alpha: float) -> torch.Tensor:
     """``out`` (fresh, in ``c_coords``) := ``alpha * a @ b`` (+ ``beta * bias``) on the tile GEMM:
-    A, B and C read and written where they lie. A bias readable in C's coordinates is written
-    into C first and the product accumulated onto it, as the CPU's ``addmm`` does."""
+    A, B and C read and written where they lie. A bias row (``linear``'s) is added by the GEMM
+    as it writes C; another bias readable in C's coordinates is written into C first and the
+    product accumulated onto it, as the CPU's ``addmm`` does."""
     c_tiles = raw(out).view(c_coords.shape)
     order = _matrix_order(len(c_coords.size))
     nb = len(order) - 3
     c_groups = (list(order[:nb]), [order[nb]], [order[nb + 1], order[nb + 2]])
-    bias_tiles = None if bias is None or beta == 0 else _bias_tiles(bias, c_coords, tuple(out.shape))
+    live = bias is not None and beta != 0
+    bias_row = _bias_row(bias, c_coords, tuple(out.shape)) if live else None
+    bias_tiles = _bias_tiles(bias, c_coords, tuple(out.shape)) if live and bias_row is None else None
     if bias_tiles is not None:
         torch.mul(bias_tiles.expand(c_tiles.shape), beta, out=c_tiles)
-    _C._tile_gemm(c_tiles, c_groups, a.view, a.groups(), b.view, b.groups(), *mnk, alpha, bias_tiles is not None)
+    _C._tile_gemm(c_tiles, c_groups, a.view, a.groups(), b.view, b.groups(), *mnk, alpha, bias_tiles is not None,
+                  None if bias_row is None else bias_row.contiguous(), beta)
     if bias_tiles is not None and has_padding(c_coords):
         _C._fill_padding(out)
-    if bias is not None and beta != 0 and bias_tiles is None:
+    if live and bias_row is None and bias_tiles is None:
         run(ADD, [out, bias], {"alpha": beta}, target=out)
     return out
 
