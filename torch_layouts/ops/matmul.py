@@ -54,8 +54,11 @@ Shape = tuple[int, ...]
 # of B and C while A stays in cache and there are few tiles.
 TILE_GEMM_BYTES = 8 << 20
 TILE_GEMM_TILES = 4
-# float32 products run on the tile GEMM (csrc/tile_gemm.cpp) where the CPU has AVX2 and FMA.
+# float32 products run on the tile GEMM (csrc/tile_gemm.cpp) where the CPU has AVX2 and FMA,
+# unless every dim is this large: there the packing copies cost less than the BLAS's faster kernel
+# gains (benchmarks/RESULTS.md).
 TILE_GEMM = _C._tile_gemm_available()
+BLAS_FROM_DIM = 1536
 
 
 @functools.lru_cache(maxsize=1024)
@@ -192,7 +195,7 @@ def matmul(op: str, a: torch.Tensor, b: torch.Tensor, names: tuple[str, str] = (
                        "mat1 sticked on k (its last dim) in the default layout")
     b_coords = BoundLayout(rhs_layout(b_size, dtype), b_size, rowmajor(b_size))
     b_rule = "mat2 sticked on n (its last dim), with k padded to whole sticks of zeros"
-    if dtype == torch.float32 and TILE_GEMM:
+    if dtype == torch.float32 and TILE_GEMM and min(m, n, k) < BLAS_FROM_DIM:
         tiles_b = _operand(op, named, 1, b_coords, padded_k, b_rule)
         return _tile_gemm(out, c_coords, tiles_a, tiles_b, (m, n, k), bias, beta, alpha)
     dense_a = tiles_a.dense(a.device)
