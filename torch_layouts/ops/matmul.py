@@ -19,14 +19,18 @@ runs. Here:
   An operand the GEMM packs anyway is read where it lies: its restickify and the packing
   are one copy.
 
-The GEMM itself runs over the padded dims, as the hardware would. A's tiles are gathered
-into a dense ``(m, k_padded)`` matrix. With few tiles of n (and A small enough to stay in
-cache), B's tiles ``[n tiles, k_padded, stick]`` feed one GEMM each, writing C's tiles in
-place (a batched GEMM, no copy of B or C). Otherwise B is gathered into a dense
-``(k_padded, n_padded)`` matrix too, one dense matmul computes C's padded tiles, and
-their real elements are scattered into C's device buffer (``O(n^2)`` repacks around the
-``O(n^3)`` product). ``addmm``'s bias row is added by the GEMM itself, as on the CPU. The
-dense matrices live in device memory (``operands.scratch``), like a kernel's scratchpad.
+float32 products run on the tile GEMM (``csrc/tile_gemm.cpp``, docs/design.md "Tile GEMM"):
+A, B and C are handed to it as strided views of their buffers, grouped into batch, rows and
+columns, and nothing is gathered; a transposed operand is its transpose's tiles with rows and
+columns swapped, packed by the GEMM (the restickify the rule asks for, counted). Other dtypes,
+hosts without AVX2/FMA and products with every dim from ``BLAS_FROM_DIM`` call the BLAS over
+the padded dims, as the hardware would: A's tiles are gathered into a dense ``(m, k_padded)``
+matrix. With few tiles of n (and A small enough to stay in cache), B's tiles ``[n tiles,
+k_padded, stick]`` feed one GEMM each, writing C's tiles in place (a batched GEMM, no copy of B
+or C). Otherwise B is gathered into a dense ``(k_padded, n_padded)`` matrix too, one dense
+matmul computes C's padded tiles, and their real elements are scattered into C's device
+buffer. ``addmm``'s bias row is added by the GEMM itself, as on the CPU. The dense matrices
+live in device memory (``operands.scratch``), like a kernel's scratchpad.
 """
 
 from __future__ import annotations
