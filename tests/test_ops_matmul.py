@@ -220,3 +220,19 @@ def test_empty_operands():
 def test_dtype_mismatch_is_rejected_like_on_cpu():
     with pytest.raises(RuntimeError, match="same dtype"):
         torch.randn(4, 64).to("spyre") @ torch.randn(64, 8).half().to("spyre")
+
+
+def test_repeated_calls_replay_their_plan_with_fresh_data_and_counts():
+    """A second call of one geometry (a kept plan on the tile GEMM) reads the operands' current
+    data and counts the rule's restickify again; strict mode still raises on it."""
+    w = torch.randn(96, 64)
+    dw = w.to("spyre")
+    for step in range(3):
+        x = torch.randn(40, 64) + step
+        torch_layouts.reset_stats()
+        close(torch.nn.functional.linear(x.to("spyre"), dw), torch.nn.functional.linear(x, w))
+        assert restickifies() == 1  # weight.t() is sticked on k
+        dw.mul_(2)
+        w = w * 2
+    with torch_layouts.strict_layouts(), pytest.raises(LayoutError, match="sticked on"):
+        torch.nn.functional.linear(x.to("spyre"), dw)

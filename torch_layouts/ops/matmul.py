@@ -47,8 +47,8 @@ from ..spyre import SpyreTensorLayout
 from . import rules
 from .. import _C
 from .elementwise import ADD, MUL, broadcast_shape, copy_real, fill_, materialize, operand_view, run
-from .operands import (ViewPlan, default_coords, has_padding, is_whole_dense, new_tensor, plan, raw, record_of,
-                       rowmajor, scratch, view)
+from .operands import (ViewPlan, default_coords, geometry_key, has_padding, is_whole_dense, new_tensor, plan, raw,
+                       record_of, rowmajor, scratch, view)
 from .registry import register
 from .stats import count_restickify
 from .strided import strided_copy
@@ -86,7 +86,7 @@ def _matrix_order(rank: int) -> tuple[int, ...]:
 
 
 def _readable(op: str, named: list[tuple[str, torch.Tensor]], i: int, coords: BoundLayout, exact: bool,
-              requirement: str, refine: bool) -> tuple[torch.Tensor, ViewPlan]:
+              requirement: str, refine: bool, effects: list[Effect] | None = None) -> tuple[torch.Tensor, ViewPlan]:
     """Operand ``i`` and its plan in ``coords``. One that breaks the rule (its stick elsewhere)
     is restickified (counted; strict mode raises). With ``refine`` a refined plan reads the
     operand as it is, for a kernel that copies it anyway (a restickify and that copy are one
@@ -98,9 +98,7 @@ def _readable(op: str, named: list[tuple[str, torch.Tensor]], i: int, coords: Bo
     info = record_of(t)
     breaks = p is None or not p.stick_ok or (exact and (not p.exact or info.layout.pad_value != 0))
     if breaks:
-        if info is not None and is_whole_dense(t, info):
-            rules.check(op, requirement, named, name, coords.layout)
-        count_restickify(t.numel() * t.element_size())
+        _restickified(op, named, i, requirement, coords.layout, effects)
     if p is not None and (refine and not exact or not breaks and p.shape is None):
         return t, p
     t = materialize(t, coords)
@@ -141,18 +139,83 @@ def _tiles(t: torch.Tensor, coords: BoundLayout, p: ViewPlan) -> Tiles:
 
 
 def _operand(op: str, named: list[tuple[str, torch.Tensor]], i: int, coords: BoundLayout, exact: bool,
-             requirement: str) -> Tiles:
+             requirement: str, effects: list[Effect] | None = None) -> Tiles:
     """Operand ``i`` read in ``coords`` (see ``_readable``), or as the transpose of its
-    transpose's tiles (``_flipped``)."""
-    flipped = None if exact else _flipped(op, named, i, coords, requirement)
+    transpose's tiles (``_flipped``); restickifies the rule asks for go to ``effects``."""
+    flipped = None if exact else _flipped(op, named, i, coords, requirement, effects)
     if flipped is not None:
         return flipped
-    t, p = _readable(op, named, i, coords, exact, requirement, refine=True)
+    t, p = _readable(op, named, i, coords, exact, requirement, True, effects)
     return _tiles(t, coords, p)
 
 
-def _flipped(op: str, named: list[tuple[str, torch.Tensor]], i: int, coords: BoundLayout, requirement: str
-             ) -> Tiles | None:
+class Effect(NamedTuple):
+    """A restickify the rule asks for: operand ``operand`` breaks ``requirement`` (strict mode
+    raises when ``checked``: the operand is its buffer's whole tensor) and moves ``nbytes``."""
+
+    operand: int
+    requirement: str
+    layout: DeviceLayout
+    checked: bool
+    nbytes: int
+
+    def replay(self, op: str, named: list[tuple[str, torch.Tensor]]) -> None:
+        if self.checked:
+            rules.check(op, self.requirement, named, named[self.operand][0], self.layout)
+        count_restickify(self.nbytes)
+
+
+def _restickified(op: str, named: list[tuple[str, torch.Tensor]], i: int, requirement: str, layout: DeviceLayout,
+                  effects: list[Effect] | None) -> None:
+    t = named[i][1]
+    info = record_of(t)
+    effect = Effect(i, requirement, layout, info is not None and is_whole_dense(t, info), t.numel() * t.element_size())
+    effect.replay(op, named)
+    if effects is not None:
+        effects.append(effect)
+
+
+Read = tuple[tuple[int, ...], tuple[int, ...], int]  # a view of a raw buffer: size, strides, offset
+
+
+class GemmPlan(NamedTuple):
+    """A tile GEMM call's operands (A, B) as views of their raw buffers with their dim groups,
+    and the restickifies to count again; ``layouts`` keeps the operands' layout objects alive,
+    so that the ids in the plan's key stay theirs."""
+
+    reads: tuple[tuple[Read, tuple[list[int], list[int], list[int]]], ...]
+    effects: tuple[Effect, ...]
+    layouts: tuple
+
+    def replay(self, op: str, named: list[tuple[str, torch.Tensor]]) -> list[Tiles]:
+        for effect in self.effects:
+            effect.replay(op, named)
+        return [Tiles(raw(t).as_strided(*read), *groups) for (_, t), (read, groups) in zip(named, self.reads)]
+
+
+PLANS: dict[tuple, GemmPlan] = {}
+MAX_PLANS = 512
+
+
+def _plan_key(op: str, a: torch.Tensor, b: torch.Tensor) -> tuple | None:
+    ka, kb = geometry_key(a), geometry_key(b)
+    return None if ka is None or kb is None else (op, ka, kb)
+
+
+def _remember(key: tuple | None, named: list[tuple[str, torch.Tensor]], tiles: list[Tiles],
+              effects: list[Effect]) -> None:
+    """Keep the plan of a call whose operands were read where they lie (no copy was made)."""
+    if key is None or any(x.view.untyped_storage().data_ptr() != raw(t).untyped_storage().data_ptr()
+                          for x, (_, t) in zip(tiles, named)):
+        return
+    if len(PLANS) >= MAX_PLANS:
+        PLANS.clear()
+    reads = tuple(((tuple(x.view.shape), tuple(x.view.stride()), x.view.storage_offset()), x.groups()) for x in tiles)
+    PLANS[key] = GemmPlan(reads, tuple(effects), tuple(_C._bound_layout_of(t).layout for _, t in named))
+
+
+def _flipped(op: str, named: list[tuple[str, torch.Tensor]], i: int, coords: BoundLayout, requirement: str,
+             effects: list[Effect] | None = None) -> Tiles | None:
     """An operand sticked on its rows (``weight.t()``, ``grad.t()``) as the transpose of its
     transpose's tiles. It is the restickify the rule asks for (counted; strict mode raises),
     done by the GEMM's packing. None when the operand is sticked on its columns, or either
@@ -166,10 +229,7 @@ def _flipped(op: str, named: list[tuple[str, torch.Tensor]], i: int, coords: Bou
     p = plan(flipped, flipped_coords, refine=True)
     if p is None or not p.stick_ok or has_padding(flipped_coords):
         return None
-    info = record_of(t)
-    if info is not None and is_whole_dense(t, info):
-        rules.check(op, requirement, named, name, coords.layout)
-    count_restickify(t.numel() * t.element_size())
+    _restickified(op, named, i, requirement, coords.layout, effects)
     return _tiles(flipped, flipped_coords, p).transposed()
 
 
@@ -195,14 +255,22 @@ def matmul(op: str, a: torch.Tensor, b: torch.Tensor, names: tuple[str, str] = (
     padded_k = k % eps != 0
     named = [(names[0], a), (names[1], b)]
     b_size = tuple(b.shape)
-    tiles_a = _operand(op, named, 0, default_coords(tuple(a.shape), dtype), padded_k,
-                       "mat1 sticked on k (its last dim) in the default layout")
+    a_coords = default_coords(tuple(a.shape), dtype)
+    a_rule = "mat1 sticked on k (its last dim) in the default layout"
     b_coords = BoundLayout(rhs_layout(b_size, dtype), b_size, rowmajor(b_size))
     b_rule = "mat2 sticked on n (its last dim), with k padded to whole sticks of zeros"
     if dtype == torch.float32 and TILE_GEMM and min(m, n, k) < BLAS_FROM_DIM:
-        tiles_b = _operand(op, named, 1, b_coords, padded_k, b_rule)
-        return _tile_gemm(out, c_coords, tiles_a, tiles_b, (m, n, k), bias, beta, alpha)
-    dense_a = tiles_a.dense(a.device)
+        key = _plan_key(op, a, b)
+        kept = PLANS.get(key) if key is not None else None
+        if kept is not None:
+            tiles = kept.replay(op, named)
+        else:
+            effects: list[Effect] = []
+            tiles = [_operand(op, named, 0, a_coords, padded_k, a_rule, effects),
+                     _operand(op, named, 1, b_coords, padded_k, b_rule, effects)]
+            _remember(key, named, tiles, effects)
+        return _tile_gemm(out, c_coords, *tiles, (m, n, k), bias, beta, alpha)
+    dense_a = _operand(op, named, 0, a_coords, padded_k, a_rule).dense(a.device)
     tiles_of_n = -(-n // eps)
     if not batch and tiles_of_n <= TILE_GEMM_TILES and dense_a.numel() * dense_a.element_size() <= TILE_GEMM_BYTES:
         # C's tiles [n tiles, m, stick] = A @ B's tiles [n tiles, k, stick]: B and C in place.
