@@ -16,15 +16,12 @@ constexpr int64_t kKC = 256;   // depth of one pass: a B panel's kKC x 16 floats
 constexpr int64_t kMC = 144;   // rows of A packed per pass (kMC x kKC floats in L2)
 constexpr int64_t kMaxDirectLd = 64;  // B panels whose rows lie further apart (floats) are packed
 
-// Element offsets of the first `count` indices of a dim group, enumerated row-major.
+// Element offsets of the first `count` indices of a dim group (dims of v, checked by `tables`),
+// enumerated row-major.
 std::vector<int64_t> group_offsets(const at::Tensor& v, const std::vector<int64_t>& dims, int64_t count,
                                    const char* name, const char* what) {
   int64_t extent = 1;
-  for (int64_t d : dims) {
-    TORCH_CHECK_VALUE(d >= 0 && d < v.dim(), name, ": ", what, " dim ", d, " is not a dim of its ", v.dim(),
-                      "-dim view");
-    extent *= v.size(d);
-  }
+  for (int64_t d : dims) extent *= v.size(d);
   TORCH_CHECK_VALUE(count <= extent, name, ": needs ", count, " ", what, " but its view holds ", extent);
   std::vector<int64_t> off(count);
   std::vector<int64_t> index(dims.size(), 0);
@@ -68,7 +65,7 @@ int64_t group_extent(const GemmOperand& op) {
   return n;
 }
 
-// Whether columns [j, j + kNR) are contiguous (all real), and rows p evenly spaced by `ld`.
+// Whether columns [j, j + kNR) are all real and contiguous.
 bool contiguous_panel(const std::vector<int64_t>& cols, int64_t j) {
   if (j + kNR > static_cast<int64_t>(cols.size())) return false;
   for (int64_t q = 1; q < kNR; ++q)
@@ -76,6 +73,7 @@ bool contiguous_panel(const std::vector<int64_t>& cols, int64_t j) {
   return true;
 }
 
+// Whether the rows are evenly spaced; *ld is their spacing.
 bool even_rows(const std::vector<int64_t>& rows, int64_t* ld) {
   *ld = rows.size() > 1 ? rows[1] - rows[0] : kNR;
   for (size_t p = 1; p < rows.size(); ++p)

@@ -47,8 +47,8 @@ from ..spyre import SpyreTensorLayout
 from . import rules
 from .. import _C
 from .elementwise import ADD, MUL, broadcast_shape, copy_real, fill_, materialize, operand_view, run
-from .operands import (ViewPlan, default_coords, geometry_key, has_padding, is_whole_dense, new_tensor, plan, raw,
-                       record_of, rowmajor, scratch, view)
+from .operands import (Read, ViewPlan, default_coords, has_padding, in_place, is_whole_dense, new_tensor, plan,
+                       plan_key, raw, read_of, record_of, rowmajor, scratch, view)
 from .registry import register
 from .stats import count_restickify
 from .strided import strided_copy
@@ -129,13 +129,18 @@ class Tiles(NamedTuple):
         return dense.view(*dense.shape[:nb], math.prod(dense.shape[nb:nb + len(self.rows)]), -1)
 
 
+def _matrix_groups(rank: int, counts: tuple[int, ...]) -> tuple[list[int], list[int], list[int]]:
+    """The batch, row and column dims of a view of a default layout of this rank whose device
+    dim ``d`` splits into ``counts[d]`` factor dims."""
+    first = [sum(counts[:d]) for d in range(len(counts))]
+    dims = [list(range(first[d], first[d] + counts[d])) for d in _matrix_order(rank)]
+    nb = rank - 2
+    return sum(dims[:nb], []), dims[nb], dims[nb + 1] + dims[nb + 2]
+
+
 def _tiles(t: torch.Tensor, coords: BoundLayout, p: ViewPlan) -> Tiles:
     """The tiles ``p`` reads of ``t`` in ``coords`` (a default layout), grouped as a matrix."""
-    counts = p.factors or (1,) * len(coords.shape)
-    first = [sum(counts[:d]) for d in range(len(counts))]
-    dims = [list(range(first[d], first[d] + counts[d])) for d in _matrix_order(len(coords.size))]
-    nb = len(coords.size) - 2
-    return Tiles(p.read(t, coords), sum(dims[:nb], []), dims[nb], dims[nb + 1] + dims[nb + 2])
+    return Tiles(p.read(t, coords), *_matrix_groups(len(coords.size), p.factors or (1,) * len(coords.shape)))
 
 
 def _operand(op: str, named: list[tuple[str, torch.Tensor]], i: int, coords: BoundLayout, exact: bool,
@@ -175,9 +180,6 @@ def _restickified(op: str, named: list[tuple[str, torch.Tensor]], i: int, requir
         effects.append(effect)
 
 
-Read = tuple[tuple[int, ...], tuple[int, ...], int]  # a view of a raw buffer: size, strides, offset
-
-
 class GemmPlan(NamedTuple):
     """A tile GEMM call's operands (A, B) as views of their raw buffers with their dim groups,
     and the restickifies to count again; ``layouts`` keeps the operands' layout objects alive,
@@ -197,21 +199,16 @@ PLANS: dict[tuple, GemmPlan] = {}
 MAX_PLANS = 512
 
 
-def _plan_key(op: str, a: torch.Tensor, b: torch.Tensor) -> tuple | None:
-    ka, kb = geometry_key(a), geometry_key(b)
-    return None if ka is None or kb is None else (op, ka, kb)
-
-
 def _remember(key: tuple | None, named: list[tuple[str, torch.Tensor]], tiles: list[Tiles],
               effects: list[Effect]) -> None:
     """Keep the plan of a call whose operands were read where they lie (no copy was made)."""
-    if key is None or any(x.view.untyped_storage().data_ptr() != raw(t).untyped_storage().data_ptr()
-                          for x, (_, t) in zip(tiles, named)):
+    tensors = [t for _, t in named]
+    if key is None or not in_place([x.view for x in tiles], tensors):
         return
     if len(PLANS) >= MAX_PLANS:
         PLANS.clear()
-    reads = tuple(((tuple(x.view.shape), tuple(x.view.stride()), x.view.storage_offset()), x.groups()) for x in tiles)
-    PLANS[key] = GemmPlan(reads, tuple(effects), tuple(_C._bound_layout_of(t).layout for _, t in named))
+    reads = tuple((read_of(x.view), x.groups()) for x in tiles)
+    PLANS[key] = GemmPlan(reads, tuple(effects), tuple(_C._bound_layout_of(t).layout for t in tensors))
 
 
 def _flipped(op: str, named: list[tuple[str, torch.Tensor]], i: int, coords: BoundLayout, requirement: str,
@@ -260,7 +257,7 @@ def matmul(op: str, a: torch.Tensor, b: torch.Tensor, names: tuple[str, str] = (
     b_coords = BoundLayout(rhs_layout(b_size, dtype), b_size, rowmajor(b_size))
     b_rule = "mat2 sticked on n (its last dim), with k padded to whole sticks of zeros"
     if dtype == torch.float32 and TILE_GEMM and min(m, n, k) < BLAS_FROM_DIM:
-        key = _plan_key(op, a, b)
+        key = plan_key(op, (), (a, b))
         kept = PLANS.get(key) if key is not None else None
         if kept is not None:
             tiles = kept.replay(op, named)
@@ -309,9 +306,7 @@ def _tile_gemm(out: torch.Tensor, c_coords: BoundLayout, a: Tiles, b: Tiles, mnk
     as it writes C; another bias readable in C's coordinates is written into C first and the
     product accumulated onto it, as the CPU's ``addmm`` does."""
     c_tiles = raw(out).view(c_coords.shape)
-    order = _matrix_order(len(c_coords.size))
-    nb = len(order) - 3
-    c_groups = (list(order[:nb]), [order[nb]], [order[nb + 1], order[nb + 2]])
+    c_groups = _matrix_groups(len(c_coords.size), (1,) * len(c_coords.shape))
     live = bias is not None and beta != 0
     bias_row = _bias_row(bias, c_coords, tuple(out.shape)) if live else None
     bias_tiles = _bias_tiles(bias, c_coords, tuple(out.shape)) if live and bias_row is None else None

@@ -77,6 +77,30 @@ def geometry_key(x: torch.Tensor) -> tuple | None:
             tuple(info.base_stride))
 
 
+def plan_key(op: str, args: tuple, tensors: Sequence[torch.Tensor]) -> tuple | None:
+    """A kernel call's key for its kept plan: the op, its other arguments and every tensor's
+    ``geometry_key`` (None when a tensor has no layout)."""
+    parts: list = [op, args]
+    for t in tensors:
+        geometry = geometry_key(t)
+        if geometry is None:
+            return None
+        parts.append(geometry)
+    return tuple(parts)
+
+
+Read = tuple[Shape, Shape, int]  # a view of a raw buffer: size, strides, offset
+
+
+def read_of(v: torch.Tensor) -> Read:
+    return tuple(v.shape), tuple(v.stride()), v.storage_offset()
+
+
+def in_place(views: Sequence[torch.Tensor], tensors: Sequence[torch.Tensor]) -> bool:
+    """Whether each operand's view reads its own buffer (no copy was made to read it)."""
+    return all(v.untyped_storage().data_ptr() == t.untyped_storage().data_ptr() for v, t in zip(views, tensors))
+
+
 def raw(x: torch.Tensor) -> torch.Tensor:
     """A 1-D CPU tensor of ``x.dtype`` aliasing the whole device buffer of ``x``."""
     buf = _C._raw_buffer(x)

@@ -23,7 +23,7 @@ import torch
 
 from .. import _C
 from ..core.layout import BoundLayout
-from .operands import geometry_key, has_padding, new_tensor, raw
+from .operands import Read, has_padding, in_place, new_tensor, plan_key, raw, read_of
 
 ROW_DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # what the row kernels compute on
 
@@ -95,9 +95,6 @@ def rows(coords: BoundLayout, dims: tuple[int, ...]) -> Rows | None:
     return Rows(tuple(others + reduced), len(reduced))
 
 
-Read = tuple[tuple[int, ...], tuple[int, ...], int]  # a view of a raw buffer: size, strides, offset
-
-
 class RowPlan(NamedTuple):
     """A row kernel call's geometry: the result's coordinates, the rows, and every operand's
     row view in its raw buffer (inputs, then the result, if any); ``layouts`` keeps the
@@ -121,21 +118,9 @@ MAX_PLANS = 512
 
 
 def lookup(op: str, args: tuple, tensors: tuple[torch.Tensor, ...]) -> tuple[tuple | None, RowPlan | None]:
-    """A call's key (the op, its other arguments and every tensor's ``geometry_key``; None when a
-    tensor has no layout) and the plan kept for it, if any."""
-    parts: list = [op, args]
-    for t in tensors:
-        geometry = geometry_key(t)
-        if geometry is None:
-            return None, None
-        parts.append(geometry)
-    key = tuple(parts)
-    return key, PLANS.get(key)
-
-
-def in_place(views: list[torch.Tensor], tensors: tuple[torch.Tensor, ...]) -> bool:
-    """Whether each operand's view reads its own buffer (no copy was made to read it)."""
-    return all(v.untyped_storage().data_ptr() == t.untyped_storage().data_ptr() for v, t in zip(views, tensors))
+    """A call's key (``operands.plan_key``) and the plan kept for it, if any."""
+    key = plan_key(op, args, tensors)
+    return key, None if key is None else PLANS.get(key)
 
 
 def remember(key: tuple | None, coords: BoundLayout, shape: Rows, views: list[torch.Tensor],
@@ -146,5 +131,5 @@ def remember(key: tuple | None, coords: BoundLayout, shape: Rows, views: list[to
         return
     if len(PLANS) >= MAX_PLANS:
         PLANS.clear()
-    reads = tuple((tuple(v.shape), tuple(v.stride()), v.storage_offset()) for v in views)
+    reads = tuple(read_of(v) for v in views)
     PLANS[key] = RowPlan(coords, shape, reads, tuple(_C._bound_layout_of(t).layout for t in tensors))
