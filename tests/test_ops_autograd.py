@@ -4,6 +4,8 @@ the CPU's."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 import torch
 
@@ -79,3 +81,43 @@ def test_backward_runs_on_device_kernels():
     assert stats["fallbacks"] == {}
     calls = stats["kernel_calls"]
     assert calls.get("aten::_softmax_backward_data") == 1 and calls.get("aten::mm", 0) >= 1
+
+
+def _backward_threads(x: torch.Tensor) -> tuple[list[int], torch.Tensor]:
+    """The threads the backward of a small graph on ``x`` ran on, and ``x``'s gradient."""
+    seen: list[int] = []
+    leaf = x.detach().clone().requires_grad_()
+    leaf.register_hook(lambda grad: seen.append(threading.get_ident()))
+    torch.nn.functional.layer_norm(torch.softmax(leaf, -1) * 3, leaf.shape[-1:]).pow(2).sum().backward()
+    return seen, leaf.grad
+
+
+@pytest.mark.parametrize("multithreaded", [False, True])
+def test_backward_thread_and_gradients(multithreaded: bool):
+    """Importing torch_layouts runs the importing thread's backward on that thread (docs/design.md,
+    "Backward on the calling thread"); re-enabling autograd's device threads moves it off the
+    thread and changes no gradient bit."""
+    x = torch.randn(4, 8, 130)
+    _, want = _backward_threads(x)  # CPU reference: always on the calling thread
+    assert not torch._C._is_multithreading_enabled()
+    with torch.autograd.set_multithreading_enabled(multithreaded):
+        seen, got = _backward_threads(x.to("spyre"))
+    assert len(seen) == 1 and (seen[0] == threading.get_ident()) != multithreaded
+    assert got.device.type == "spyre"
+    torch.testing.assert_close(got.cpu(), want, atol=1e-5, rtol=1e-4)
+    assert not torch._C._is_multithreading_enabled()
+
+
+def test_other_threads_keep_pytorchs_default():
+    """The setting is autograd's thread-local one: a thread started later has PyTorch's default."""
+    result: dict[str, object] = {}
+
+    def body() -> None:
+        result["enabled"] = torch._C._is_multithreading_enabled()
+        result["seen"], _ = _backward_threads(torch.randn(3, 70).to("spyre"))
+
+    worker = threading.Thread(target=body)
+    worker.start()
+    worker.join()
+    assert result["enabled"] is True
+    assert result["seen"] and result["seen"][0] != worker.ident

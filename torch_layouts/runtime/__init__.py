@@ -28,6 +28,25 @@ def _drain_autograd_threads() -> None:
         pass
 
 
+def backward_on_calling_thread() -> None:
+    """Run this thread's backward passes on the thread itself, as the CPU's run (see docs/design.md,
+    "Backward on the calling thread"); ``torch.autograd.set_multithreading_enabled(True)`` undoes it.
+
+    The device computes synchronously on the host, so autograd's per-device worker thread only
+    adds a hand-off, and its own OpenMP team: with more OpenMP threads than cores, libgomp
+    shortens every team's spin-wait and each parallel region pays a futex wake-up.
+
+    >>> import threading, torch, torch_layouts
+    >>> x = torch.ones(2, device="spyre", requires_grad=True)
+    >>> seen = []
+    >>> _ = x.register_hook(lambda grad: seen.append(threading.get_ident()))
+    >>> (x * 2).sum().backward()
+    >>> seen == [threading.get_ident()]
+    True
+    """
+    torch.autograd.set_multithreading_enabled(False)
+
+
 def init() -> None:
     """Rename PrivateUse1 to ``spyre`` and install the runtime (idempotent)."""
     if torch._C._get_privateuse1_backend_name() == "spyre":
@@ -43,4 +62,5 @@ def init() -> None:
     sharing.install()
     streams.install()
     atexit.register(_drain_autograd_threads)
+    backward_on_calling_thread()
     serialization.install()  # each family's own classes are allowed when it registers (core.family)
