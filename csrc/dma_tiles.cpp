@@ -120,6 +120,17 @@ inline void block2x2_u64(char* d, const char* s, int64_t src_a, int64_t dst_b) {
   st(d + dst_b, _mm_unpackhi_epi64(r0, r1));
 }
 
+// 4x4 block of 16-byte units: all sixteen loads, then the stores. Unit by unit, a load whose
+// address lies a multiple of 4 KiB from a pending store waits for it (4K aliasing), and the tiles
+// of 16-byte units (MACE images of float32) step 1 or 4 KiB on both sides.
+inline void block4x4_u128(char* d, const char* s, int64_t src_a, int64_t dst_b) {
+  __m128i r[4][4];
+  for (int a = 0; a < 4; ++a)
+    for (int b = 0; b < 4; ++b) r[a][b] = ld(s + a * src_a + b * 16);
+  for (int b = 0; b < 4; ++b)
+    for (int a = 0; a < 4; ++a) st(d + a * 16 + b * dst_b, r[a][b]);
+}
+
 // AVX (not AVX2: this host has none) 256-bit shuffles move bits like the SSE2 ones; they are
 // compiled for AVX and used only where the CPU reports it.
 #define TL_AVX __attribute__((target("avx")))
@@ -240,6 +251,20 @@ void tile_u32(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a, int
   if (na >= 4 && nb >= 4) return blocked_tile<uint32_t, 4, block4x4_u32>(d, s, na, nb, src_a, dst_b);
   scalar_tile<uint32_t>(d, s, na, nb, src_a, dst_b);
 }
+struct U128 {
+  char bytes[16];
+};
+
+// Blocks along the destination's rows (its lines written in order, the loads strided).
+void tile_u128(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a, int64_t dst_b) {
+  if (na < 4 || nb < 4) return wide_tile<16>(d, s, na, nb, src_a, dst_b, 16);
+  const int64_t na_k = na - na % 4, nb_k = nb - nb % 4;
+  for (int64_t b = 0; b < nb_k; b += 4)
+    for (int64_t a = 0; a < na_k; a += 4) block4x4_u128(d + a * 16 + b * dst_b, s + a * src_a + b * 16, src_a, dst_b);
+  if (nb_k < nb) scalar_tile<U128>(d + nb_k * dst_b, s + nb_k * 16, na_k, nb - nb_k, src_a, dst_b);
+  if (na_k < na) scalar_tile<U128>(d + na_k * 16, s + na_k * src_a, na - na_k, nb, src_a, dst_b);
+}
+
 void tile_u64(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a, int64_t dst_b) {
   if (kAvx && na >= 4 && nb >= 4) return blocked_tile_u64_avx(d, s, na, nb, src_a, dst_b);
   if (na >= 2 && nb >= 2) return blocked_tile<uint64_t, 2, block2x2_u64>(d, s, na, nb, src_a, dst_b);
@@ -255,6 +280,9 @@ void tile_u16(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a, int
 void tile_u32(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a, int64_t dst_b) {
   scalar_tile<uint32_t>(d, s, na, nb, src_a, dst_b);
 }
+void tile_u128(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a, int64_t dst_b) {
+  wide_tile<16>(d, s, na, nb, src_a, dst_b, 16);
+}
 #endif
 
 void plain_tile(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a, int64_t dst_b, int64_t unit) {
@@ -263,7 +291,7 @@ void plain_tile(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a, i
     case 2: return tile_u16(d, s, na, nb, src_a, dst_b);
     case 4: return tile_u32(d, s, na, nb, src_a, dst_b);
     case 8: return tile_u64(d, s, na, nb, src_a, dst_b);
-    case 16: return wide_tile<16>(d, s, na, nb, src_a, dst_b, unit);
+    case 16: return tile_u128(d, s, na, nb, src_a, dst_b);
     case 32: return wide_tile<32>(d, s, na, nb, src_a, dst_b, unit);
     case 64: return wide_tile<64>(d, s, na, nb, src_a, dst_b, unit);
     case 128: return wide_tile<128>(d, s, na, nb, src_a, dst_b, unit);

@@ -112,6 +112,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     at::Tensor raw = raw_buffer(t, layout ? layout->dtype : t.scalar_type());
     return layout ? raw.narrow(0, 0, layout->device_numel) : raw;
   });
+  m.def("_raw_view", [](const at::Tensor& t, c10::IntArrayRef sizes, c10::IntArrayRef strides, int64_t offset) {
+    TORCH_CHECK_VALUE(t.is_privateuseone(), "expected a spyre tensor, got one on ", t.device());
+    return raw_buffer(t, t.scalar_type()).as_strided(sizes, strides, offset);
+  });
   m.def("_to_host", &to_host, py::call_guard<py::gil_scoped_release>());
   m.def("_fill_padding", [](const at::Tensor& t) {
     LayoutPtr layout = t.is_privateuseone() ? layout_of(t) : nullptr;

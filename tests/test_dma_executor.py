@@ -86,6 +86,21 @@ def test_interleaves_and_transposes_of_long_rows(streaming: bool, esize: int, ro
     assert torch.equal(back, host.reshape(-1))
 
 
+@pytest.mark.parametrize("lanes", [2, 4, 8])
+@pytest.mark.parametrize("rows, cols", [(4, 4), (5, 7), (64, 256), (67, 130), (256, 3)])
+def test_transposes_of_wide_units(streaming: bool, lanes: int, rows: int, cols: int) -> None:
+    """rows x cols units of ``lanes`` int32 (8, 16 and 32 bytes: MACE images of float16 and
+    float32) transposed both ways: the 4x4 blocks of 16-byte units and their ragged edges."""
+    host = torch.randint(-2**31, 2**31 - 1, (rows, cols, lanes), dtype=torch.int64).to(torch.int32)
+    packed = torch.empty(rows * cols * lanes, dtype=torch.int32)
+    nest = ((rows, cols, lanes), (lanes, rows * lanes, 1), (cols * lanes, lanes, 1), 0, 0)
+    _C._run_nests([nest], packed, host.reshape(-1))
+    assert torch.equal(packed, host.transpose(0, 1).reshape(-1))
+    back = torch.empty_like(packed)
+    _C._run_nests([((rows, cols, lanes), (cols * lanes, lanes, 1), (lanes, rows * lanes, 1), 0, 0)], back, packed)
+    assert torch.equal(back, host.reshape(-1))
+
+
 def test_stream_threshold_rejects_negative_bytes() -> None:
     with pytest.raises(ValueError, match="-1"):
         _C._set_stream_bytes(-1)

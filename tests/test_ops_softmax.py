@@ -12,8 +12,9 @@ import torch
 
 import torch_layouts
 from ops_support import matches_cpu
-from torch_layouts import SpyreTensorLayout, htp
-from torch_layouts.ops.rows import PLANS
+from torch_layouts import SpyreTensorLayout, _C, htp
+from torch_layouts.ops.reductions import placement, readable, write_placed, write_result
+from torch_layouts.ops.rows import PLANS, rows
 
 F16, F32 = torch.float16, torch.float32
 close = functools.partial(matches_cpu, f16=(2e-3, 2e-3), other=(1e-5, 1e-5))
@@ -152,3 +153,37 @@ def test_replayed_layer_norm_plans_match_the_cpu(affine):
                 close(dev.bias.grad, ln.bias.grad)
         sizes.append(len(PLANS))
     assert sizes[0] > 0 and sizes[1] == sizes[0]
+
+
+# Row-kernel geometries whose statistics (per row) and parameter gradients (per column) are
+# written by ``reductions.placement``: id, shape, dtype, device layout (None: default), row dims.
+PLACEMENTS = [
+    ("stick", (3, 24, 64), F32, None, (2,)),
+    ("stick-f16", (5, 128), F16, None, (1,)),
+    ("stick-bf16", (2, 3, 64), torch.bfloat16, None, (2,)),
+    ("two-dims", (2, 6, 64), F32, None, (1, 2)),
+    ("dim-order", (3, 24, 64), F16, SpyreTensorLayout((3, 24, 64), F16, [1, 0, 2]), (2,)),
+    ("pad-value", (4, 64), F32, SpyreTensorLayout((4, 64), F32, pad_value=7.0), (1,)),
+]
+
+
+@pytest.mark.parametrize("_, shape, dtype, spec, dims", PLACEMENTS, ids=[c[0] for c in PLACEMENTS])
+@pytest.mark.parametrize("per_row", [True, False], ids=["rows", "columns"])
+def test_placed_results_are_write_results_bits(_, shape, dtype, spec, dims, per_row):
+    """A row kernel's float32 results written by their kept placement hold the bits, padding and
+    layout that ``write_result`` gives the same values (rounded to the result's dtype)."""
+    x = torch.empty(shape, dtype=dtype, device="spyre", device_layout=spec)
+    _, coords, _, _, _ = readable(x, dims)
+    shape_rows = rows(coords, dims)
+    assert shape_rows is not None
+    others = tuple(d for d in range(len(shape)) if d not in dims)
+    reduced, keepdim = (dims, True) if per_row else (others, False)
+    place = placement(coords, reduced, keepdim, dtype, shape_rows, per_row)
+    assert place is not None
+    flat = torch.randn(shape_rows.count(coords) if per_row else shape_rows.length(coords)) * 100
+    like = shape_rows.rows_like if per_row else shape_rows.columns_like
+    want = write_result(coords, reduced, keepdim, like(flat.to(dtype), coords), x.device)
+    got = write_placed(place, flat, x.device)
+    assert got.shape == want.shape and got.device_tensor_layout() == want.device_tensor_layout()
+    bits = {2: torch.int16, 4: torch.int32}[got.element_size()]
+    assert torch.equal(_C._raw_buffer(got).view(bits), _C._raw_buffer(want).view(bits))

@@ -40,7 +40,7 @@ from ..dma.relayout import relayout_transfers
 from ..runtime.layout_records import default_layout
 from . import rules
 from .operands import (coords_for, coords_with_dtype, default_coords, geometry_key, has_padding, record_of,
-                       is_whole_dense, new_tensor, operand_layout, plan, raw, real_slices, scalar_view, stick_dim,
+                       is_whole_dense, new_tensor, operand_layout, plan, raw, raw_view, real_slices, scalar_view, stick_dim,
                        strides_in_order, view)
 from .registry import check_cast, out_overload, register, write_out
 from .stats import count_kernel, count_restickify
@@ -141,7 +141,7 @@ def materialize(t: torch.Tensor, coords: BoundLayout) -> torch.Tensor:
     if p.shape is None:
         copy_real(raw(out).view(coords.shape), view(t, coords, p), coords, out)
     else:
-        strided_copy(raw(out).as_strided(p.shape, p.dst_strides), p.read(t, coords))
+        strided_copy(raw_view(out, p.shape, p.dst_strides), p.read(t, coords))
         _C._fill_padding(out)
     return out
 
@@ -275,13 +275,13 @@ def _replay(recipe: Recipe, spec: Spec, args: tuple | list, kwargs: dict, target
     coords = recipe.coords
     views = list(args)
     for i, strides, offset in recipe.reads:
-        views[i] = raw(args[i]).as_strided(coords.shape, strides, offset)
+        views[i] = raw_view(args[i], coords.shape, strides, offset)
     if recipe.out_coords is not None:
         out = new_tensor(recipe.out_coords, args[recipe.reads[0][0]].device)
         o = raw(out).view(coords.shape)
     elif recipe.target_read is not None:
         out = target
-        o = raw(target).as_strided(coords.shape, *recipe.target_read)
+        o = raw_view(target, coords.shape, *recipe.target_read)
     else:
         out, o = target, views[0]
     pieces, whole = real_slices(coords)

@@ -19,7 +19,7 @@ from .. import _C
 from .elementwise import operand_view
 from ..core.layout import BoundLayout
 from .operands import fill_pad, new_tensor, padded_copy, raw, reduced_dims
-from .reductions import readable, reduce_view, write_result
+from .reductions import placement, readable, reduce_view, write_placed, write_result
 from .registry import register
 from .rows import ROW_DTYPES, Rows, lookup, remember, rows
 from .softmax import acc_dtype, rsum, write_values
@@ -84,8 +84,9 @@ def _fused_forward(coords: BoundLayout, shape: Rows, views: list[torch.Tensor], 
     w, b = (next(params) if present else None for present in (weighted, biased))
     mean, rstd = (torch.empty(shape.count(coords)) for _ in range(2))
     _C._rows_layer_norm(views[0], views[-1], w, b, eps, mean, rstd, shape.width)
-    dtype = out.dtype
-    stats = [write_result(coords, dims, True, shape.rows_like(s.to(dtype), coords), out.device) for s in (mean, rstd)]
+    place = placement(coords, dims, True, out.dtype, shape, True)
+    stats = [write_placed(place, s, out.device) if place is not None else
+             write_result(coords, dims, True, shape.rows_like(s.to(out.dtype), coords), out.device) for s in (mean, rstd)]
     return out, stats[0], stats[1]
 
 
@@ -162,10 +163,18 @@ def _fused_backward(coords: BoundLayout, shape: Rows, views: list[torch.Tensor],
             for want in (output_mask[1] and weight is not None, output_mask[2] and bias is not None)]
     _C._rows_layer_norm_backward(views[0], views[1], mean, rstd, w, views[-1] if grad_input is not None else None,
                                  *sums, shape.width)
-    grad_weight, grad_bias = (None if s is None else
-                              write_result(coords, others, False, shape.columns_like(s.to(p.dtype), coords), device)
+    grad_weight, grad_bias = (None if s is None else _write_columns(coords, others, shape, s, p.dtype, device)
                               for s, p in zip(sums, (weight, bias)))
     return grad_input, grad_weight, grad_bias
+
+
+def _write_columns(coords: BoundLayout, others: tuple[int, ...], shape: Rows, sums: torch.Tensor,
+                   dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A weight or bias gradient (float32 per-column ``sums``) laid out like a reduction's result."""
+    place = placement(coords, others, False, dtype, shape, False)
+    if place is not None:
+        return write_placed(place, sums, device)
+    return write_result(coords, others, False, shape.columns_like(sums.to(dtype), coords), device)
 
 
 def register_all() -> None:

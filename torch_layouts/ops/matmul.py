@@ -48,7 +48,7 @@ from . import rules
 from .. import _C
 from .elementwise import ADD, MUL, broadcast_shape, copy_real, fill_, materialize, operand_view, run
 from .operands import (Read, ViewPlan, default_coords, has_padding, in_place, is_whole_dense, new_tensor, plan,
-                       plan_key, raw, read_of, record_of, rowmajor, scratch, view)
+                       plan_key, raw, raw_view, read_of, record_of, rowmajor, scratch, view)
 from .registry import register
 from .stats import count_restickify
 from .strided import strided_copy
@@ -192,7 +192,7 @@ class GemmPlan(NamedTuple):
     def replay(self, op: str, named: list[tuple[str, torch.Tensor]]) -> list[Tiles]:
         for effect in self.effects:
             effect.replay(op, named)
-        return [Tiles(raw(t).as_strided(*read), *groups) for (_, t), (read, groups) in zip(named, self.reads)]
+        return [Tiles(raw_view(t, *read), *groups) for (_, t), (read, groups) in zip(named, self.reads)]
 
 
 PLANS: dict[tuple, GemmPlan] = {}

@@ -54,7 +54,7 @@ class ViewPlan(NamedTuple):
 
     def read(self, x: torch.Tensor, coords: BoundLayout) -> torch.Tensor:
         """The operand's view: shaped like the coordinates, or like their factors if refined."""
-        return raw(x).as_strided(self.shape or coords.shape, self.strides, self.offset)
+        return raw_view(x, self.shape or coords.shape, self.strides, self.offset)
 
 
 # -- small helpers ------------------------------------------------------------------
@@ -105,6 +105,11 @@ def raw(x: torch.Tensor) -> torch.Tensor:
     """A 1-D CPU tensor of ``x.dtype`` aliasing the whole device buffer of ``x``."""
     buf = _C._raw_buffer(x)
     return buf if buf.dtype == x.dtype else buf.view(x.dtype)
+
+
+def raw_view(x: torch.Tensor, size: Shape, stride: Shape, offset: int = 0) -> torch.Tensor:
+    """``raw(x).as_strided(size, stride, offset)`` in one runtime call (the replays' hot path)."""
+    return _C._raw_view(x, size, stride, offset)
 
 
 def is_whole_dense(x: torch.Tensor, info: _C.BoundLayout) -> bool:
@@ -244,7 +249,7 @@ def plan(x: torch.Tensor, coords: BoundLayout, refine: bool = False) -> ViewPlan
 
 
 def view(x: torch.Tensor, coords: BoundLayout, p: ViewPlan) -> torch.Tensor:
-    return raw(x).as_strided(coords.layout.device_size, p.strides, p.offset)
+    return raw_view(x, coords.layout.device_size, p.strides, p.offset)
 
 
 def scalar_view(x: torch.Tensor) -> torch.Tensor:
@@ -253,7 +258,7 @@ def scalar_view(x: torch.Tensor) -> torch.Tensor:
     if info is None:
         return None
     offset = element_offset(info.layout, tuple(info.base_size), tuple(info.base_stride), x.storage_offset())
-    return raw(x).as_strided((), (), offset)
+    return raw_view(x, (), (), offset)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -350,10 +355,22 @@ def reduced_dims(coords: BoundLayout, host_dims: frozenset[int]) -> tuple[int, .
 
 
 # -- new device tensors ------------------------------------------------------------------
+_RECORDS: dict[int, tuple[BoundLayout, _C.BoundLayout]] = {}  # id(coords) -> (coords, its runtime record)
+MAX_RECORDS = 4096
+
+
 def new_tensor(coords: BoundLayout, device: torch.device) -> torch.Tensor:
-    """A fresh device tensor in the coordinates' layout (padding set to the pad value)."""
-    info = layout_records.bound_record(coords.layout, coords.size, coords.stride)
-    return _C._empty_with_layout(info, device.index)
+    """A fresh device tensor in the coordinates' layout (padding set to the pad value).
+
+    The runtime record is kept per coordinates *object* (the plans hand the same one back each
+    call), which skips ``bound_record``'s key on every attribute of the layout; the entry holds
+    the object, so its id stays its own."""
+    hit = _RECORDS.get(id(coords))
+    if hit is None or hit[0] is not coords:
+        if len(_RECORDS) >= MAX_RECORDS:
+            _RECORDS.clear()
+        hit = _RECORDS[id(coords)] = (coords, layout_records.bound_record(coords.layout, coords.size, coords.stride))
+    return _C._empty_with_layout(hit[1], device.index)
 
 
 def scratch(shape: Sequence[int], dtype: torch.dtype, device: torch.device) -> torch.Tensor:

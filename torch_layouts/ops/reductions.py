@@ -27,10 +27,11 @@ from ..runtime.layout_records import default_layout
 from ..spyre import MAX_RANK, SpyreTensorLayout
 from .elementwise import copy_real, move, restickify_to
 from ..core.layout import BoundLayout
-from .operands import (coords_for, default_coords, has_padding, new_tensor, operand_layout, padded_copy, plan,
-                       plan_view, raw, real_slices, reduced_dims, rowmajor, strides_in_order, view)
+from .operands import (Read, coords_for, default_coords, has_padding, new_tensor, operand_layout, padded_copy,
+                       plan, plan_view, raw, raw_view, read_of, real_slices, reduced_dims, rowmajor, strides_in_order,
+                       view)
 from .registry import register
-from .rows import ROW_DTYPES
+from .rows import ROW_DTYPES, Rows
 
 LOW_PRECISION = (torch.float16, torch.bfloat16)
 
@@ -166,9 +167,46 @@ def write_result(coords: BoundLayout, dims: tuple[int, ...], keepdim: bool, valu
     if w.mode == "same":
         copy_real(raw(out).view(w.src.shape), src_values, w.out_coords, out)
     elif w.mode == "strided":
-        copy_real(raw(out).as_strided(w.src.shape, *w.read), src_values, w.src, out)
+        copy_real(raw_view(out, w.src.shape, *w.read), src_values, w.src, out)
     else:
         move(w.src, src_values.contiguous(), w.dst, out)
+    return out
+
+
+class Placement(NamedTuple):
+    """Where ``write_result`` puts the values of a flat vector (a row kernel's per-row or
+    per-column results, ``rows.Rows``): the result's coordinates and, per real box of the
+    result, the box's read of the result's buffer and of the vector."""
+
+    out_coords: BoundLayout
+    pieces: tuple[tuple[Read, Read], ...]
+
+
+@functools.lru_cache(maxsize=1024)
+def placement(coords: BoundLayout, dims: tuple[int, ...], keepdim: bool, dtype: torch.dtype, shape: Rows,
+              per_row: bool) -> Placement | None:
+    """``write_result``'s copies for ``shape.rows_like`` (``per_row``) or ``shape.columns_like``
+    values, worked out once per geometry; None where the values move by relayout nests or the
+    result's padding is rewritten afterwards."""
+    w = write_plan(coords, dims, keepdim, dtype)
+    if w.mode == "move":
+        return None
+    boxes, whole = real_slices(w.out_coords if w.mode == "same" else w.src)
+    if whole:
+        return None
+    flat = torch.empty(shape.count(coords) if per_row else shape.length(coords))
+    values = (shape.rows_like if per_row else shape.columns_like)(flat, coords).expand(w.src.shape)
+    base = torch.empty(math.prod(w.out_coords.layout.device_size), dtype=dtype)
+    target = base.view(w.src.shape) if w.mode == "same" else base.as_strided(w.src.shape, *w.read)
+    return Placement(w.out_coords, tuple((read_of(target[box]), read_of(values[box])) for box in boxes))
+
+
+def write_placed(p: Placement, flat: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A new result holding the float32 vector ``flat`` where ``p`` places it (converted to the
+    result's dtype as ``Tensor.to`` rounds): what ``write_result`` writes, in a copy per box."""
+    out = new_tensor(p.out_coords, device)
+    for target, values in p.pieces:
+        raw_view(out, *target).copy_(flat.as_strided(*values))
     return out
 
 

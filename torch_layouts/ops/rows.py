@@ -23,7 +23,7 @@ import torch
 
 from .. import _C
 from ..core.layout import BoundLayout
-from .operands import Read, has_padding, in_place, new_tensor, plan_key, raw, read_of
+from .operands import Read, has_padding, in_place, new_tensor, plan_key, raw_view, read_of
 
 ROW_DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # what the row kernels compute on
 
@@ -110,7 +110,7 @@ class RowPlan(NamedTuple):
         """The operands' row views and, with ``result``, a new result and its row view."""
         out = new_tensor(self.coords, tensors[0].device) if result else None
         operands = (*tensors, out) if result else tensors
-        return [raw(t).as_strided(*r) for t, r in zip(operands, self.reads)], out
+        return [raw_view(t, *r) for t, r in zip(operands, self.reads)], out
 
 
 PLANS: dict[tuple, RowPlan] = {}
