@@ -73,8 +73,12 @@ struct TilePlan {
   int64_t unit;
   Loop a{1, 0, 0}, b{1, 0, 0};
   Loop c{1, 0, 0};  // for tiles of few units: the innermost outer loop, run unit by unit per tile position
+  Loop e{1, 0, 0};  // a loop that continues the rows of both sides (copy_extended_tile)
   std::vector<Loop> outer;
 };
+
+// Bytes of one work step of copy_extended_tiles (chunks of loop e).
+constexpr int64_t kExtendedBytes = 16384;
 
 TilePlan tile_plan(const Transfer& nest, int64_t esize) {
   std::vector<Loop> loops = destination_order(nest);
@@ -93,6 +97,19 @@ TilePlan tile_plan(const Transfer& nest, int64_t esize) {
       plan.b = *it;
       loops.erase(std::next(it).base());
       break;
+    }
+  }
+  // A loop that continues the destination's rows (a) and the source's rows (b) both: the nest
+  // is a transpose of rows a x (e, b) into rows b x (e, a) (MACE CONV2D_FILTER, OIhw16i16o).
+  const int64_t row_a = plan.a.size * plan.unit, row_b = plan.b.size * plan.unit;
+  if (plan.a.size > 1 && plan.b.size > 1 && plan.a.size * row_b <= kExtendedBytes) {
+    for (auto it = loops.rbegin(); it != loops.rend(); ++it) {
+      if (it->size > 1 && it->dst == row_a && it->src == row_b) {
+        plan.e = *it;
+        loops.erase(std::next(it).base());
+        plan.outer = std::move(loops);
+        return plan;
+      }
     }
   }
   if (plan.a.size * plan.b.size < 64 && !loops.empty()) {  // a tile too small to pay for itself
@@ -147,11 +164,42 @@ void copy_small_tiles(char* d0, const char* s0, const TilePlan& plan) {
   }
 }
 
+// Nests with a loop e that continues both sides' rows: work items are an outer position and a
+// chunk of e of about kExtendedBytes, each one copy_extended_tile.
+void copy_extended_tiles(char* d0, const char* s0, const TilePlan& plan) {
+  const int64_t unit = plan.unit, nd = static_cast<int64_t>(plan.outer.size());
+  const int64_t step = plan.a.size * plan.b.size * unit;
+  const int64_t ke = std::clamp<int64_t>(kExtendedBytes / step, 1, plan.e.size);
+  const int64_t chunks = (plan.e.size + ke - 1) / ke;
+  int64_t outer = 1;
+  for (const Loop& loop : plan.outer) outer *= loop.size;
+  auto body = [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      int64_t rem = i / chunks, doff = 0, soff = 0;
+      for (int64_t k = nd - 1; k >= 0; --k) {
+        doff += (rem % plan.outer[k].size) * plan.outer[k].dst;
+        soff += (rem % plan.outer[k].size) * plan.outer[k].src;
+        rem /= plan.outer[k].size;
+      }
+      const int64_t e0 = (i % chunks) * ke;
+      copy_extended_tile(d0 + doff + e0 * plan.e.dst, s0 + soff + e0 * plan.e.src, plan.a.size, plan.b.size,
+                         std::min(ke, plan.e.size - e0), plan.a.src, plan.b.dst, unit);
+    }
+  };
+  const int64_t items = outer * chunks;
+  if (items > 1 && items * ke * step >= 2 * kParallelBytes) {
+    at::parallel_for(0, items, std::max<int64_t>(1, kParallelBytes / (ke * step)), body);
+  } else {
+    body(0, items);
+  }
+}
+
 void copy_nest(char* dst, const char* src, const Transfer& nest, int64_t esize) {
   const TilePlan plan = tile_plan(nest, esize);
   char* d0 = dst + nest.dst_offset * esize;
   const char* s0 = src + nest.src_offset * esize;
   const int64_t unit = plan.unit;
+  if (plan.e.size > 1) return copy_extended_tiles(d0, s0, plan);
   if (plan.c.size > 1) return copy_small_tiles(d0, s0, plan);
   if (plan.outer.empty() && plan.a.size == 1 && plan.b.size == 1) {  // one run: split it across threads
     const bool stream = unit >= g_stream_bytes.load(std::memory_order_relaxed);
@@ -165,16 +213,21 @@ void copy_nest(char* dst, const char* src, const Transfer& nest, int64_t esize) 
   // far apart alias in cache at power-of-two strides, so that side gets few rows. Where only the
   // destination's rows lie far apart, its runs grow 4x longer (longer streamed rows); where
   // neither side's do, the tile grows 4x. A source of short adjacent rows is read whole rows at
-  // a time. Thin tiles grow long. Work items are rectangles of tiles of about kParallelBytes.
+  // a time. Thin tiles grow long. Square transposes of 2/4/8-byte units (both sides 64 units or
+  // more: NHWC, dim_order changes) take 16 KiB tiles, 64 rows of 256 bytes on the destination:
+  // per tile, the AVX block transposes amortise the call and the prefetch, and 64 far-apart rows
+  // stay within what the prefetchers and the L1 hold (measured 1.2-2x faster than 2 KiB tiles at
+  // 1 and 32 MiB, benchmarks/RESULTS.md). Work items are rectangles of tiles of about kParallelBytes.
   const int64_t na = plan.a.size, nb = plan.b.size;
   int64_t t = 8;  // a power of two, at least 8, with t * t * unit <= 2 KiB
   while (t * t * 4 * unit <= 2048) t *= 2;
   const bool far_src = std::abs(plan.a.src) >= 1024, far_dst = std::abs(plan.b.dst) >= 1024;
   const bool dense_src = plan.a.src == nb * unit && nb * unit <= 1024;  // whole source rows, adjacent
+  const bool square = (unit == 2 || unit == 4 || unit == 8) && na >= 64 && nb >= 64;
   const int64_t ta0 = std::min(na, far_dst && !far_src ? 4 * t : t), tb0 = dense_src ? nb : std::min(nb, t);
   const int64_t area = t * t * (far_src ? 1 : 4);
-  const int64_t tb = std::min(nb, std::max(tb0, area / ta0));
-  const int64_t ta = std::min(na, std::max(ta0, area / tb));
+  const int64_t tb = square ? 64 : std::min(nb, std::max(tb0, area / ta0));
+  const int64_t ta = square ? std::min(na, 256 / unit) : std::min(na, std::max(ta0, area / tb));
   const int64_t cb = std::min(nb, std::max<int64_t>(1, kParallelBytes / (ta * tb * unit)) * tb);
   const int64_t ca = std::min(na, std::max<int64_t>(1, kParallelBytes / (ta * cb * unit)) * ta);
   const int64_t blocks_a = (na + ca - 1) / ca, blocks_b = (nb + cb - 1) / cb, blocks = blocks_a * blocks_b;

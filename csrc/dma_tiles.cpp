@@ -164,6 +164,70 @@ template <typename E, int K, void (*Block)(char*, const char*, int64_t, int64_t)
   if (na_k < na) scalar_tile<E>(d + na_k * U, s + na_k * src_a, na - na_k, nb, src_a, dst_b);
 }
 
+// 8x8 block of 4-byte units in AVX: rows a and a + 4 share a register (one per 128-bit lane), so
+// that each lane transposes a 4x4 block and a register holds a whole destination row of 8 units.
+TL_AVX inline void block8x8_u32_avx(char* d, const char* s, int64_t src_a, int64_t dst_b) {
+  __m256 t[8];
+  for (int h = 0; h < 2; ++h)  // h: units 0-3 or 4-7 along b
+    for (int a = 0; a < 4; ++a) {
+      const float* lo = reinterpret_cast<const float*>(s + a * src_a + h * 16);
+      const float* hi = reinterpret_cast<const float*>(s + (a + 4) * src_a + h * 16);
+      t[4 * h + a] = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(lo)), _mm_loadu_ps(hi), 1);
+    }
+  for (int h = 0; h < 2; ++h) {
+    const __m256 x0 = _mm256_unpacklo_ps(t[4 * h], t[4 * h + 1]), x1 = _mm256_unpackhi_ps(t[4 * h], t[4 * h + 1]);
+    const __m256 x2 = _mm256_unpacklo_ps(t[4 * h + 2], t[4 * h + 3]), x3 = _mm256_unpackhi_ps(t[4 * h + 2], t[4 * h + 3]);
+    float* out = reinterpret_cast<float*>(d + 4 * h * dst_b);
+    const int64_t step = dst_b / 4;  // floats
+    _mm256_storeu_ps(out, _mm256_shuffle_ps(x0, x2, 0x44));
+    _mm256_storeu_ps(out + step, _mm256_shuffle_ps(x0, x2, 0xEE));
+    _mm256_storeu_ps(out + 2 * step, _mm256_shuffle_ps(x1, x3, 0x44));
+    _mm256_storeu_ps(out + 3 * step, _mm256_shuffle_ps(x1, x3, 0xEE));
+  }
+}
+
+TL_AVX void blocked_tile_u32_avx(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a, int64_t dst_b) {
+  blocked_tile<uint32_t, 8, block8x8_u32_avx>(d, s, na, nb, src_a, dst_b);
+}
+
+// 16x16 block of 2-byte units in AVX2: rows a and a + 8 share a register, each lane transposing
+// an 8x8 block as block8x8_u16 does; a register then holds a whole destination row of 16 units.
+#define TL_AVX2 __attribute__((target("avx2")))
+const bool kAvx2 = [] {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") != 0;
+}();
+TL_AVX2 inline void block16x16_u16_avx2(char* d, const char* s, int64_t src_a, int64_t dst_b) {
+  for (int h = 0; h < 2; ++h) {  // h: units 0-7 or 8-15 along b
+    __m256i r[8], t[8], u[8];
+    for (int a = 0; a < 8; ++a) {
+      const __m128i lo = ld(s + a * src_a + h * 16), hi = ld(s + (a + 8) * src_a + h * 16);
+      r[a] = _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
+    }
+    for (int i = 0; i < 4; ++i) {
+      t[2 * i] = _mm256_unpacklo_epi16(r[2 * i], r[2 * i + 1]);
+      t[2 * i + 1] = _mm256_unpackhi_epi16(r[2 * i], r[2 * i + 1]);
+    }
+    u[0] = _mm256_unpacklo_epi32(t[0], t[2]);
+    u[1] = _mm256_unpackhi_epi32(t[0], t[2]);
+    u[2] = _mm256_unpacklo_epi32(t[1], t[3]);
+    u[3] = _mm256_unpackhi_epi32(t[1], t[3]);
+    u[4] = _mm256_unpacklo_epi32(t[4], t[6]);
+    u[5] = _mm256_unpackhi_epi32(t[4], t[6]);
+    u[6] = _mm256_unpacklo_epi32(t[5], t[7]);
+    u[7] = _mm256_unpackhi_epi32(t[5], t[7]);
+    char* out = d + 8 * h * dst_b;
+    for (int i = 0; i < 4; ++i) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + (2 * i) * dst_b), _mm256_unpacklo_epi64(u[i], u[i + 4]));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + (2 * i + 1) * dst_b), _mm256_unpackhi_epi64(u[i], u[i + 4]));
+    }
+  }
+}
+
+TL_AVX2 void blocked_tile_u16_avx2(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a, int64_t dst_b) {
+  blocked_tile<uint16_t, 16, block16x16_u16_avx2>(d, s, na, nb, src_a, dst_b);
+}
+
 TL_AVX void blocked_tile_u64_avx(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a, int64_t dst_b) {
   blocked_tile<uint64_t, 4, block4x4_u64_avx>(d, s, na, nb, src_a, dst_b);
 }
@@ -241,6 +305,7 @@ void deinterleave2_u32(char* d, const char* s, int64_t na, int64_t dst_b) {
 void tile_u16(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a, int64_t dst_b) {
   if ((na == 2 || na == 4) && dst_b == 2 * na) return interleave_u16(d, s, na, nb, src_a);
   if ((nb == 2 || nb == 4) && src_a == 2 * nb) return deinterleave_u16(d, s, na, nb, dst_b);
+  if (kAvx2 && na >= 16 && nb >= 16) return blocked_tile_u16_avx2(d, s, na, nb, src_a, dst_b);
   if (na >= 8 && nb >= 8) return blocked_tile<uint16_t, 8, block8x8_u16>(d, s, na, nb, src_a, dst_b);
   scalar_tile<uint16_t>(d, s, na, nb, src_a, dst_b);
 }
@@ -248,6 +313,7 @@ void tile_u16(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a, int
 void tile_u32(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a, int64_t dst_b) {
   if (na == 2 && dst_b == 8) return interleave2_u32(d, s, nb, src_a);
   if (nb == 2 && src_a == 8) return deinterleave2_u32(d, s, na, dst_b);
+  if (kAvx && na >= 8 && nb >= 8) return blocked_tile_u32_avx(d, s, na, nb, src_a, dst_b);
   if (na >= 4 && nb >= 4) return blocked_tile<uint32_t, 4, block4x4_u32>(d, s, na, nb, src_a, dst_b);
   scalar_tile<uint32_t>(d, s, na, nb, src_a, dst_b);
 }
@@ -328,10 +394,56 @@ void copy_tile(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a, in
     alignas(64) char buf[kStageBytes];
     plain_tile(buf, s, na, nb, src_a, row, unit);
     const int64_t rows = dst_b == row ? 1 : nb, bytes = dst_b == row ? row * nb : row;
+#if defined(__SSE2__)
+    if (!stream && bytes % 16 == 0 && bytes <= 1024) {  // short rows: inline, no call per row
+      for (int64_t b = 0; b < rows; ++b)
+        for (int64_t k = 0; k < bytes; k += 16) st(d + b * dst_b + k, ld(buf + b * row + k));
+      return;
+    }
+#endif
     for (int64_t b = 0; b < rows; ++b) copy_run(d + b * dst_b, buf + b * row, bytes, stream);
     return;
   }
   plain_tile(d, s, na, nb, src_a, dst_b, unit);
+}
+
+namespace {
+// n rows of R bytes, src_step apart, into adjacent rows of d.
+template <int64_t R>
+void gather_rows(char* d, const char* s, int64_t n, int64_t src_step) {
+  for (int64_t i = 0; i < n; ++i) std::memcpy(d + i * R, s + i * src_step, R);
+}
+
+// The same for rows of any length, word by word (E: the widest word that divides the row).
+template <typename E>
+void gather_words(char* d, const char* s, int64_t n, int64_t src_step, int64_t row) {
+  constexpr int64_t W = sizeof(E);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t k = 0; k < row; k += W) store<E>(d + i * row + k, load<E>(s + i * src_step + k));
+}
+}  // namespace
+
+void copy_extended_tile(char* d, const char* s, int64_t na, int64_t nb, int64_t ne, int64_t src_a, int64_t dst_b,
+                        int64_t unit) {
+  alignas(64) char buf[kStageBytes];
+  const int64_t row = na * unit;  // buf[e * nb + b] holds destination row b's chunk e
+  plain_tile(buf, s, na, ne * nb, src_a, row, unit);
+  for (int64_t b = 0; b < nb; ++b) {
+    char* out = d + b * dst_b;
+    const char* in = buf + b * row;
+    const int64_t step = nb * row;
+    switch (row) {
+      case 8: gather_rows<8>(out, in, ne, step); break;
+      case 16: gather_rows<16>(out, in, ne, step); break;
+      case 32: gather_rows<32>(out, in, ne, step); break;
+      case 64: gather_rows<64>(out, in, ne, step); break;
+      default:
+        if (row % 8 == 0) gather_words<uint64_t>(out, in, ne, step, row);
+        else if (row % 4 == 0) gather_words<uint32_t>(out, in, ne, step, row);
+        else if (row % 2 == 0) gather_words<uint16_t>(out, in, ne, step, row);
+        else gather_words<uint8_t>(out, in, ne, step, row);
+    }
+  }
 }
 
 void copy_strided(char* d, const char* s, int64_t n, int64_t dst_step, int64_t src_step, int64_t unit) {

@@ -101,6 +101,28 @@ def test_transposes_of_wide_units(streaming: bool, lanes: int, rows: int, cols: 
     assert torch.equal(back, host.reshape(-1))
 
 
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(esize=st.sampled_from([1, 2, 4, 8]), na=st.integers(2, 20), nb=st.integers(2, 20),
+       ne=st.sampled_from([2, 3, 9, 64, 113, 300]), outer=st.integers(1, 3), gap=st.sampled_from([0, 5]))
+def test_rows_continued_on_both_sides(streaming: bool, esize: int, na: int, nb: int, ne: int, outer: int,
+                                      gap: int) -> None:
+    """A loop e that continues the destination's rows (a) and the source's rows (b) both, as in
+    MACE's CONV2D_FILTER and oneDNN's OIhw16i16o: [outer][a][e][b] -> [outer][b][e][a] and back,
+    several chunks of e per outer position, equal PyTorch's strided copy bit for bit."""
+    dtype = BITS[esize]
+    ranges = (outer, nb, ne, na)
+    packed = (nb * ne * na + gap, ne * na, na, 1)  # [outer][b][e][a]
+    rows = (na * ne * nb + gap, 1, nb, ne * nb)  # [outer][a][e][b], strides in ranges' order
+    numel = outer * (na * nb * ne + gap)
+    src = torch.randint(-100, 100, (numel,), dtype=torch.int64).to(dtype)
+    for dst_strides, src_strides in ((packed, rows), (rows, packed)):
+        dst = torch.full((numel,), 7, dtype=dtype)
+        expected = dst.clone()
+        expected.as_strided(ranges, dst_strides).copy_(src.as_strided(ranges, src_strides))
+        _C._run_nests([(ranges, dst_strides, src_strides, 0, 0)], dst, src)
+        assert torch.equal(dst, expected)
+
+
 def test_stream_threshold_rejects_negative_bytes() -> None:
     with pytest.raises(ValueError, match="-1"):
         _C._set_stream_bytes(-1)
