@@ -75,11 +75,11 @@ void h2d(const at::Tensor& src, const at::Tensor& dst) {
   if (is_whole_base(dst, *layout)) {
     at::Tensor host = src;
     const std::vector<Transfer>* nests = &layout->h2d;
-    std::optional<std::vector<Transfer>> planned;
+    CachedNests planned;
     if (!has_strides(src, layout->base_stride)) {
-      planned = host_nests(*layout, src.strides(), /*h2d=*/true);
-      if (planned) {
-        nests = &*planned;
+      planned = host_nests(layout, src.strides(), /*h2d=*/true);
+      if (planned->has_value()) {
+        nests = &**planned;
       } else {
         host = at::empty_strided(layout->base_size, layout->base_stride, src.options()).copy_(src);
         count(Counter::HostBounces);
@@ -113,10 +113,10 @@ void d2h(const at::Tensor& src, const at::Tensor& dst) {
   if (dst.scalar_type() == src.scalar_type() && is_whole_base(src, *layout) &&
       at::has_internal_overlap(dst) == at::MemOverlap::No) {
     const std::vector<Transfer>* nests = &layout->d2h;
-    std::optional<std::vector<Transfer>> planned;
+    CachedNests planned;
     if (!has_strides(dst, layout->base_stride)) {
-      planned = host_nests(*layout, dst.strides(), /*h2d=*/false);
-      nests = planned ? &*planned : nullptr;
+      planned = host_nests(layout, dst.strides(), /*h2d=*/false);
+      nests = planned->has_value() ? &**planned : nullptr;
     }
     if (nests) {
       run_nests(*nests, dst.mutable_data_ptr(), reachable(dst), src.storage().data(), buffer_elements(src, *layout),
@@ -151,11 +151,11 @@ void d2d(const at::Tensor& src, const at::Tensor& dst) {
   LayoutPtr from = element_layout_of(src), to = element_layout_of(dst);
   if (from && to && src.scalar_type() == dst.scalar_type() && is_whole_base(src, *from) &&
       is_whole_base(dst, *to) && from->base_size == to->base_size) {
-    std::optional<std::vector<Transfer>> nests =
-        from == to ? std::vector<Transfer>{Transfer{{from->device_numel}, {1}, {1}, 0, 0}} : relayout_nests(*from, *to);
-    if (nests) {
-      run_nests(*nests, dst.storage().mutable_data(), buffer_elements(dst, *to), src.storage().data(), buffer_elements(src, *from),
-                src.element_size());
+    const CachedNests nests = from == to ? nullptr : relayout_nests(from, to);
+    if (!nests || nests->has_value()) {
+      const std::vector<Transfer> same{Transfer{{from->device_numel}, {1}, {1}, 0, 0}};  // one layout: one run
+      run_nests(nests ? **nests : same, dst.storage().mutable_data(), buffer_elements(dst, *to), src.storage().data(),
+                buffer_elements(src, *from), src.element_size());
       count(Counter::D2DBytes, src.numel() * src.element_size());
       if (from != to) {
         count(Counter::Relayouts);

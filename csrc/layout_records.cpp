@@ -156,17 +156,50 @@ LayoutPtr default_layout(c10::ScalarType dtype, c10::IntArrayRef size, c10::IntA
   return layout;
 }
 
-std::optional<std::vector<Transfer>> host_nests(const BoundLayout& layout, c10::IntArrayRef host_stride, bool h2d) {
-  py::gil_scoped_acquire gil;
-  return optional_nests(layout_records().attr("host_nests")(py::handle(layout.layout->get()), to_tuple(layout.base_size),
-                                                     to_tuple(layout.base_stride), to_tuple(host_stride), h2d));
+namespace {
+// Nests asked of Python, kept per layout(s) and host strides; the layouts are held while cached,
+// so that the key's addresses stay theirs.
+using NestKey = std::tuple<const BoundLayout*, const BoundLayout*, std::vector<int64_t>, int>;
+struct NestEntry {
+  LayoutPtr first, second;
+  CachedNests nests;
+};
+std::mutex g_nests_mutex;
+std::map<NestKey, NestEntry> g_nests;
+constexpr size_t kMaxNests = 256;
+
+template <typename Ask>
+CachedNests cached_nests(NestKey key, const LayoutPtr& first, const LayoutPtr& second, Ask ask) {
+  {
+    std::lock_guard<std::mutex> lock(g_nests_mutex);
+    auto it = g_nests.find(key);
+    if (it != g_nests.end()) return it->second.nests;
+  }
+  CachedNests nests;
+  {
+    py::gil_scoped_acquire gil;
+    nests = std::make_shared<const std::optional<std::vector<Transfer>>>(optional_nests(ask()));
+  }
+  std::lock_guard<std::mutex> lock(g_nests_mutex);
+  if (g_nests.size() >= kMaxNests) g_nests.clear();
+  g_nests.emplace(std::move(key), NestEntry{first, second, nests});
+  return nests;
+}
+}  // namespace
+
+CachedNests host_nests(const LayoutPtr& layout, c10::IntArrayRef host_stride, bool h2d) {
+  return cached_nests({layout.get(), nullptr, host_stride.vec(), h2d ? 1 : 0}, layout, nullptr, [&] {
+    return layout_records().attr("host_nests")(py::handle(layout->layout->get()), to_tuple(layout->base_size),
+                                               to_tuple(layout->base_stride), to_tuple(host_stride), h2d);
+  });
 }
 
-std::optional<std::vector<Transfer>> relayout_nests(const BoundLayout& src, const BoundLayout& dst) {
-  py::gil_scoped_acquire gil;
-  return optional_nests(layout_records().attr("relayout_nests")(
-      py::handle(src.layout->get()), to_tuple(src.base_stride), py::handle(dst.layout->get()),
-      to_tuple(dst.base_stride), to_tuple(dst.base_size)));
+CachedNests relayout_nests(const LayoutPtr& src, const LayoutPtr& dst) {
+  return cached_nests({src.get(), dst.get(), {}, 2}, src, dst, [&] {
+    return layout_records().attr("relayout_nests")(py::handle(src->layout->get()), to_tuple(src->base_stride),
+                                                   py::handle(dst->layout->get()), to_tuple(dst->base_stride),
+                                                   to_tuple(dst->base_size));
+  });
 }
 
 }  // namespace torch_layouts

@@ -20,12 +20,16 @@ std::optional<at::Tensor> convert_on_device(const at::Tensor& self, c10::ScalarT
 // The default layout for a host tensor of this dtype, size and strides (memoised).
 LayoutPtr default_layout(c10::ScalarType dtype, c10::IntArrayRef size, c10::IntArrayRef stride);
 
-// Nests between the layout's device buffer (dst for h2d) and a host tensor of the base's
-// size with other strides; nullopt when no direct program exists.
-std::optional<std::vector<Transfer>> host_nests(const BoundLayout& layout, c10::IntArrayRef host_stride, bool h2d);
+// Nests asked of the Python records, kept per layout(s) and host strides (the layouts held
+// while cached), so a repeated copy asks Python once. nullopt: no direct program exists.
+using CachedNests = std::shared_ptr<const std::optional<std::vector<Transfer>>>;
 
-// Nests copying src's device buffer into dst's (same host tensor); nullopt when none exist.
-std::optional<std::vector<Transfer>> relayout_nests(const BoundLayout& src, const BoundLayout& dst);
+// Nests between the layout's device buffer (dst for h2d) and a host tensor of the base's
+// size with other strides.
+CachedNests host_nests(const LayoutPtr& layout, c10::IntArrayRef host_stride, bool h2d);
+
+// Nests copying src's device buffer into dst's (same host tensor).
+CachedNests relayout_nests(const LayoutPtr& src, const LayoutPtr& dst);
 
 // Converts Python nest descriptions (tuples) to C++.
 std::vector<Transfer> nests_from_python(const pybind11::handle& seq);

@@ -16,14 +16,18 @@ def _drain_autograd_threads() -> None:
     PyTorch's device threads may release a finished backward's graph task (whose saved
     thread-local state holds a Python object) just after ``backward()`` returns; at exit that
     release would need the GIL and abort the process. One backward run through the engine
-    directly, capturing no Python state, flushes each thread's queue deterministically.
+    directly, capturing no Python state, flushes each thread's queue deterministically. It runs
+    with multithreading on: threads other than the importing one (gloo's callbacks, user threads)
+    keep PyTorch's default and may have started device threads even though this one runs its own
+    backward passes (``backward_on_calling_thread``).
     """
     try:
-        for index in range(_C._device_count()):
-            leaf = torch.zeros((), device=torch.device("spyre", index), requires_grad=True)
-            out = leaf * 1
-            torch.autograd.Variable._execution_engine.run_backward(
-                (out,), (torch.ones_like(out),), False, False, (), True, True)
+        with torch.autograd.set_multithreading_enabled(True):
+            for index in range(_C._device_count()):
+                leaf = torch.zeros((), device=torch.device("spyre", index), requires_grad=True)
+                out = leaf * 1
+                torch.autograd.Variable._execution_engine.run_backward(
+                    (out,), (torch.ones_like(out),), False, False, (), True, True)
     except Exception:  # exiting (or a misconfigured device): never turn a clean exit into an error
         pass
 
