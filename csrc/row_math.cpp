@@ -221,7 +221,7 @@ struct S {
 #include "row_math_kernels.h"
 
 // A run's sum as 8 partial lanes.
-inline S::V run_lanes(const char* p, int64_t n, bool half) {
+[[gnu::always_inline]] inline S::V run_lanes(const char* p, int64_t n, bool half) {
   S::V s0 = S::zeros(), s1 = S::zeros();
   int64_t i = 0;
   if (half) {
@@ -230,6 +230,7 @@ inline S::V run_lanes(const char* p, int64_t n, bool half) {
       s0 = _mm256_add_ps(s0, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i))));
       s1 = _mm256_add_ps(s1, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i + 8))));
     }
+    if (i == n) return _mm256_add_ps(s0, s1);  // whole sticks: no tail
     alignas(32) float tail[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     for (int64_t k = 0; i < n; ++i, ++k) {
       tail[k % 8] += _cvtsh_ss(x[i]);
@@ -246,7 +247,10 @@ inline S::V run_lanes(const char* p, int64_t n, bool half) {
 }
 
 // Eight rows at a time: their lanes reduce to one vector of eight sums (a transposing hadd tree).
-void add_run_sums_avx2(float* sums, const char* const* runs, int64_t count, int64_t n, bool half) {
+// N > 0: runs of N elements, known here so that run_lanes unrolls (the same adds in the same order).
+template <int64_t N>
+void add_runs(float* sums, const char* const* runs, int64_t count, int64_t len, bool half) {
+  const int64_t n = N > 0 ? N : len;
   int64_t r = 0;
   for (; r + 8 <= count; r += 8) {
     S::V v[8];
@@ -257,6 +261,12 @@ void add_run_sums_avx2(float* sums, const char* const* runs, int64_t count, int6
     _mm256_storeu_ps(sums + r, _mm256_add_ps(_mm256_loadu_ps(sums + r), total));
   }
   for (; r < count; ++r) sums[r] += S::hsum(run_lanes(runs[r], n, half));
+}
+
+void add_run_sums_avx2(float* sums, const char* const* runs, int64_t count, int64_t n, bool half) {
+  if (n == 64 && half) return add_runs<64>(sums, runs, count, n, true);  // a float16 stick
+  if (n == 16 && !half) return add_runs<16>(sums, runs, count, n, false);  // a float32 stick
+  add_runs<0>(sums, runs, count, n, half);
 }
 
 void load_half_avx2(float* d, const uint16_t* s, int64_t n) {
