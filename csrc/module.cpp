@@ -13,6 +13,7 @@
 #include "int64_format.h"
 #include "layout_records.h"
 #include "row_kernels.h"
+#include "row_math.h"
 #include "runtime_stats.h"
 #include "tensor_impl.h"
 #include "tile_gemm.h"
@@ -134,7 +135,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("_rows_layer_norm", &rows_layer_norm, nogil);
   m.def("_rows_layer_norm_backward", &rows_layer_norm_backward, nogil);
   m.def("_rows_sum", &rows_sum, nogil);
-  m.def("_rows_set_portable", &rows_set_portable);
+  m.def("_rows_set_math", &rows_set_math);
+  m.def("_rows_math_sets", &row_math_sets);
   m.def(
       "_tile_gemm",
       [](const at::Tensor& c, const GemmGroups& cg, const at::Tensor& a, const GemmGroups& ag, const at::Tensor& b,

@@ -7,6 +7,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <mutex>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "row_math.h"
@@ -18,9 +21,11 @@ constexpr int64_t kBlockFloats = 32768;  // floats of every operand's rows gathe
 constexpr int64_t kParallelFloats = 32768;  // fewer elements than this per thread run on one thread
 constexpr int64_t kSumRows = 4096;  // rows whose sums accumulate together (in L1)
 
-std::atomic<bool> g_portable{false};
+std::mutex g_math_mutex;
+std::string g_math_set = row_math_sets().front();  // the best this CPU runs
+std::atomic<const RowMath*> g_math{&row_math(g_math_set)};
 
-const RowMath& math() { return g_portable.load() ? portable_row_math() : row_math(); }
+const RowMath& math() { return *g_math.load(std::memory_order_relaxed); }
 
 struct Operand {
   char* data;
@@ -407,6 +412,12 @@ void rows_sum(const at::Tensor& x, const at::Tensor& out, int64_t width) {
   });
 }
 
-bool rows_set_portable(bool portable) { return g_portable.exchange(portable); }
+std::string rows_set_math(const std::string& set) {
+  const RowMath& chosen = row_math(set);
+  std::lock_guard<std::mutex> lock(g_math_mutex);
+  std::string old = std::exchange(g_math_set, set);
+  g_math.store(&chosen);
+  return old;
+}
 
 }  // namespace torch_layouts

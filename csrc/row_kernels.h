@@ -9,6 +9,8 @@
 // (rows,) tensors and per-column ones (weight/bias gradients) contiguous float32 (length,).
 #pragma once
 
+#include <string>
+
 #include <ATen/core/Tensor.h>
 
 #include <optional>
@@ -28,7 +30,7 @@ void rows_layer_norm_backward(const at::Tensor& grad, const at::Tensor& x, const
                               const std::optional<at::Tensor>& grad_bias, int64_t width);
 void rows_sum(const at::Tensor& x, const at::Tensor& out, int64_t width);
 
-// Runs the portable loops instead of the AVX2 ones (tests compare them); returns the old setting.
-bool rows_set_portable(bool portable);
+// Runs the row math in one of row_math_sets() (tests run each); returns the old set's name.
+std::string rows_set_math(const std::string& set);
 
 }  // namespace torch_layouts

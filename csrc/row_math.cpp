@@ -2,6 +2,10 @@
 
 #include <c10/util/Half.h>
 
+#include <c10/util/Exception.h>
+#include <c10/util/StringUtil.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -161,8 +165,6 @@ const RowMath kPortable{portable_simd::softmax, portable_simd::softmax_backward,
 
 }  // namespace
 
-const RowMath& portable_row_math() { return kPortable; }
-
 #if defined(__x86_64__)
 // ---- AVX2 / FMA / F16C ------------------------------------------------------------------------
 // Compiled for those extensions and called only where the CPU reports all three. Nothing below
@@ -293,15 +295,99 @@ const RowMath kAvx2{softmax,    softmax_backward, layer_norm,     layer_norm_bac
 }  // namespace avx2_simd
 #pragma GCC pop_options
 
-const RowMath& row_math() {
-  static const bool avx2 = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+// ---- AVX-512 (F) ----------------------------------------------------------------------------
+// The same math on 16 lanes: one float32 stick (64 bytes) a vector. Partial vectors load and
+// store under lane masks. Sums of float16 runs and the float16 conversions stay AVX2's.
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx2,fma,f16c")
+namespace avx512_simd {
+namespace {
+
+struct S {
+  using V = __m512;
+  static constexpr int64_t kLanes = 16;
+  static __mmask16 lanes_below(int64_t r) { return static_cast<__mmask16>((1u << r) - 1u); }
+  static V splat(float a) { return _mm512_set1_ps(a); }
+  static V zeros() { return _mm512_setzero_ps(); }
+  static V ld(const float* p, int64_t r, float fill) {
+    if (r == 16) return _mm512_loadu_ps(p);
+    return _mm512_mask_loadu_ps(splat(fill), lanes_below(r), p);
+  }
+  static void st(float* p, int64_t r, V v) {
+    if (r == 16) return _mm512_storeu_ps(p, v);
+    _mm512_mask_storeu_ps(p, lanes_below(r), v);
+  }
+  static V keep(V v, int64_t r) { return r == 16 ? v : _mm512_maskz_mov_ps(lanes_below(r), v); }
+  static V add(V a, V b) { return _mm512_add_ps(a, b); }
+  static V sub(V a, V b) { return _mm512_sub_ps(a, b); }
+  static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
+  static V max(V a, V b) { return _mm512_max_ps(a, b); }
+  static V fmadd(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  static V fnmadd(V a, V b, V c) { return _mm512_fnmadd_ps(a, b, c); }
+  static float hsum(V v) {  // halves added down to one lane, as AVX2's hsum does from 8
+    __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+  }
+  static float hmax(V v) { return _mm512_reduce_max_ps(v); }
+  static V min(V a, V b) { return _mm512_min_ps(a, b); }
+  static V floor(V t) { return _mm512_roundscale_ps(t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC); }
+  static V scale2n(V p, V fx) {  // p * 2^fx in two halves of the exponent (subnormal results stay right)
+    const __m512i n = _mm512_cvttps_epi32(fx), n1 = _mm512_srai_epi32(n, 1), n2 = _mm512_sub_epi32(n, n1);
+    const __m512i bias = _mm512_set1_epi32(127);
+    const V s1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n1, bias), 23));
+    const V s2 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n2, bias), 23));
+    return _mm512_mul_ps(_mm512_mul_ps(p, s1), s2);
+  }
+  static V keep_nan(V x, V e) { return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), e, x); }
+};
+
+#include "row_math_kernels.h"
+
+const RowMath kAvx512{softmax, softmax_backward, layer_norm, layer_norm_backward, sum,
+                      avx2_simd::add_run_sums_avx2, avx2_simd::load_half_avx2, avx2_simd::store_half_avx2};
+
+}  // namespace
+}  // namespace avx512_simd
+#pragma GCC pop_options
+
+namespace {
+bool has_avx2() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+}
+}  // namespace
+
+const std::vector<std::string>& row_math_sets() {
+  static const std::vector<std::string> sets = [] {
+    std::vector<std::string> found;
+    if (has_avx2() && __builtin_cpu_supports("avx512f")) found.push_back("avx512");
+    if (has_avx2()) found.push_back("avx2");
+    found.push_back("portable");
+    return found;
   }();
-  return avx2 ? avx2_simd::kAvx2 : kPortable;
+  return sets;
+}
+
+const RowMath& row_math(const std::string& set) {
+  const auto& sets = row_math_sets();
+  TORCH_CHECK_VALUE(std::find(sets.begin(), sets.end(), set) != sets.end(), "row math set ", set,
+                    " is not one this CPU runs (", c10::Join(", ", sets), ")");
+  if (set == "avx512") return avx512_simd::kAvx512;
+  if (set == "avx2") return avx2_simd::kAvx2;
+  return kPortable;
 }
 #else
-const RowMath& row_math() { return kPortable; }
+const std::vector<std::string>& row_math_sets() {
+  static const std::vector<std::string> sets{"portable"};
+  return sets;
+}
+
+const RowMath& row_math(const std::string& set) {
+  TORCH_CHECK_VALUE(set == "portable", "row math set ", set, " is not one this CPU runs (portable)");
+  return kPortable;
+}
 #endif
 
 }  // namespace torch_layouts

@@ -1,10 +1,12 @@
 // Row math of the fused row kernels (row_kernels.h) on float32 rows in memory: softmax, layer
 // norm, their backward and sums, plus the float16 conversions of their gathers and scatters.
-// One table of functions, AVX2/FMA/F16C where the CPU has them, portable loops elsewhere
+// One table of functions per instruction set: AVX-512, AVX2/FMA/F16C, portable loops
 // (docs/design.md, "Row kernels").
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 namespace torch_layouts {
 
@@ -43,9 +45,10 @@ struct RowMath {
   void (*store_half)(uint16_t* d, const float* s, int64_t n);
 };
 
-// AVX2 where the CPU reports AVX2, FMA and F16C, else the portable loops.
-const RowMath& row_math();
-// The portable loops, whatever the CPU (tests compare the two).
-const RowMath& portable_row_math();
+// The instruction sets this CPU runs the row math in, best first: "avx512" (AVX-512F with AVX2,
+// FMA and F16C), "avx2" (AVX2, FMA, F16C), "portable" (SSE2 on x86-64, scalar elsewhere).
+const std::vector<std::string>& row_math_sets();
+// The row math in one of row_math_sets() (ValueError naming any other).
+const RowMath& row_math(const std::string& set);
 
 }  // namespace torch_layouts

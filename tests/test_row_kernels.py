@@ -3,7 +3,7 @@
 Every view of a call has the shape ``(outer dims..., row dims...)``; the last ``width`` dims make
 a row, laid out in whatever strides the buffer gives them: a stick layout (each tile holds its rows'
 sticks one after another), permuted and padded buffers, transposed rows, plain rows. Each property
-draws such geometries (a layout per operand), runs the kernel under the AVX2 and the portable row
+draws such geometries (a layout per operand), runs the kernel under each instruction set of the row
 math, and checks it against the same math in float64 on the rows reshaped to ``(rows, length)``;
 input buffers are filled with NaN around the views (a read outside a view poisons the result) and
 output buffers with a sentinel that must survive outside the view; inputs must come back unchanged.
@@ -30,20 +30,21 @@ TOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2}
 BITS = {2: torch.int16, 4: torch.int32}
 SENTINEL = -96.0  # exact in every dtype; no kernel output here comes near it
 INF = math.inf
-MODES = pytest.mark.parametrize("portable", [False, True], ids=["avx2", "portable"])
+SETS = _C._rows_math_sets()  # the instruction sets this CPU runs the row math in, best first
+MODES = pytest.mark.parametrize("instructions", SETS)
 
 ROW_SIZES = [1, 2, 3, 5, 7, 8, 9, 15, 16, 17, 24, 31, 33, 64, 65]
 OUTER_SIZES = [0, 1, 1, 2, 3, 4, 5, 7, 9]
 
 
 @contextlib.contextmanager
-def row_math(portable: bool):
-    """Runs the kernels with the portable loops (True) or the AVX2 ones; restores the old setting."""
-    old = _C._rows_set_portable(portable)
+def row_math(instructions: str):
+    """Runs the kernels in one instruction set of ``SETS``; restores the old one."""
+    old = _C._rows_set_math(instructions)
     try:
         yield
     finally:
-        _C._rows_set_portable(old)
+        _C._rows_set_math(old)
 
 
 # ---- where views lie ------------------------------------------------------------------------------
@@ -377,50 +378,50 @@ def check_sum(case: Case, scale: float = 1.0) -> None:
 
 @MODES
 @given(case=cases(2), log=st.booleans(), safe=st.booleans(), masked=st.sampled_from([0.0, 0.0, 0.3, 0.9]))
-def test_softmax_matches_float64_on_any_geometry(portable: bool, case: Case, log: bool, safe: bool,
+def test_softmax_matches_float64_on_any_geometry(instructions: str, case: Case, log: bool, safe: bool,
                                                  masked: float) -> None:
-    with row_math(portable):
+    with row_math(instructions):
         check_softmax(case, log, safe, masked)
 
 
 @MODES
 @given(case=cases(3), log=st.booleans())
-def test_softmax_backward_matches_aten_on_any_geometry(portable: bool, case: Case, log: bool) -> None:
-    with row_math(portable):
+def test_softmax_backward_matches_aten_on_any_geometry(instructions: str, case: Case, log: bool) -> None:
+    with row_math(instructions):
         check_softmax_backward(case, log)
 
 
 @MODES
 @given(case=cases(2), weight=st.booleans(), bias=st.booleans(), eps=st.sampled_from([1e-5, 1e-3, 0.1]),
        scale=st.sampled_from([0.5, 1.0, 3.0]), shift=st.sampled_from([0.0, 1.0, -2.0]))
-def test_layer_norm_matches_aten_on_any_geometry(portable: bool, case: Case, weight: bool, bias: bool, eps: float,
+def test_layer_norm_matches_aten_on_any_geometry(instructions: str, case: Case, weight: bool, bias: bool, eps: float,
                                                  scale: float, shift: float) -> None:
-    with row_math(portable):
+    with row_math(instructions):
         check_layer_norm(case, weight, bias, eps, scale, shift)
 
 
 @MODES
 @given(case=cases(3), weight=st.booleans(), want=st.tuples(st.booleans(), st.booleans(), st.booleans()),
        scale=st.sampled_from([0.5, 1.0, 3.0]))
-def test_layer_norm_backward_matches_aten_on_any_geometry(portable: bool, case: Case, weight: bool,
+def test_layer_norm_backward_matches_aten_on_any_geometry(instructions: str, case: Case, weight: bool,
                                                           want: tuple[bool, bool, bool], scale: float) -> None:
-    with row_math(portable):
+    with row_math(instructions):
         check_layer_norm_backward(case, weight, want, scale=scale)
 
 
 @MODES
 @given(case=cases(1), scale=st.sampled_from([1.0, 100.0]))
-def test_row_sums_match_float64_on_any_geometry(portable: bool, case: Case, scale: float) -> None:
-    with row_math(portable):
+def test_row_sums_match_float64_on_any_geometry(instructions: str, case: Case, scale: float) -> None:
+    with row_math(instructions):
         check_sum(case, scale)
 
 
 @MODES
 @given(case=cases(3, dtypes=(torch.float32,)))
-def test_softmax_rows_sum_to_one_and_log_softmax_is_its_log(portable: bool, case: Case) -> None:
+def test_softmax_rows_sum_to_one_and_log_softmax_is_its_log(instructions: str, case: Case) -> None:
     """float32: every softmax row sums to 1 and log_softmax = log(softmax) where softmax is normal."""
     x_values = random_values(case.shape, case.seed, 4.0)
-    with row_math(portable):
+    with row_math(instructions):
         _, soft = run_softmax(case, x_values, log=False, safe=False)
         _, logs = run_softmax(Case(case.shape, case.width, case.dtype, case.places[1:], case.seed), x_values,
                               log=True, safe=False)
@@ -431,32 +432,33 @@ def test_softmax_rows_sum_to_one_and_log_softmax_is_its_log(portable: bool, case
 
 
 @given(case=cases(3), log=st.booleans(), weight=st.booleans())
-def test_avx2_and_portable_paths_agree(case: Case, log: bool, weight: bool) -> None:
-    """Every kernel gives the same results, within the dtype's rounding, under both row maths."""
+def test_instruction_sets_agree(case: Case, log: bool, weight: bool) -> None:
+    """Every kernel gives the same results, within the dtype's rounding, in every instruction set."""
     x_values = random_values(case.shape, case.seed, masked=0.1)
     g_values = random_values(case.shape, case.seed + 1)
     finite_x = random_values(case.shape, case.seed + 2, 2.0)
     w, b = affine_params(case, weight, weight)
     mean, rstd = layer_norm_stats(finite_x.to(case.dtype).double().reshape(-1, case.length), 1e-5)
-    results = []
-    for portable in (False, True):
-        with row_math(portable):
+    results = {}
+    for instructions in SETS:
+        with row_math(instructions):
             soft = run_softmax(case, x_values, log, safe=True)[1]
             back = run_softmax_backward(case, g_values, soft.reshape(case.shape), log)[2]
             _, norm, norm_mean, norm_rstd = run_layer_norm(case, finite_x, w, b, 1e-5)
             _, _, gi, gw, gb = run_layer_norm_backward(case, g_values, finite_x, mean, rstd, w, (True, True, True))
             sums = run_sum(case, finite_x)[1]
-            results.append([soft, back, norm, norm_mean, norm_rstd, gi, gw, gb, sums])
+            results[instructions] = [soft, back, norm, norm_mean, norm_rstd, gi, gw, gb, sums]
     tols = [TOL[case.dtype]] * 3 + [1e-5, 1e-5, TOL[case.dtype], 1e-5, 1e-5, 1e-5]
     names = ["softmax", "softmax_backward", "layer_norm", "mean", "rstd", "grad_input", "grad_weight", "grad_bias",
              "sum"]
     column_tol = 1e-5 * max(1.0, math.sqrt(case.rows))
-    for name, tol, avx, plain in zip(names, tols, *results):
-        atol = column_tol if name in ("grad_weight", "grad_bias") else None
-        try:
-            assert_close(avx, plain, tol, atol)
-        except AssertionError as e:
-            raise AssertionError(f"{name}: AVX2 and portable differ\n{e}") from None
+    for instructions in SETS[:-1]:  # each against the portable loops
+        for name, tol, simd, plain in zip(names, tols, results[instructions], results["portable"]):
+            atol = column_tol if name in ("grad_weight", "grad_bias") else None
+            try:
+                assert_close(simd, plain, tol, atol)
+            except AssertionError as e:
+                raise AssertionError(f"{name}: {instructions} and portable differ\n{e}") from None
 
 
 # ---- the hand-built geometries, every kernel, every dtype, both paths ----------------------------
@@ -465,8 +467,8 @@ def test_avx2_and_portable_paths_agree(case: Case, log: bool, weight: bool) -> N
 @MODES
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("name", list(TABLE))
-def test_every_kernel_on_hand_built_geometries(portable: bool, dtype: torch.dtype, name: str) -> None:
-    with row_math(portable):
+def test_every_kernel_on_hand_built_geometries(instructions: str, dtype: torch.dtype, name: str) -> None:
+    with row_math(instructions):
         for log in (False, True):
             check_softmax(table_case(name, dtype, 2), log, safe=False, masked=0.2)
             check_softmax_backward(table_case(name, dtype, 3), log)
@@ -477,14 +479,14 @@ def test_every_kernel_on_hand_built_geometries(portable: bool, dtype: torch.dtyp
 
 @MODES
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_operands_in_different_layouts(portable: bool, dtype: torch.dtype) -> None:
+def test_operands_in_different_layouts(instructions: str, dtype: torch.dtype) -> None:
     """The input a stick layout, the output dense rows, the gradient transposed: one call reads each
     in its own strides."""
     shape = (6, 3, 16)
     stick = permuted_base((3, 6, 16), (1, 0, 2))[1]
     dense = placed(shape, [0, 1, 2])
     transposed = placed(shape, [2, 1, 0], gaps=[1, 0, 2], offset=1)
-    with row_math(portable):
+    with row_math(instructions):
         for places in [(stick, dense, transposed), (transposed, stick, dense), (dense, transposed, stick)]:
             case = Case(shape, 2, dtype, places, 7)
             check_softmax(case, log=False, safe=True, masked=0.2)
@@ -509,12 +511,12 @@ MASKED_ROWS = {  # rows of length 19 (two vectors and a tail of 3), -inf at thes
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
 @pytest.mark.parametrize("where", list(MASKED_ROWS))
-def test_masked_entries_give_exact_zeros(portable: bool, dtype: torch.dtype, log: bool, where: str) -> None:
+def test_masked_entries_give_exact_zeros(instructions: str, dtype: torch.dtype, log: bool, where: str) -> None:
     """-inf entries (masked attention) give exactly 0 (log: -inf); the others match torch."""
     x = torch.randn(4, 19, generator=torch.Generator().manual_seed(5)).to(dtype)
     x[:, MASKED_ROWS[where]] = -INF
     out = torch.full_like(x, SENTINEL)
-    with row_math(portable):
+    with row_math(instructions):
         _C._rows_softmax(x, out, 1, log, False)
     masked = x == -INF
     assert torch.all(out[masked] == (-INF if log else 0.0))
@@ -527,12 +529,12 @@ def test_masked_entries_give_exact_zeros(portable: bool, dtype: torch.dtype, log
 @MODES
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("length", [1, 7, 8, 19])
-def test_rows_of_only_minus_inf(portable: bool, dtype: torch.dtype, length: int) -> None:
+def test_rows_of_only_minus_inf(instructions: str, dtype: torch.dtype, length: int) -> None:
     """safe=True: zeros (aten._safe_softmax; log too); safe=False: NaN like torch.softmax. The other
     rows are unaffected."""
     x = torch.randn(3, length, generator=torch.Generator().manual_seed(length)).to(dtype)
     x[1] = -INF
-    with row_math(portable):
+    with row_math(instructions):
         for log in (False, True):
             torch_op = torch.log_softmax if log else torch.softmax
             safe_out, plain_out = torch.full_like(x, SENTINEL), torch.full_like(x, SENTINEL)
@@ -552,13 +554,13 @@ def test_rows_of_only_minus_inf(portable: bool, dtype: torch.dtype, length: int)
 @pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
 @pytest.mark.parametrize("special", [math.nan, INF], ids=["nan", "inf"])
 @pytest.mark.parametrize("position", [0, 5, 8, 16])
-def test_nan_and_inf_propagate_like_torch(portable: bool, dtype: torch.dtype, log: bool, special: float,
+def test_nan_and_inf_propagate_like_torch(instructions: str, dtype: torch.dtype, log: bool, special: float,
                                           position: int) -> None:
     """A NaN (or +inf) anywhere in a row of 17 makes it what torch.softmax makes it; other rows are fine."""
     x = torch.randn(3, 17, generator=torch.Generator().manual_seed(position)).to(dtype)
     x[1, position] = special
     out = torch.full_like(x, SENTINEL)
-    with row_math(portable):
+    with row_math(instructions):
         _C._rows_softmax(x, out, 1, log, True)
     torch_op = torch.log_softmax if log else torch.softmax
     assert_close(out, torch_op(x.float(), -1), TOL[dtype])
@@ -578,11 +580,11 @@ LARGE_ROWS = {
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
 @pytest.mark.parametrize("row", list(LARGE_ROWS))
-def test_large_inputs_stay_finite_and_correct(portable: bool, dtype: torch.dtype, log: bool, row: str) -> None:
+def test_large_inputs_stay_finite_and_correct(instructions: str, dtype: torch.dtype, log: bool, row: str) -> None:
     """The max is subtracted first: exp never overflows and the results match float64."""
     x = torch.tensor([LARGE_ROWS[row]] * 2, dtype=dtype)
     out = torch.full_like(x, SENTINEL)
-    with row_math(portable):
+    with row_math(instructions):
         _C._rows_softmax(x, out, 1, log, False)
     assert torch.isfinite(out).all()
     ref = (torch.log_softmax if log else torch.softmax)(x.double(), -1)
@@ -596,9 +598,9 @@ def test_large_inputs_stay_finite_and_correct(portable: bool, dtype: torch.dtype
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("weight,bias", [(False, False), (True, False), (False, True), (True, True)],
                          ids=["plain", "weight", "bias", "affine"])
-def test_layer_norm_with_and_without_parameters(portable: bool, dtype: torch.dtype, weight: bool, bias: bool) -> None:
+def test_layer_norm_with_and_without_parameters(instructions: str, dtype: torch.dtype, weight: bool, bias: bool) -> None:
     case = table_case("stick tiles (tiles, rows, stick) as rows (tiles*stick)", dtype, 2, seed=11)
-    with row_math(portable):
+    with row_math(instructions):
         check_layer_norm(case, weight, bias, 1e-5, scale=2.0, shift=1.0)
 
 
@@ -609,21 +611,21 @@ def test_layer_norm_with_and_without_parameters(portable: bool, dtype: torch.dty
                          ids=["params_only", "weight_only", "bias_only", "input_only", "all"])
 @pytest.mark.parametrize("name", ["stick tiles (tiles, rows, stick) as rows (tiles*stick)",
                                   "two threads' chunks over stick tiles", "zero rows"])
-def test_layer_norm_backward_outputs(portable: bool, weight: bool, want: tuple[bool, bool, bool], name: str) -> None:
+def test_layer_norm_backward_outputs(instructions: str, weight: bool, want: tuple[bool, bool, bool], name: str) -> None:
     """grad_weight and grad_bias against aten, with or without grad_input (None: only the parameter
     gradients, still filled); zero rows give zero parameter gradients."""
     case = table_case(name, torch.float32, 3, seed=13)
-    with row_math(portable):
+    with row_math(instructions):
         check_layer_norm_backward(case, weight, want)
 
 
 @MODES
-def test_constant_rows_normalise_to_bias(portable: bool) -> None:
+def test_constant_rows_normalise_to_bias(instructions: str) -> None:
     """A row of one value has variance 0: rstd = 1/sqrt(eps), the output is the bias exactly."""
     x = torch.full((5, 24), 3.25)
     out, mean, rstd = torch.empty_like(x), torch.empty(5), torch.empty(5)
     bias = torch.randn(24)
-    with row_math(portable):
+    with row_math(instructions):
         _C._rows_layer_norm(x, out, torch.randn(24), bias, 0.01, mean, rstd, 1)
     assert torch.equal(mean, torch.full((5,), 3.25))
     assert_close(rstd, torch.full((5,), 10.0), 1e-6)
@@ -636,7 +638,7 @@ def test_constant_rows_normalise_to_bias(portable: bool) -> None:
 @MODES
 @pytest.mark.parametrize("name", ["contiguous rows", "stick tiles (tiles, rows, stick) as rows (tiles*stick)",
                                   "transposed rows (row dim of stride 6)", "two threads' chunks"])
-def test_float16_rows_sum_in_float32(portable: bool, name: str) -> None:
+def test_float16_rows_sum_in_float32(instructions: str, name: str) -> None:
     """float16 values summed in float32: against float64 sums of the same values, far tighter than
     float16 accumulation could be."""
     case = table_case(name, torch.float16, 1, seed=17)
@@ -649,14 +651,14 @@ def test_float16_rows_sum_in_float32(portable: bool, name: str) -> None:
 @MODES
 @pytest.mark.parametrize("length", [4099, 5000, 8192])
 @pytest.mark.parametrize("stride", [1, 3])
-def test_float16_ones_sum_past_float16_precision(portable: bool, length: int, stride: int) -> None:
+def test_float16_ones_sum_past_float16_precision(instructions: str, length: int, stride: int) -> None:
     """A row of float16 ones sums to its length exactly (float16 accumulation would stop at 2048)."""
     buf = torch.full((2 * length * stride,), math.nan, dtype=torch.float16)
     x = buf.as_strided((2, length), (length * stride, stride))
     x.fill_(1.0)
     x[1].fill_(-0.5)
     sums = torch.full((2,), SENTINEL)
-    with row_math(portable):
+    with row_math(instructions):
         _C._rows_sum(x, sums, 1)
     assert sums.tolist() == [float(length), -0.5 * length]
 
@@ -734,14 +736,16 @@ def test_bad_operands_leave_outputs_alone() -> None:
     assert torch.all(out == SENTINEL) and torch.all(mean == SENTINEL)
 
 
-def test_set_portable_returns_the_old_flag() -> None:
-    old = _C._rows_set_portable(True)
+def test_set_math_returns_the_old_set_and_refuses_unknown_ones() -> None:
+    old = _C._rows_set_math("portable")
     try:
-        assert _C._rows_set_portable(True) is True
-        assert _C._rows_set_portable(False) is True
-        assert _C._rows_set_portable(False) is False
+        assert _C._rows_set_math(SETS[0]) == "portable"
+        assert _C._rows_set_math("portable") == SETS[0]
+        with pytest.raises(ValueError, match="avx9000"):
+            _C._rows_set_math("avx9000")
+        assert _C._rows_set_math("portable") == "portable"  # the refused call changed nothing
     finally:
-        _C._rows_set_portable(old)
+        _C._rows_set_math(old)
 
 
 ZERO_LENGTH_SCRIPT = textwrap.dedent("""
@@ -772,12 +776,12 @@ def test_rows_of_length_zero() -> None:
 
 
 @MODES
-def test_every_float16_converts_exactly(portable: bool) -> None:
+def test_every_float16_converts_exactly(instructions: str) -> None:
     """All 65536 float16 bit patterns (subnormals, infinities, NaNs included) reach the row math
     as their exact float32 values: each one summed with three zeros, in every lane position."""
     halves = torch.arange(0, 65536, dtype=torch.int32).to(torch.int16).view(torch.float16)
     expected = halves.float()
-    with row_math(portable):
+    with row_math(instructions):
         for lane in range(4):
             x = torch.zeros(65536, 4, dtype=torch.float16)
             x[:, lane] = halves
@@ -788,7 +792,7 @@ def test_every_float16_converts_exactly(portable: bool) -> None:
 
 
 @MODES
-def test_exp_is_within_two_ulp_over_its_range(portable: bool) -> None:
+def test_exp_is_within_two_ulp_over_its_range(instructions: str) -> None:
     """The row math's ``exp``, read through log_softmax's backward (``g - exp(y) * sum(g)`` with ``g``
     one-hot at the last element gives ``-exp(y)`` elsewhere): within 2 ulp of the exact value for
     every normal result from e^-103.9 to e^88.7, within one subnormal step below, 0 for -inf."""
@@ -796,7 +800,7 @@ def test_exp_is_within_two_ulp_over_its_range(portable: bool) -> None:
     g = torch.zeros_like(y)
     g[0, -1] = 1.0
     out = torch.empty_like(y)
-    with row_math(portable):
+    with row_math(instructions):
         _C._rows_softmax_backward(g, y, out, 1, True)
     got, exact = -out[0, :-1].double(), y[0, :-1].double().exp()
     normal = exact >= torch.finfo(torch.float32).tiny
