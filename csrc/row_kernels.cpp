@@ -3,6 +3,7 @@
 #include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Exception.h>
+#include <c10/util/SmallVector.h>
 
 #include <algorithm>
 #include <atomic>
@@ -42,13 +43,27 @@ struct Rows {
   int64_t rows = 1, len = 1, run_len = 1;
   std::vector<Operand> ops;
 
-  int64_t row_offset(const Operand& op, int64_t row) const {
+  // f(r, offset of row first + r in op, elements) for r < count: the first row's outer
+  // coordinates by division, the others by stepping them (no division per row).
+  template <typename F>
+  void row_offsets(const Operand& op, int64_t first, int64_t count, F f) const {
+    const size_t nd = outer_size.size();
+    c10::SmallVector<int64_t, 8> idx(nd);
     int64_t off = 0;
-    for (size_t d = outer_size.size(); d-- > 0;) {
-      off += (row % outer_size[d]) * op.outer_stride[d];
+    for (size_t d = nd, row = first; d-- > 0;) {
+      idx[d] = static_cast<int64_t>(row) % outer_size[d];
+      off += idx[d] * op.outer_stride[d];
       row /= outer_size[d];
     }
-    return off;
+    for (int64_t r = 0; r < count; ++r) {
+      f(r, off);
+      for (size_t d = nd; d-- > 0;) {
+        off += op.outer_stride[d];
+        if (++idx[d] < outer_size[d]) break;
+        off -= op.outer_stride[d] * outer_size[d];
+        idx[d] = 0;
+      }
+    }
   }
 };
 
@@ -179,7 +194,7 @@ template <typename F>
 void for_pieces(const Rows& g, size_t k, int64_t first, int64_t count, int64_t block, F f) {
   const Operand& op = g.ops[k];
   std::vector<int64_t> base(count);
-  for (int64_t r = 0; r < count; ++r) base[r] = g.row_offset(op, first + r);
+  g.row_offsets(op, first, count, [&](int64_t r, int64_t off) { base[r] = off; });
   const int64_t rows = adjacent(g, op, base) ? 1 : count, n = rows == 1 ? count * g.run_len : g.run_len;
   for (size_t j = 0; j < op.run_offset.size(); ++j) {
     for (int64_t r = 0; r < rows; ++r) f((j * block + r) * g.run_len, op.data + (base[r] + op.run_offset[j]) * op.esize, n);
@@ -240,15 +255,20 @@ Plan plan(const Rows& g) {
   return p;
 }
 
-// The rows [first, first + count) of operand k (bufs: the block's buffers), one Row per row.
+// The rows [first, first + count) of operand k (bufs: the block's buffers) as the row math's Row.
 struct BlockRows {
-  Row rows[kMaxBlockRows];
+  float* base[kMaxBlockRows];
+  Row row;
   BlockRows(const Rows& g, const Plan& p, size_t k, int64_t first, int64_t count, float* const* bufs) {
     const Operand& op = g.ops[k];
-    for (int64_t r = 0; r < count; ++r) {
-      rows[r] = p.direct[k] ? Row{reinterpret_cast<float*>(op.data) + g.row_offset(op, first + r), op.run_offset.data()}
-                            : Row{bufs[k] + r * g.run_len, p.dense.data()};
+    if (p.direct[k]) {
+      float* data = reinterpret_cast<float*>(op.data);
+      g.row_offsets(op, first, count, [&](int64_t r, int64_t off) { base[r] = data + off; });
+      row = Row{base, op.run_offset.data()};
+      return;
     }
+    for (int64_t r = 0; r < count; ++r) base[r] = bufs[k] + r * g.run_len;
+    row = Row{base, p.dense.data()};
   }
 };
 
@@ -304,7 +324,7 @@ void rows_softmax(const at::Tensor& x, const at::Tensor& out, int64_t width, boo
   const RowMath& m = math();
   for_blocks(g, p, [&](int64_t, int64_t first, int64_t count, float* const* bufs) {
     gather_inputs(g, p, {0}, first, count, bufs, m);
-    m.softmax(p.shape, count, BlockRows(g, p, 0, first, count, bufs).rows, BlockRows(g, p, 1, first, count, bufs).rows,
+    m.softmax(p.shape, count, BlockRows(g, p, 0, first, count, bufs).row, BlockRows(g, p, 1, first, count, bufs).row,
               log, safe);
     scatter_output(g, p, 1, first, count, bufs, m);
   });
@@ -317,8 +337,8 @@ void rows_softmax_backward(const at::Tensor& grad, const at::Tensor& output, con
   const RowMath& m = math();
   for_blocks(g, p, [&](int64_t, int64_t first, int64_t count, float* const* bufs) {
     gather_inputs(g, p, {0, 1}, first, count, bufs, m);
-    m.softmax_backward(p.shape, count, BlockRows(g, p, 0, first, count, bufs).rows,
-                       BlockRows(g, p, 1, first, count, bufs).rows, BlockRows(g, p, 2, first, count, bufs).rows, log);
+    m.softmax_backward(p.shape, count, BlockRows(g, p, 0, first, count, bufs).row,
+                       BlockRows(g, p, 1, first, count, bufs).row, BlockRows(g, p, 2, first, count, bufs).row, log);
     scatter_output(g, p, 2, first, count, bufs, m);
   });
 }
@@ -335,7 +355,7 @@ void rows_layer_norm(const at::Tensor& x, const at::Tensor& out, const std::opti
   const RowMath& m = math();
   for_blocks(g, p, [&](int64_t, int64_t first, int64_t count, float* const* bufs) {
     gather_inputs(g, p, {0}, first, count, bufs, m);
-    m.layer_norm(p.shape, count, BlockRows(g, p, 0, first, count, bufs).rows, BlockRows(g, p, 1, first, count, bufs).rows,
+    m.layer_norm(p.shape, count, BlockRows(g, p, 0, first, count, bufs).row, BlockRows(g, p, 1, first, count, bufs).row,
                  w, b, static_cast<float>(eps), mu + first, rs + first);
     scatter_output(g, p, 1, first, count, bufs, m);
   });
@@ -366,9 +386,9 @@ void rows_layer_norm_backward(const at::Tensor& grad, const at::Tensor& x, const
   const RowMath& m = math();
   for_blocks(g, p, [&](int64_t c, int64_t first, int64_t count, float* const* bufs) {
     gather_inputs(g, p, {0, 1}, first, count, bufs, m);
-    m.layer_norm_backward(p.shape, count, BlockRows(g, p, 0, first, count, bufs).rows,
-                          BlockRows(g, p, 1, first, count, bufs).rows,
-                          dx ? BlockRows(g, p, 2, first, count, bufs).rows : nullptr, mu + first, rs + first, w,
+    m.layer_norm_backward(p.shape, count, BlockRows(g, p, 0, first, count, bufs).row,
+                          BlockRows(g, p, 1, first, count, bufs).row,
+                          dx ? BlockRows(g, p, 2, first, count, bufs).row : Row{nullptr, nullptr}, mu + first, rs + first, w,
                           gamma_acc ? gamma_acc + c * g.len : nullptr, beta_acc ? beta_acc + c * g.len : nullptr);
     if (dx) scatter_output(g, p, 2, first, count, bufs, m);
   });
@@ -396,7 +416,7 @@ void rows_sum(const at::Tensor& x, const at::Tensor& out, int64_t width) {
     std::vector<const char*> runs(base.size());
     for (int64_t first = begin; first < begin + rows; first += kSumRows) {
       const int64_t count = std::min(kSumRows, begin + rows - first);
-      for (int64_t r = 0; r < count; ++r) base[r] = g.row_offset(op, first + r);
+      g.row_offsets(op, first, count, [&](int64_t r, int64_t off) { base[r] = off; });
       for (const int64_t run : op.run_offset) {
         for (int64_t r = 0; r < count; ++r) runs[r] = op.data + (base[r] + run) * op.esize;
         if (direct) {

@@ -11,32 +11,33 @@
 namespace torch_layouts {
 
 // How a row lies in memory: `runs` runs of `run` contiguous floats each (a stick, a chunk row,
-// or the whole row when runs == 1). Element i of run j of an operand is at base + off[j] + i;
-// every operand of a call has the same runs, each its own base and offsets.
+// or the whole row when runs == 1). Element i of run j of row k of an operand's block is at
+// base[k] + off[j] + i: every row of an operand has the same run offsets (its layout's), and
+// every operand of a call the same runs.
 struct RowShape {
   int64_t runs, run;
 };
 struct Row {
-  float* base;
+  float* const* base;  // each row's start; null: the operand is absent
   const int64_t* off;
 };
 
-// Each function takes a block of `count` rows (at most kMaxBlockRows), operand arrays of one Row
-// per row, and walks the block run by run: where rows of a tile are adjacent in memory (a
-// stick's rows), every pass reads the block in storage order.
+// Each function takes a block of `count` rows (at most kMaxBlockRows), one Row per operand, and
+// walks the block run by run: where rows of a tile are adjacent in memory (a stick's rows),
+// every pass reads the block in storage order.
 constexpr int64_t kMaxBlockRows = 64;
 
 struct RowMath {
   // out := softmax(x) (log: log_softmax); safe: a row of only -inf gives 0s. out may be x.
-  void (*softmax)(RowShape s, int64_t count, const Row* x, const Row* out, bool log, bool safe);
+  void (*softmax)(RowShape s, int64_t count, Row x, Row out, bool log, bool safe);
   // out := the input gradient of softmax (log: log_softmax) from output y and output gradient g.
-  void (*softmax_backward)(RowShape s, int64_t count, const Row* g, const Row* y, const Row* out, bool log);
+  void (*softmax_backward)(RowShape s, int64_t count, Row g, Row y, Row out, bool log);
   // out := (x - mean) * rstd * w + b (w, b dense, may be null); writes each row's mean and rstd.
-  void (*layer_norm)(RowShape s, int64_t count, const Row* x, const Row* out, const float* w, const float* b,
+  void (*layer_norm)(RowShape s, int64_t count, Row x, Row out, const float* w, const float* b,
                      float eps, float* mean, float* rstd);
   // With xhat = (x - mean) * rstd and gw = g * w: dgamma += g * xhat, dbeta += g (dense, each may be
-  // null); when out: out := rstd * (gw - sum(gw) / n - xhat * sum(gw * xhat) / n).
-  void (*layer_norm_backward)(RowShape s, int64_t count, const Row* g, const Row* x, const Row* out,
+  // null); when out.base: out := rstd * (gw - sum(gw) / n - xhat * sum(gw * xhat) / n).
+  void (*layer_norm_backward)(RowShape s, int64_t count, Row g, Row x, Row out,
                               const float* mean, const float* rstd, const float* w, float* dgamma, float* dbeta);
   float (*sum)(const float* x, int64_t n);
   // sums[r] += the sum of n float32 (half: float16) elements from runs[r], for r < count.

@@ -26,7 +26,7 @@ inline void each_run(RowShape s, int64_t count, F f) {
     for (int64_t k = 0; k < count; ++k) f(k, j);
 }
 
-inline float* ptr(Row x, int64_t j) { return x.base + x.off[j]; }
+inline float* ptr(Row x, int64_t k, int64_t j) { return x.base[k] + x.off[j]; }
 
 // e^x (constants in row_math.cpp): measured within 1.3 ulp over its range; -inf gives 0, +inf
 // inf, NaN NaN.
@@ -42,14 +42,14 @@ inline S::V exp_lanes(S::V x) {
   return S::keep_nan(x, S::scale2n(p, fx));
 }
 
-void softmax(RowShape s, int64_t count, const Row* x, const Row* out, bool log, bool safe) {
+void softmax(RowShape s, int64_t count, Row x, Row out, bool log, bool safe) {
   using V = S::V;
   V acc[kMaxBlockRows];
   float m[kMaxBlockRows];
   bool zero[kMaxBlockRows];
   for (int64_t k = 0; k < count; ++k) acc[k] = S::splat(-kInf);
   each_run(s, count, [&](int64_t k, int64_t j) {
-    const float* xp = ptr(x[k], j);
+    const float* xp = ptr(x, k, j);
     V a = acc[k];
     chunks(s.run, [&](int64_t i, int64_t r) { a = S::max(a, S::ld(xp + i, r, -kInf)); });
     acc[k] = a;
@@ -61,7 +61,7 @@ void softmax(RowShape s, int64_t count, const Row* x, const Row* out, bool log, 
   }
   if (log) {
     each_run(s, count, [&](int64_t k, int64_t j) {
-      const float* xp = ptr(x[k], j);
+      const float* xp = ptr(x, k, j);
       const V mk = S::splat(m[k]);
       V a = acc[k];
       chunks(s.run, [&](int64_t i, int64_t r) { a = S::add(a, exp_lanes(S::sub(S::ld(xp + i, r, -kInf), mk))); });
@@ -70,8 +70,8 @@ void softmax(RowShape s, int64_t count, const Row* x, const Row* out, bool log, 
     float ls[kMaxBlockRows];
     for (int64_t k = 0; k < count; ++k) ls[k] = std::log(S::hsum(acc[k]));
     each_run(s, count, [&](int64_t k, int64_t j) {  // (x - max) - log(sum): exact where x is near max
-      const float* xp = ptr(x[k], j);
-      float* op = ptr(out[k], j);
+      const float* xp = ptr(x, k, j);
+      float* op = ptr(out, k, j);
       const V mk = S::splat(m[k]), lk = S::splat(ls[k]);
       const bool z = zero[k];
       chunks(s.run, [&](int64_t i, int64_t r) {
@@ -81,8 +81,8 @@ void softmax(RowShape s, int64_t count, const Row* x, const Row* out, bool log, 
     return;
   }
   each_run(s, count, [&](int64_t k, int64_t j) {
-    const float* xp = ptr(x[k], j);
-    float* op = ptr(out[k], j);
+    const float* xp = ptr(x, k, j);
+    float* op = ptr(out, k, j);
     const V mk = S::splat(m[k]);
     V a = acc[k];
     chunks(s.run, [&](int64_t i, int64_t r) {
@@ -94,19 +94,19 @@ void softmax(RowShape s, int64_t count, const Row* x, const Row* out, bool log, 
   });
   for (int64_t k = 0; k < count; ++k) m[k] = zero[k] ? 0.0f : 1.0f / S::hsum(acc[k]);
   each_run(s, count, [&](int64_t k, int64_t j) {
-    float* op = ptr(out[k], j);
+    float* op = ptr(out, k, j);
     const V scale = S::splat(m[k]);
     const bool z = zero[k];
     chunks(s.run, [&](int64_t i, int64_t r) { S::st(op + i, r, z ? S::zeros() : S::mul(S::ld(op + i, r, 0), scale)); });
   });
 }
 
-void softmax_backward(RowShape s, int64_t count, const Row* g, const Row* y, const Row* out, bool log) {
+void softmax_backward(RowShape s, int64_t count, Row g, Row y, Row out, bool log) {
   using V = S::V;
   V acc[kMaxBlockRows];
   for (int64_t k = 0; k < count; ++k) acc[k] = S::zeros();
   each_run(s, count, [&](int64_t k, int64_t j) {
-    const float *gp = ptr(g[k], j), *yp = ptr(y[k], j);
+    const float *gp = ptr(g, k, j), *yp = ptr(y, k, j);
     V a = acc[k];
     if (log) {
       chunks(s.run, [&](int64_t i, int64_t r) { a = S::add(a, S::ld(gp + i, r, 0)); });
@@ -117,8 +117,8 @@ void softmax_backward(RowShape s, int64_t count, const Row* g, const Row* y, con
   });
   for (int64_t k = 0; k < count; ++k) acc[k] = S::splat(S::hsum(acc[k]));
   each_run(s, count, [&](int64_t k, int64_t j) {
-    const float *gp = ptr(g[k], j), *yp = ptr(y[k], j);
-    float* op = ptr(out[k], j);
+    const float *gp = ptr(g, k, j), *yp = ptr(y, k, j);
+    float* op = ptr(out, k, j);
     const V a = acc[k];
     if (log) {  // g - exp(y) * sum(g)
       chunks(s.run, [&](int64_t i, int64_t r) {
@@ -132,14 +132,14 @@ void softmax_backward(RowShape s, int64_t count, const Row* g, const Row* y, con
   });
 }
 
-void layer_norm(RowShape s, int64_t count, const Row* x, const Row* out, const float* w, const float* b, float eps,
+void layer_norm(RowShape s, int64_t count, Row x, Row out, const float* w, const float* b, float eps,
                 float* mean, float* rstd) {
   using V = S::V;
   const float n = static_cast<float>(s.runs * s.run);
   V acc[kMaxBlockRows];
   for (int64_t k = 0; k < count; ++k) acc[k] = S::zeros();
   each_run(s, count, [&](int64_t k, int64_t j) {
-    const float* xp = ptr(x[k], j);
+    const float* xp = ptr(x, k, j);
     V a = acc[k];
     chunks(s.run, [&](int64_t i, int64_t r) { a = S::add(a, S::ld(xp + i, r, 0)); });
     acc[k] = a;
@@ -149,7 +149,7 @@ void layer_norm(RowShape s, int64_t count, const Row* x, const Row* out, const f
     acc[k] = S::zeros();
   }
   each_run(s, count, [&](int64_t k, int64_t j) {
-    const float* xp = ptr(x[k], j);
+    const float* xp = ptr(x, k, j);
     const V mk = S::splat(mean[k]);
     V a = acc[k];
     chunks(s.run, [&](int64_t i, int64_t r) {
@@ -163,8 +163,8 @@ void layer_norm(RowShape s, int64_t count, const Row* x, const Row* out, const f
     rstd[k] = 1.0f / std::sqrt((var > 0.0f ? var : 0.0f) + eps);
   }
   each_run(s, count, [&](int64_t k, int64_t j) {
-    const float* xp = ptr(x[k], j);
-    float* op = ptr(out[k], j);
+    const float* xp = ptr(x, k, j);
+    float* op = ptr(out, k, j);
     const float *wj = w ? w + j * s.run : nullptr, *bj = b ? b + j * s.run : nullptr;
     const V mk = S::splat(mean[k]), rk = S::splat(rstd[k]);
     chunks(s.run, [&](int64_t i, int64_t r) {
@@ -176,14 +176,14 @@ void layer_norm(RowShape s, int64_t count, const Row* x, const Row* out, const f
   });
 }
 
-void layer_norm_backward(RowShape s, int64_t count, const Row* g, const Row* x, const Row* out, const float* mean,
+void layer_norm_backward(RowShape s, int64_t count, Row g, Row x, Row out, const float* mean,
                          const float* rstd, const float* w, float* dgamma, float* dbeta) {
   using V = S::V;
   const float n = static_cast<float>(s.runs * s.run);
   V sa[kMaxBlockRows], sb[kMaxBlockRows];
   for (int64_t k = 0; k < count; ++k) sa[k] = sb[k] = S::zeros();
   each_run(s, count, [&](int64_t k, int64_t j) {
-    const float *gp = ptr(g[k], j), *xp = ptr(x[k], j), *wj = w ? w + j * s.run : nullptr;
+    const float *gp = ptr(g, k, j), *xp = ptr(x, k, j), *wj = w ? w + j * s.run : nullptr;
     float *dg = dgamma ? dgamma + j * s.run : nullptr, *db = dbeta ? dbeta + j * s.run : nullptr;
     const V mk = S::splat(mean[k]), rk = S::splat(rstd[k]);
     V a = sa[k], c = sb[k];
@@ -198,14 +198,14 @@ void layer_norm_backward(RowShape s, int64_t count, const Row* g, const Row* x, 
     sa[k] = a;
     sb[k] = c;
   });
-  if (!out) return;
+  if (!out.base) return;
   for (int64_t k = 0; k < count; ++k) {
     sa[k] = S::splat(S::hsum(sa[k]) / n);
     sb[k] = S::splat(S::hsum(sb[k]) / n);
   }
   each_run(s, count, [&](int64_t k, int64_t j) {
-    const float *gp = ptr(g[k], j), *xp = ptr(x[k], j), *wj = w ? w + j * s.run : nullptr;
-    float* op = ptr(out[k], j);
+    const float *gp = ptr(g, k, j), *xp = ptr(x, k, j), *wj = w ? w + j * s.run : nullptr;
+    float* op = ptr(out, k, j);
     const V mk = S::splat(mean[k]), rk = S::splat(rstd[k]), a = sa[k], c = sb[k];
     chunks(s.run, [&](int64_t i, int64_t r) {
       const V gv = S::ld(gp + i, r, 0), xhat = S::mul(S::sub(S::ld(xp + i, r, 0), mk), rk);
