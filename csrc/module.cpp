@@ -110,12 +110,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("_raw_buffer", [](const at::Tensor& t) {
     TORCH_CHECK_VALUE(t.is_privateuseone(), "expected a spyre tensor, got one on ", t.device());
     LayoutPtr layout = layout_of(t);
-    at::Tensor raw = raw_buffer(t, layout ? layout->dtype : t.scalar_type());
-    return layout ? raw.narrow(0, 0, layout->device_numel) : raw;
+    return layout ? raw_buffer(t, layout->dtype, layout->device_numel) : raw_buffer(t, t.scalar_type());
   });
   m.def("_raw_view", [](const at::Tensor& t, c10::IntArrayRef sizes, c10::IntArrayRef strides, int64_t offset) {
     TORCH_CHECK_VALUE(t.is_privateuseone(), "expected a spyre tensor, got one on ", t.device());
-    return raw_buffer(t, t.scalar_type()).as_strided(sizes, strides, offset);
+    return raw_view(t, sizes, strides, offset);
   });
   m.def("_to_host", &to_host, py::call_guard<py::gil_scoped_release>());
   m.def("_fill_padding", [](const at::Tensor& t) {

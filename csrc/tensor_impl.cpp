@@ -115,12 +115,38 @@ bool is_whole_base(const at::Tensor& tensor, const BoundLayout& layout) {
   return true;
 }
 
-at::Tensor raw_buffer(const at::Tensor& tensor, c10::ScalarType dtype) {
+at::Tensor raw_buffer(const at::Tensor& tensor, c10::ScalarType dtype, int64_t numel) {
   c10::Storage storage = tensor.storage();
-  const int64_t numel = device_nbytes(storage) / static_cast<int64_t>(c10::elementSize(dtype));
+  const int64_t capacity = device_nbytes(storage) / static_cast<int64_t>(c10::elementSize(dtype));
+  TORCH_CHECK_INDEX(numel <= capacity, "raw buffer of ", numel, " elements is longer than its device buffer of ",
+                    capacity);
+  if (numel < 0) numel = capacity;
   return at::from_blob(
       storage.mutable_data(), {numel}, [storage](void*) mutable { storage = c10::Storage(); },
       at::TensorOptions().dtype(dtype).device(at::kCPU));
+}
+
+at::Tensor raw_view(const at::Tensor& tensor, c10::IntArrayRef sizes, c10::IntArrayRef strides, int64_t offset) {
+  TORCH_CHECK_VALUE(sizes.size() == strides.size(), "raw view has ", sizes.size(), " sizes but ", strides.size(),
+                    " strides");
+  c10::Storage storage = tensor.storage();
+  const int64_t numel = device_nbytes(storage) / static_cast<int64_t>(tensor.element_size());
+  int64_t last = offset;
+  bool empty = false;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    TORCH_CHECK_VALUE(sizes[d] >= 0 && strides[d] >= 0, "raw view dim ", d, " has size ", sizes[d], " and stride ",
+                      strides[d], " (both must be >= 0)");
+    empty |= sizes[d] == 0;
+    if (sizes[d] > 0) last += (sizes[d] - 1) * strides[d];
+  }
+  TORCH_CHECK_INDEX(offset >= 0 && (empty || last < numel), "raw view of elements [", offset, ", ", last,
+                    "] reaches outside its device buffer of ", numel, " elements");
+  return at::for_blob(static_cast<char*>(storage.mutable_data()), sizes)
+      .strides(strides)
+      .storage_offset(offset)
+      .deleter([storage](void*) mutable { storage = c10::Storage(); })
+      .options(at::TensorOptions().dtype(tensor.scalar_type()).device(at::kCPU))
+      .make_tensor();
 }
 
 }  // namespace torch_layouts

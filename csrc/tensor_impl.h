@@ -56,7 +56,12 @@ bool is_whole_base(const at::Tensor& tensor, const BoundLayout& layout);
 // Reads a device tensor (any view) into a fresh contiguous CPU tensor (kernels_copy.cpp).
 at::Tensor to_host(const at::Tensor& src);
 
-// A 1-D CPU tensor of `dtype` aliasing a device tensor's whole buffer.
-at::Tensor raw_buffer(const at::Tensor& tensor, c10::ScalarType dtype);
+// A 1-D CPU tensor of `dtype` aliasing a device tensor's whole buffer, or its first `numel`
+// elements (IndexError past the buffer).
+at::Tensor raw_buffer(const at::Tensor& tensor, c10::ScalarType dtype, int64_t numel = -1);
+
+// A strided CPU view of the device buffer in the tensor's own dtype, made without dispatching an
+// op (no profiler event, no as_strided call); IndexError where it would reach outside the buffer.
+at::Tensor raw_view(const at::Tensor& tensor, c10::IntArrayRef sizes, c10::IntArrayRef strides, int64_t offset);
 
 }  // namespace torch_layouts

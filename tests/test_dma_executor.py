@@ -15,7 +15,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from torch_layouts import _C
+import torch_layouts
+from torch_layouts import _C, DeviceLayout
 
 BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 SIZES = [1, 2, 3, 4, 5, 8, 9, 16, 17, 32, 33, 64, 65]
@@ -121,6 +122,21 @@ def test_rows_continued_on_both_sides(streaming: bool, esize: int, na: int, nb: 
         expected.as_strided(ranges, dst_strides).copy_(src.as_strided(ranges, src_strides))
         _C._run_nests([(ranges, dst_strides, src_strides, 0, 0)], dst, src)
         assert torch.equal(dst, expected)
+
+
+@pytest.mark.parametrize("dtype, pad", [(torch.float32, float("nan")), (torch.float16, -0.0), (torch.bfloat16, 1.5),
+                                        (torch.int8, -128), (torch.int32, -7), (torch.bool, True),
+                                        (torch.float8_e4m3fn, -2.0), (torch.uint8, 200), (torch.int16, -3)])
+def test_padding_holds_the_pad_value_bit_for_bit(helpers, dtype: torch.dtype, pad: object) -> None:
+    """A new tensor's padding (boxes on two sides of a 3-D layout, strided and contiguous) holds
+    the pad value's bits as ``fill_`` would store them; every real element keeps its value."""
+    host = helpers.random_bits(3 * 5 * 6, dtype, 0).view(3, 5, 6)
+    layout = DeviceLayout([4, 8, 7], [56, 7, 1], dtype, pad_value=pad)  # pads dims 0, 1 and 2
+    device = host.to("spyre", device_layout=layout)
+    raw = helpers.as_bits(torch_layouts.device_memory(device))
+    real = layout.real_mask((3, 5, 6))
+    assert torch.equal(raw[~real], torch.full_like(raw[~real], helpers.pad_bits(pad, dtype)))
+    assert torch.equal(helpers.as_bits(device.cpu()), helpers.as_bits(host))
 
 
 def test_stream_threshold_rejects_negative_bytes() -> None:
