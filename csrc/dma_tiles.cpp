@@ -24,6 +24,11 @@ inline void store(char* p, E v) {
   std::memcpy(p, &v, sizeof(E));
 }
 
+// A 16-byte unit, copied by value.
+struct U128 {
+  char bytes[16];
+};
+
 // Unit by unit, the inner loop along whichever side is longer.
 template <typename E>
 void scalar_tile(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a, int64_t dst_b) {
@@ -317,9 +322,6 @@ void tile_u32(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a, int
   if (na >= 4 && nb >= 4) return blocked_tile<uint32_t, 4, block4x4_u32>(d, s, na, nb, src_a, dst_b);
   scalar_tile<uint32_t>(d, s, na, nb, src_a, dst_b);
 }
-struct U128 {
-  char bytes[16];
-};
 
 // Blocks along the destination's rows (its lines written in order, the loads strided).
 void tile_u128(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a, int64_t dst_b) {
@@ -414,12 +416,18 @@ void gather_rows(char* d, const char* s, int64_t n, int64_t src_step) {
   for (int64_t i = 0; i < n; ++i) std::memcpy(d + i * R, s + i * src_step, R);
 }
 
-// The same for rows of any length, word by word (E: the widest word that divides the row).
+// The same for rows of any length: whole words of W bytes, the last one overlapping the one before
+// it where W does not divide the row (both hold the same source bytes). W: the widest of 16, 8, 4
+// not longer than the row.
 template <typename E>
 void gather_words(char* d, const char* s, int64_t n, int64_t src_step, int64_t row) {
   constexpr int64_t W = sizeof(E);
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t k = 0; k < row; k += W) store<E>(d + i * row + k, load<E>(s + i * src_step + k));
+  for (int64_t i = 0; i < n; ++i) {
+    char* out = d + i * row;
+    const char* in = s + i * src_step;
+    for (int64_t k = 0; k + W <= row; k += W) store<E>(out + k, load<E>(in + k));
+    if (row % W) store<E>(out + row - W, load<E>(in + row - W));
+  }
 }
 }  // namespace
 
@@ -438,9 +446,9 @@ void copy_extended_tile(char* d, const char* s, int64_t na, int64_t nb, int64_t 
       case 32: gather_rows<32>(out, in, ne, step); break;
       case 64: gather_rows<64>(out, in, ne, step); break;
       default:
-        if (row % 8 == 0) gather_words<uint64_t>(out, in, ne, step, row);
-        else if (row % 4 == 0) gather_words<uint32_t>(out, in, ne, step, row);
-        else if (row % 2 == 0) gather_words<uint16_t>(out, in, ne, step, row);
+        if (row >= 16) gather_words<U128>(out, in, ne, step, row);
+        else if (row >= 8) gather_words<uint64_t>(out, in, ne, step, row);
+        else if (row >= 4) gather_words<uint32_t>(out, in, ne, step, row);
         else gather_words<uint8_t>(out, in, ne, step, row);
     }
   }
