@@ -248,28 +248,7 @@ struct S {
   return _mm256_add_ps(s0, s1);
 }
 
-// Eight rows at a time: their lanes reduce to one vector of eight sums (a transposing hadd tree).
-// N > 0: runs of N elements, known here so that run_lanes unrolls (the same adds in the same order).
-template <int64_t N>
-void add_runs(float* sums, const char* const* runs, int64_t count, int64_t len, bool half) {
-  const int64_t n = N > 0 ? N : len;
-  int64_t r = 0;
-  for (; r + 8 <= count; r += 8) {
-    S::V v[8];
-    for (int q = 0; q < 8; ++q) v[q] = run_lanes(runs[r + q], n, half);
-    const S::V b0 = _mm256_hadd_ps(_mm256_hadd_ps(v[0], v[1]), _mm256_hadd_ps(v[2], v[3]));
-    const S::V b1 = _mm256_hadd_ps(_mm256_hadd_ps(v[4], v[5]), _mm256_hadd_ps(v[6], v[7]));
-    const S::V total = _mm256_add_ps(_mm256_permute2f128_ps(b0, b1, 0x20), _mm256_permute2f128_ps(b0, b1, 0x31));
-    _mm256_storeu_ps(sums + r, _mm256_add_ps(_mm256_loadu_ps(sums + r), total));
-  }
-  for (; r < count; ++r) sums[r] += S::hsum(run_lanes(runs[r], n, half));
-}
-
-void add_run_sums_avx2(float* sums, const char* const* runs, int64_t count, int64_t n, bool half) {
-  if (n == 64 && half) return add_runs<64>(sums, runs, count, n, true);  // a float16 stick
-  if (n == 16 && !half) return add_runs<16>(sums, runs, count, n, false);  // a float32 stick
-  add_runs<0>(sums, runs, count, n, half);
-}
+#include "row_sums_x86.h"
 
 void load_half_avx2(float* d, const uint16_t* s, int64_t n) {
   int64_t i = 0;
@@ -289,7 +268,7 @@ void store_half_avx2(uint16_t* d, const float* s, int64_t n) {
 
 
 const RowMath kAvx2{softmax,    softmax_backward, layer_norm,     layer_norm_backward,
-                    sum,        add_run_sums_avx2, load_half_avx2, store_half_avx2};
+                    sum,        add_run_sums, load_half_avx2, store_half_avx2};
 
 }  // namespace
 }  // namespace avx2_simd
@@ -297,7 +276,7 @@ const RowMath kAvx2{softmax,    softmax_backward, layer_norm,     layer_norm_bac
 
 // ---- AVX-512 (F) ----------------------------------------------------------------------------
 // The same math on 16 lanes: one float32 stick (64 bytes) a vector. Partial vectors load and
-// store under lane masks. Sums of float16 runs and the float16 conversions stay AVX2's.
+// store under lane masks; run sums add 16 elements a step. The float16 conversions stay AVX2's.
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx2,fma,f16c")
 namespace avx512_simd {
@@ -345,8 +324,50 @@ struct S {
 
 #include "row_math_kernels.h"
 
+// Up to 16 float16 values under a lane mask (others 0), without AVX512-BW's masked 16-bit loads.
+inline __m256i _mm256_maskz_loadu_epi16_fallback(const uint16_t* p, __mmask16 m) {
+  alignas(32) uint16_t v[16] = {};
+  for (int k = 0; k < 16; ++k) {
+    if (m & (1u << k)) v[k] = p[k];
+  }
+  return _mm256_load_si256(reinterpret_cast<const __m256i*>(v));
+}
+
+// A run's sum as 8 partial lanes: 16 elements a step (float16 converted 16 at a time), folded to 8.
+[[gnu::always_inline]] inline __m256 run_lanes(const char* p, int64_t n, bool half) {
+  __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+  int64_t i = 0;
+  if (half) {
+    const uint16_t* x = reinterpret_cast<const uint16_t*>(p);
+    for (; i + 32 <= n; i += 32) {
+      s0 = _mm512_add_ps(s0, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i))));
+      s1 = _mm512_add_ps(s1, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i + 16))));
+    }
+    if (i < n) {  // the tail, masked: absent lanes add 0
+      const __mmask16 m0 = n - i >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (n - i)) - 1u);
+      s0 = _mm512_add_ps(s0, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16_fallback(x + i, m0)));
+      if (n - i > 16) {
+        const __mmask16 m1 = static_cast<__mmask16>((1u << (n - i - 16)) - 1u);
+        s1 = _mm512_add_ps(s1, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16_fallback(x + i + 16, m1)));
+      }
+    }
+  } else {
+    const float* x = reinterpret_cast<const float*>(p);
+    for (; i + 32 <= n; i += 32) {
+      s0 = _mm512_add_ps(s0, _mm512_loadu_ps(x + i));
+      s1 = _mm512_add_ps(s1, _mm512_loadu_ps(x + i + 16));
+    }
+    for (; i < n; i += 16) s0 = _mm512_add_ps(s0, S::ld(x + i, std::min<int64_t>(16, n - i), 0));
+  }
+  const __m512 t = _mm512_add_ps(s0, s1);
+  return _mm256_add_ps(_mm512_castps512_ps256(t), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(t), 1)));
+}
+
+#include "row_sums_x86.h"
+
 const RowMath kAvx512{softmax, softmax_backward, layer_norm, layer_norm_backward, sum,
-                      avx2_simd::add_run_sums_avx2, avx2_simd::load_half_avx2, avx2_simd::store_half_avx2};
+                      add_run_sums, avx2_simd::load_half_avx2, avx2_simd::store_half_avx2};
+
 
 }  // namespace
 }  // namespace avx512_simd

@@ -1,0 +1,31 @@
+// Sums of runs into per-row sums (RowMath::add_run_sums) over a namespace's run_lanes(p, n, half),
+// which returns a run's sum as 8 partial float lanes. row_math.cpp includes this file in each x86
+// instruction set's namespace after its run_lanes, as it does row_math_kernels.h.
+
+// Eight rows at a time: their lanes reduce to one vector of eight sums (a transposing hadd tree).
+// N > 0: runs of N elements, known here so that run_lanes unrolls (the same adds in the same order).
+template <int64_t N>
+void add_runs(float* sums, const char* const* runs, int64_t count, int64_t len, bool half) {
+  const int64_t n = N > 0 ? N : len;
+  int64_t r = 0;
+  for (; r + 8 <= count; r += 8) {
+    __m256 v[8];
+    for (int q = 0; q < 8; ++q) v[q] = run_lanes(runs[r + q], n, half);
+    const __m256 b0 = _mm256_hadd_ps(_mm256_hadd_ps(v[0], v[1]), _mm256_hadd_ps(v[2], v[3]));
+    const __m256 b1 = _mm256_hadd_ps(_mm256_hadd_ps(v[4], v[5]), _mm256_hadd_ps(v[6], v[7]));
+    const __m256 total = _mm256_add_ps(_mm256_permute2f128_ps(b0, b1, 0x20), _mm256_permute2f128_ps(b0, b1, 0x31));
+    _mm256_storeu_ps(sums + r, _mm256_add_ps(_mm256_loadu_ps(sums + r), total));
+  }
+  for (; r < count; ++r) {
+    const __m256 v = run_lanes(runs[r], n, half);
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    sums[r] += _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
+  }
+}
+
+void add_run_sums(float* sums, const char* const* runs, int64_t count, int64_t n, bool half) {
+  if (n == 64 && half) return add_runs<64>(sums, runs, count, n, true);  // a float16 stick
+  if (n == 16 && !half) return add_runs<16>(sums, runs, count, n, false);  // a float32 stick
+  add_runs<0>(sums, runs, count, n, half);
+}
