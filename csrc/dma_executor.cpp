@@ -217,7 +217,8 @@ void copy_nest(char* dst, const char* src, const Transfer& nest, int64_t esize) 
   // a time; when streaming, so is one of whole-line units up to 8 KiB (Spyre's sticks: a row of
   // the source read in order, each 128-byte stick streamed to its column; 10-40% faster at 32 MiB,
   // slower in cache). Thin tiles grow long. Square transposes of 2/4/8-byte units (both sides 64 units or
-  // more: NHWC, dim_order changes) take 16 KiB tiles, 64 rows of 256 bytes on the destination:
+  // more: NHWC, dim_order changes; 16-byte units too, MACE's float32 images, except when streaming
+  // from far-apart source rows, where it measured slower) take 16 KiB tiles, 64 rows of 256 bytes on the destination:
   // per tile, the AVX block transposes amortise the call and the prefetch, and 64 far-apart rows
   // stay within what the prefetchers and the L1 hold (measured 1.2-2x faster than 2 KiB tiles at
   // 1 and 32 MiB, benchmarks/RESULTS.md). Work items are rectangles of tiles of about kParallelBytes.
@@ -231,7 +232,8 @@ void copy_nest(char* dst, const char* src, const Transfer& nest, int64_t esize) 
   const bool far_src = std::abs(plan.a.src) >= 1024, far_dst = std::abs(plan.b.dst) >= 1024;
   const int64_t dense_rows = stream && unit % 64 == 0 ? 8192 : 1024;  // bytes of a source row read whole
   const bool dense_src = plan.a.src == nb * unit && nb * unit <= dense_rows;  // whole source rows, adjacent
-  const bool square = (unit == 2 || unit == 4 || unit == 8) && na >= 64 && nb >= 64;
+  const bool wide_ok = unit == 16 && !(stream && std::abs(plan.a.src) > std::abs(plan.b.dst));
+  const bool square = (unit == 2 || unit == 4 || unit == 8 || wide_ok) && na >= 64 && nb >= 64;
   const int64_t ta0 = std::min(na, far_dst && !far_src ? 4 * t : t), tb0 = dense_src ? nb : std::min(nb, t);
   const int64_t area = t * t * (far_src ? 1 : 4);
   const int64_t tb = square ? 64 : std::min(nb, std::max(tb0, area / ta0));
