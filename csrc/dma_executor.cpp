@@ -214,14 +214,15 @@ void copy_nest(char* dst, const char* src, const Transfer& nest, int64_t esize) 
   // far apart alias in cache at power-of-two strides, so that side gets few rows. Where only the
   // destination's rows lie far apart, its runs grow 4x longer (longer streamed rows); where
   // neither side's do, the tile grows 4x. A source of short adjacent rows is read whole rows at
-  // a time; when streaming, so is one of whole-line units up to 8 KiB (Spyre's sticks: a row of
-  // the source read in order, each 128-byte stick streamed to its column; 10-40% faster at 32 MiB,
-  // slower in cache). Thin tiles grow long. Square transposes of 2/4/8-byte units (both sides 64 units or
-  // more: NHWC, dim_order changes; 16-byte units too, MACE's float32 images, except when streaming
-  // from far-apart source rows, where it measured slower) take 16 KiB tiles, 64 rows of 256 bytes on the destination:
-  // per tile, the AVX block transposes amortise the call and the prefetch, and 64 far-apart rows
-  // stay within what the prefetchers and the L1 hold (measured 1.2-2x faster than 2 KiB tiles at
-  // 1 and 32 MiB, benchmarks/RESULTS.md). Work items are rectangles of tiles of about kParallelBytes.
+  // a time; when streaming, so is one of whole-line units up to 8 KiB (Spyre's sticks: a source
+  // row read in order, each 128-byte stick streamed to its column; 10-40% faster at 32 MiB, slower
+  // in cache). Thin tiles grow long. Square transposes (both sides 64 units or more) of 2/4/8-byte
+  // units (NHWC, dim_order changes) and of 16-byte units (MACE's float32 images; not when streamed
+  // from source rows farther apart than the destination's, where they measured slower) take 16 KiB
+  // tiles, 64 destination rows of 256 bytes: per tile, the block transposes amortise the call and
+  // the prefetch, and 64 far-apart rows stay within what the prefetchers and the L1 hold (1.2-2x
+  // faster than 2 KiB tiles at 1 and 32 MiB, benchmarks/RESULTS.md). Work items are rectangles of
+  // tiles of about kParallelBytes.
   const int64_t na = plan.a.size, nb = plan.b.size;
   const int64_t nd = static_cast<int64_t>(plan.outer.size());
   int64_t outer = 1;

@@ -181,7 +181,8 @@ TL_AVX inline void block8x8_u32_avx(char* d, const char* s, int64_t src_a, int64
     }
   for (int h = 0; h < 2; ++h) {
     const __m256 x0 = _mm256_unpacklo_ps(t[4 * h], t[4 * h + 1]), x1 = _mm256_unpackhi_ps(t[4 * h], t[4 * h + 1]);
-    const __m256 x2 = _mm256_unpacklo_ps(t[4 * h + 2], t[4 * h + 3]), x3 = _mm256_unpackhi_ps(t[4 * h + 2], t[4 * h + 3]);
+    const __m256 x2 = _mm256_unpacklo_ps(t[4 * h + 2], t[4 * h + 3]);
+    const __m256 x3 = _mm256_unpackhi_ps(t[4 * h + 2], t[4 * h + 3]);
     float* out = reinterpret_cast<float*>(d + 4 * h * dst_b);
     const int64_t step = dst_b / 4;  // floats
     _mm256_storeu_ps(out, _mm256_shuffle_ps(x0, x2, 0x44));

@@ -388,7 +388,8 @@ void rows_layer_norm_backward(const at::Tensor& grad, const at::Tensor& x, const
     gather_inputs(g, p, {0, 1}, first, count, bufs, m);
     m.layer_norm_backward(p.shape, count, BlockRows(g, p, 0, first, count, bufs).row,
                           BlockRows(g, p, 1, first, count, bufs).row,
-                          dx ? BlockRows(g, p, 2, first, count, bufs).row : Row{nullptr, nullptr}, mu + first, rs + first, w,
+                          dx ? BlockRows(g, p, 2, first, count, bufs).row : Row{nullptr, nullptr}, mu + first,
+                          rs + first, w,
                           gamma_acc ? gamma_acc + c * g.len : nullptr, beta_acc ? beta_acc + c * g.len : nullptr);
     if (dx) scatter_output(g, p, 2, first, count, bufs, m);
   });
