@@ -70,11 +70,7 @@ def geometry_key(x: torch.Tensor) -> tuple | None:
     """What a kernel's plan for device tensor ``x`` depends on: its device, dtype, shape, strides,
     offset and layout record (the layout object's identity, the base tensor's size and strides);
     None when ``x`` carries no layout. Plans keyed on it keep the layout objects alive."""
-    info = _C._bound_layout_of(x)
-    if info is None:
-        return None
-    return (x.device.index, x.dtype, x.shape, x.stride(), x.storage_offset(), id(info.layout), tuple(info.base_size),
-            tuple(info.base_stride))
+    return _C._geometry_key(x)
 
 
 def plan_key(op: str, args: tuple, tensors: Sequence[torch.Tensor]) -> tuple | None:
