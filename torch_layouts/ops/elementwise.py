@@ -255,17 +255,16 @@ def signature(spec: Spec, args: tuple | list, kwargs: dict, target: torch.Tensor
     layout (tensors) or kind (scalars), which arguments share the target's buffer; None for
     calls with CPU or 0-dim tensors (``run`` takes its general path)."""
     mode = 0 if target is None else 1 if target is args[0] else 2
-    parts: list = [spec, mode, out_dtype, tuple(sorted((n, _key(v)) for n, v in kwargs.items()))]
-    tensors = list(args) if mode != 2 else [*args, target]
+    named = tuple(sorted((n, _key(v)) for n, v in kwargs.items())) if kwargs else ()
+    parts: list = [spec, mode, out_dtype, named]
+    tensors = args if mode != 2 else [*args, target]
     ptr = None if target is None else target.untyped_storage().data_ptr()
     for a in tensors:
         if not isinstance(a, torch.Tensor):
             parts.append(_key(a))
             continue
-        if a.device.type != "spyre" or a.dim() == 0:
-            return None
-        geometry = geometry_key(a)
-        if geometry is None:
+        geometry = geometry_key(a)  # None off the device or without a layout
+        if geometry is None or not geometry[2]:  # geometry[2]: the shape; () for 0-dim tensors
             return None
         parts.append((*geometry, ptr is not None and a.untyped_storage().data_ptr() == ptr))
     return tuple(parts)
