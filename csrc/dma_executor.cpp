@@ -137,62 +137,64 @@ inline void prefetch_rows(const char* s, int64_t rows, int64_t stride, int64_t b
     for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(s + r * stride + off);
 }
 
+// Positions of the plan's outer loops.
+int64_t outer_count(const TilePlan& plan) {
+  int64_t outer = 1;
+  for (const Loop& loop : plan.outer) outer *= loop.size;
+  return outer;
+}
+
+// Byte offsets of outer position i (row-major over plan.outer) on the destination and the source.
+std::pair<int64_t, int64_t> outer_offsets(const TilePlan& plan, int64_t i) {
+  int64_t doff = 0, soff = 0;
+  for (size_t k = plan.outer.size(); k-- > 0;) {
+    doff += (i % plan.outer[k].size) * plan.outer[k].dst;
+    soff += (i % plan.outer[k].size) * plan.outer[k].src;
+    i /= plan.outer[k].size;
+  }
+  return {doff, soff};
+}
+
+// body(begin, end) over [0, items) work items of item_bytes each: split over the intra-op threads
+// where there are at least two items' worth of kParallelBytes, else on this thread.
+template <typename Body>
+void for_items(int64_t items, int64_t item_bytes, const Body& body) {
+  if (items > 1 && items * item_bytes >= 2 * kParallelBytes) {
+    at::parallel_for(0, items, std::max<int64_t>(1, kParallelBytes / item_bytes), body);
+  } else {
+    body(0, items);
+  }
+}
+
 // Nests whose tile is a few units (e.g. 4 x 9): per outer position, every tile position runs
 // along loop c with constant strides, as PyTorch's TensorIterator would.
 void copy_small_tiles(char* d0, const char* s0, const TilePlan& plan) {
-  const int64_t unit = plan.unit, nd = static_cast<int64_t>(plan.outer.size());
-  int64_t outer = 1;
-  for (const Loop& loop : plan.outer) outer *= loop.size;
-  const int64_t item_bytes = plan.a.size * plan.b.size * plan.c.size * unit;
-  auto body = [&](int64_t begin, int64_t end) {
+  const int64_t unit = plan.unit;
+  for_items(outer_count(plan), plan.a.size * plan.b.size * plan.c.size * unit, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
-      int64_t rem = i, doff = 0, soff = 0;
-      for (int64_t k = nd - 1; k >= 0; --k) {
-        doff += (rem % plan.outer[k].size) * plan.outer[k].dst;
-        soff += (rem % plan.outer[k].size) * plan.outer[k].src;
-        rem /= plan.outer[k].size;
-      }
+      const auto [doff, soff] = outer_offsets(plan, i);
       for (int64_t a = 0; a < plan.a.size; ++a)
         for (int64_t b = 0; b < plan.b.size; ++b)
           copy_strided(d0 + doff + a * unit + b * plan.b.dst, s0 + soff + a * plan.a.src + b * unit, plan.c.size,
                        plan.c.dst, plan.c.src, unit);
     }
-  };
-  if (outer > 1 && outer * item_bytes >= 2 * kParallelBytes) {
-    at::parallel_for(0, outer, std::max<int64_t>(1, kParallelBytes / item_bytes), body);
-  } else {
-    body(0, outer);
-  }
+  });
 }
 
 // Nests with a loop e that continues both sides' rows: work items are an outer position and a
 // chunk of e of about kExtendedBytes, each one copy_extended_tile.
 void copy_extended_tiles(char* d0, const char* s0, const TilePlan& plan) {
-  const int64_t unit = plan.unit, nd = static_cast<int64_t>(plan.outer.size());
-  const int64_t step = plan.a.size * plan.b.size * unit;
+  const int64_t step = plan.a.size * plan.b.size * plan.unit;
   const int64_t ke = std::clamp<int64_t>(kExtendedBytes / step, 1, plan.e.size);
   const int64_t chunks = (plan.e.size + ke - 1) / ke;
-  int64_t outer = 1;
-  for (const Loop& loop : plan.outer) outer *= loop.size;
-  auto body = [&](int64_t begin, int64_t end) {
+  for_items(outer_count(plan) * chunks, ke * step, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
-      int64_t rem = i / chunks, doff = 0, soff = 0;
-      for (int64_t k = nd - 1; k >= 0; --k) {
-        doff += (rem % plan.outer[k].size) * plan.outer[k].dst;
-        soff += (rem % plan.outer[k].size) * plan.outer[k].src;
-        rem /= plan.outer[k].size;
-      }
+      const auto [doff, soff] = outer_offsets(plan, i / chunks);
       const int64_t e0 = (i % chunks) * ke;
       copy_extended_tile(d0 + doff + e0 * plan.e.dst, s0 + soff + e0 * plan.e.src, plan.a.size, plan.b.size,
-                         std::min(ke, plan.e.size - e0), plan.a.src, plan.b.dst, unit);
+                         std::min(ke, plan.e.size - e0), plan.a.src, plan.b.dst, plan.unit);
     }
-  };
-  const int64_t items = outer * chunks;
-  if (items > 1 && items * ke * step >= 2 * kParallelBytes) {
-    at::parallel_for(0, items, std::max<int64_t>(1, kParallelBytes / (ke * step)), body);
-  } else {
-    body(0, items);
-  }
+  });
 }
 
 void copy_nest(char* dst, const char* src, const Transfer& nest, int64_t esize) {
@@ -225,8 +227,7 @@ void copy_nest(char* dst, const char* src, const Transfer& nest, int64_t esize) 
   // tiles of about kParallelBytes.
   const int64_t na = plan.a.size, nb = plan.b.size;
   const int64_t nd = static_cast<int64_t>(plan.outer.size());
-  int64_t outer = 1;
-  for (const Loop& loop : plan.outer) outer *= loop.size;
+  const int64_t outer = outer_count(plan);
   const bool stream = outer * na * nb * unit >= g_stream_bytes.load(std::memory_order_relaxed);
   int64_t t = 8;  // a power of two, at least 8, with t * t * unit <= 2 KiB
   while (t * t * 4 * unit <= 2048) t *= 2;
@@ -282,11 +283,7 @@ void copy_nest(char* dst, const char* src, const Transfer& nest, int64_t esize) 
       }
     }
   };
-  if (items > 1 && items * item_bytes >= 2 * kParallelBytes) {
-    at::parallel_for(0, items, std::max<int64_t>(1, kParallelBytes / item_bytes), body);
-  } else {
-    body(0, items);
-  }
+  for_items(items, item_bytes, body);
 }
 
 }  // namespace

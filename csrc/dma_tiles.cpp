@@ -136,8 +136,8 @@ inline void block4x4_u128(char* d, const char* s, int64_t src_a, int64_t dst_b) 
     for (int a = 0; a < 4; ++a) st(d + a * 16 + b * dst_b, r[a][b]);
 }
 
-// AVX (not AVX2: this host has none) 256-bit shuffles move bits like the SSE2 ones; they are
-// compiled for AVX and used only where the CPU reports it.
+// AVX 256-bit shuffles move bits like the SSE2 ones; they are compiled for AVX and used only
+// where the CPU reports it.
 #define TL_AVX __attribute__((target("avx")))
 const bool kAvx = [] {
   __builtin_cpu_init();
@@ -437,10 +437,10 @@ void copy_extended_tile(char* d, const char* s, int64_t na, int64_t nb, int64_t 
   alignas(64) char buf[kStageBytes];
   const int64_t row = na * unit;  // buf[e * nb + b] holds destination row b's chunk e
   plain_tile(buf, s, na, ne * nb, src_a, row, unit);
+  const int64_t step = nb * row;
   for (int64_t b = 0; b < nb; ++b) {
     char* out = d + b * dst_b;
     const char* in = buf + b * row;
-    const int64_t step = nb * row;
     switch (row) {
       case 8: gather_rows<8>(out, in, ne, step); break;
       case 16: gather_rows<16>(out, in, ne, step); break;

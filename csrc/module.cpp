@@ -126,10 +126,21 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     LayoutPtr layout = layout_of(t);
     return layout ? raw_buffer(t, layout->dtype, layout->device_numel) : raw_buffer(t, t.scalar_type());
   });
-  m.def("_raw_view", [](const at::Tensor& t, c10::IntArrayRef sizes, c10::IntArrayRef strides, int64_t offset) {
-    TORCH_CHECK_VALUE(t.is_privateuseone(), "expected a spyre tensor, got one on ", t.device());
-    return raw_view(t, sizes, strides, offset);
-  });
+  m.def(
+      "_raw_view",
+      [](const at::Tensor& t, std::vector<int64_t> sizes, std::optional<std::vector<int64_t>> strides,
+         int64_t offset) {
+        TORCH_CHECK_VALUE(t.is_privateuseone(), "expected a spyre tensor, got one on ", t.device());
+        if (!strides) {  // contiguous
+          strides.emplace(sizes.size());
+          for (size_t d = sizes.size(), step = 1; d-- > 0;) {
+            (*strides)[d] = static_cast<int64_t>(step);
+            step *= static_cast<size_t>(std::max<int64_t>(sizes[d], 1));
+          }
+        }
+        return raw_view(t, sizes, *strides, offset);
+      },
+      py::arg("t"), py::arg("sizes"), py::arg("strides") = py::none(), py::arg("offset") = 0);
   m.def("_to_host", &to_host, py::call_guard<py::gil_scoped_release>());
   m.def("_fill_padding", [](const at::Tensor& t) {
     LayoutPtr layout = t.is_privateuseone() ? layout_of(t) : nullptr;

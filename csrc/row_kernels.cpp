@@ -8,9 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
-#include <mutex>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "row_math.h"
@@ -22,9 +20,7 @@ constexpr int64_t kBlockFloats = 32768;  // floats of every operand's rows gathe
 constexpr int64_t kParallelFloats = 32768;  // fewer elements than this per thread run on one thread
 constexpr int64_t kSumRows = 4096;  // rows whose sums accumulate together (in L1)
 
-std::mutex g_math_mutex;
-std::string g_math_set = row_math_sets().front();  // the best this CPU runs
-std::atomic<const RowMath*> g_math{&row_math(g_math_set)};
+std::atomic<const RowMath*> g_math{&row_math(row_math_sets().front())};  // the best this CPU runs
 
 const RowMath& math() { return *g_math.load(std::memory_order_relaxed); }
 
@@ -434,11 +430,11 @@ void rows_sum(const at::Tensor& x, const at::Tensor& out, int64_t width) {
 }
 
 std::string rows_set_math(const std::string& set) {
-  const RowMath& chosen = row_math(set);
-  std::lock_guard<std::mutex> lock(g_math_mutex);
-  std::string old = std::exchange(g_math_set, set);
-  g_math.store(&chosen);
-  return old;
+  const RowMath* old = g_math.exchange(&row_math(set));
+  for (const std::string& name : row_math_sets()) {
+    if (&row_math(name) == old) return name;
+  }
+  TORCH_INTERNAL_ASSERT(false, "the row math in use is none of this CPU's sets");
 }
 
 }  // namespace torch_layouts

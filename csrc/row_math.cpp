@@ -303,9 +303,11 @@ struct S {
   static V max(V a, V b) { return _mm512_max_ps(a, b); }
   static V fmadd(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
   static V fnmadd(V a, V b, V c) { return _mm512_fnmadd_ps(a, b, c); }
+  static __m256 fold(V v) {  // the two 256-bit halves added
+    return _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+  }
   static float hsum(V v) {  // halves added down to one lane, as AVX2's hsum does from 8
-    const __m256 high = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
-    __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v), high);
+    const __m256 h = fold(v);
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
@@ -325,12 +327,10 @@ struct S {
 
 #include "row_math_kernels.h"
 
-// Up to 16 float16 values under a lane mask (others 0), without AVX512-BW's masked 16-bit loads.
-inline __m256i _mm256_maskz_loadu_epi16_fallback(const uint16_t* p, __mmask16 m) {
+// The first r float16 values at p (r <= 16), the other lanes 0; AVX-512F has no masked 16-bit loads.
+inline __m256i halves_below(const uint16_t* p, int64_t r) {
   alignas(32) uint16_t v[16] = {};
-  for (int k = 0; k < 16; ++k) {
-    if (m & (1u << k)) v[k] = p[k];
-  }
+  std::memcpy(v, p, r * sizeof(uint16_t));
   return _mm256_load_si256(reinterpret_cast<const __m256i*>(v));
 }
 
@@ -344,13 +344,9 @@ inline __m256i _mm256_maskz_loadu_epi16_fallback(const uint16_t* p, __mmask16 m)
       s0 = _mm512_add_ps(s0, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i))));
       s1 = _mm512_add_ps(s1, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i + 16))));
     }
-    if (i < n) {  // the tail, masked: absent lanes add 0
-      const __mmask16 m0 = n - i >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (n - i)) - 1u);
-      s0 = _mm512_add_ps(s0, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16_fallback(x + i, m0)));
-      if (n - i > 16) {
-        const __mmask16 m1 = static_cast<__mmask16>((1u << (n - i - 16)) - 1u);
-        s1 = _mm512_add_ps(s1, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16_fallback(x + i + 16, m1)));
-      }
+    for (__m512* s : {&s0, &s1}) {  // the tail (under 32): its first 16 to s0, the rest to s1
+      if (i < n) *s = _mm512_add_ps(*s, _mm512_cvtph_ps(halves_below(x + i, std::min<int64_t>(16, n - i))));
+      i += 16;
     }
   } else {
     const float* x = reinterpret_cast<const float*>(p);
@@ -360,15 +356,13 @@ inline __m256i _mm256_maskz_loadu_epi16_fallback(const uint16_t* p, __mmask16 m)
     }
     for (; i < n; i += 16) s0 = _mm512_add_ps(s0, S::ld(x + i, std::min<int64_t>(16, n - i), 0));
   }
-  const __m512 t = _mm512_add_ps(s0, s1);
-  return _mm256_add_ps(_mm512_castps512_ps256(t), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(t), 1)));
+  return S::fold(_mm512_add_ps(s0, s1));
 }
 
 #include "row_sums_x86.h"
 
 const RowMath kAvx512{softmax, softmax_backward, layer_norm, layer_norm_backward, sum,
                       add_run_sums, avx2_simd::load_half_avx2, avx2_simd::store_half_avx2};
-
 
 }  // namespace
 }  // namespace avx512_simd

@@ -35,7 +35,7 @@ from typing import Any, NamedTuple
 import torch
 
 from .. import _C
-from ..core.layout import BoundLayout, DeviceLayout, contiguous_strides
+from ..core.layout import BoundLayout, DeviceLayout
 from ..dma.relayout import relayout_transfers
 from ..runtime.layout_records import default_layout
 from . import rules
@@ -242,7 +242,6 @@ class Recipe(NamedTuple):
     out_coords: BoundLayout | None  # a new result's layout (None: the target is written)
     target_read: tuple[tuple[int, ...], int] | None  # out=: the target's (strides, offset)
     unpadded: bool  # the coordinates have no padding: one box covers them
-    dense: tuple[int, ...]  # the strides of a new result's buffer shaped like the coordinates
 
 
 RECIPES: dict[tuple, Recipe] = {}
@@ -278,7 +277,7 @@ def _replay(recipe: Recipe, spec: Spec, args: tuple | list, kwargs: dict, target
         views[i] = raw_view(args[i], coords.shape, strides, offset)
     if recipe.out_coords is not None:
         out = new_tensor(recipe.out_coords, args[recipe.reads[0][0]].device)
-        o = raw_view(out, coords.shape, recipe.dense)
+        o = raw_view(out, coords.shape)
     elif recipe.target_read is not None:
         out = target
         o = raw_view(target, coords.shape, *recipe.target_read)
@@ -319,8 +318,7 @@ def _record(key: tuple, spec: Spec, args: list, originals: list, positions: list
     if len(RECIPES) >= MAX_RECIPES:
         RECIPES.clear()
     layouts = tuple(_C._bound_layout_of(t).layout for t in originals if isinstance(t, torch.Tensor))
-    RECIPES[key] = Recipe(layouts, coords, tuple(reads), out_coords, target_read, not has_padding(coords),
-                          contiguous_strides(coords.shape))
+    RECIPES[key] = Recipe(layouts, coords, tuple(reads), out_coords, target_read, not has_padding(coords))
 
 
 def run(spec: Spec, args: tuple | list, kwargs: dict, *, target: torch.Tensor | None = None,

@@ -104,8 +104,9 @@ def raw(x: torch.Tensor) -> torch.Tensor:
     return buf if buf.dtype == x.dtype else buf.view(x.dtype)
 
 
-def raw_view(x: torch.Tensor, size: Shape, stride: Shape, offset: int = 0) -> torch.Tensor:
-    """``raw(x).as_strided(size, stride, offset)`` in one runtime call (the replays' hot path)."""
+def raw_view(x: torch.Tensor, size: Shape, stride: Shape | None = None, offset: int = 0) -> torch.Tensor:
+    """``raw(x).as_strided(size, stride, offset)`` in one runtime call (the replays' hot path);
+    without ``stride``, the buffer's start read contiguously in ``size``."""
     return _C._raw_view(x, size, stride, offset)
 
 
