@@ -247,6 +247,12 @@ Plan plan(const Rows& g) {
   }
   p.block = std::clamp<int64_t>(kBlockFloats / (std::max<int64_t>(g.len, 1) * static_cast<int64_t>(g.ops.size())), 1,
                                 kMaxBlockRows);
+  // Where the innermost outer dim's rows continue each other's runs in every operand (a stick
+  // tile's rows), a block is one such group when fewer than a block: each pass then reads the
+  // tile in storage order (8 rows: 23 -> 17 us for a softmax backward over 8x64x128 float32).
+  bool grouped = !g.outer_size.empty();
+  for (const Operand& op : g.ops) grouped = grouped && op.outer_stride.back() == g.run_len * op.run_stride;
+  if (grouped && g.outer_size.back() >= 4 && g.outer_size.back() < p.block) p.block = g.outer_size.back();
   for (size_t j = 0; j < g.ops[0].run_offset.size(); ++j) p.dense.push_back(static_cast<int64_t>(j) * p.block * g.run_len);
   return p;
 }

@@ -42,7 +42,9 @@ inline S::V exp_lanes(S::V x) {
   return S::keep_nan(x, S::scale2n(p, fx));
 }
 
-void softmax(RowShape s, int64_t count, Row x, Row out, bool log, bool safe) {
+template <int64_t R>
+void softmax_runs(RowShape s, int64_t count, Row x, Row out, bool log, bool safe) {
+  if (R) s.run = R;
   using V = S::V;
   V acc[kMaxBlockRows];
   float m[kMaxBlockRows];
@@ -101,7 +103,9 @@ void softmax(RowShape s, int64_t count, Row x, Row out, bool log, bool safe) {
   });
 }
 
-void softmax_backward(RowShape s, int64_t count, Row g, Row y, Row out, bool log) {
+template <int64_t R>
+void softmax_backward_runs(RowShape s, int64_t count, Row g, Row y, Row out, bool log) {
+  if (R) s.run = R;
   using V = S::V;
   V acc[kMaxBlockRows];
   for (int64_t k = 0; k < count; ++k) acc[k] = S::zeros();
@@ -132,8 +136,10 @@ void softmax_backward(RowShape s, int64_t count, Row g, Row y, Row out, bool log
   });
 }
 
-void layer_norm(RowShape s, int64_t count, Row x, Row out, const float* w, const float* b, float eps,
+template <int64_t R>
+void layer_norm_runs(RowShape s, int64_t count, Row x, Row out, const float* w, const float* b, float eps,
                 float* mean, float* rstd) {
+  if (R) s.run = R;
   using V = S::V;
   const float n = static_cast<float>(s.runs * s.run);
   V acc[kMaxBlockRows];
@@ -176,8 +182,10 @@ void layer_norm(RowShape s, int64_t count, Row x, Row out, const float* w, const
   });
 }
 
-void layer_norm_backward(RowShape s, int64_t count, Row g, Row x, Row out, const float* mean,
+template <int64_t R>
+void layer_norm_backward_runs(RowShape s, int64_t count, Row g, Row x, Row out, const float* mean,
                          const float* rstd, const float* w, float* dgamma, float* dbeta) {
+  if (R) s.run = R;
   using V = S::V;
   const float n = static_cast<float>(s.runs * s.run);
   V sa[kMaxBlockRows], sb[kMaxBlockRows];
@@ -212,6 +220,35 @@ void layer_norm_backward(RowShape s, int64_t count, Row g, Row x, Row out, const
       const V gw = wj ? S::mul(gv, S::ld(wj + i, r, 0)) : gv;
       S::st(op + i, r, S::mul(rk, S::fnmadd(xhat, c, S::sub(gw, a))));
     });
+  });
+}
+
+// Runs of R floats known at compile time where a run is a float32 stick (32) or a float16 one
+// gathered into float32 (64): every chunk loop then unrolls with no tail; R = 0 reads s.run.
+template <typename F>
+inline void with_run(int64_t run, F f) {
+  if (run == 32) return f(std::integral_constant<int64_t, 32>{});
+  if (run == 64) return f(std::integral_constant<int64_t, 64>{});
+  f(std::integral_constant<int64_t, 0>{});
+}
+
+void softmax(RowShape s, int64_t count, Row x, Row out, bool log, bool safe) {
+  with_run(s.run, [&](auto r) { softmax_runs<decltype(r)::value>(s, count, x, out, log, safe); });
+}
+
+void softmax_backward(RowShape s, int64_t count, Row g, Row y, Row out, bool log) {
+  with_run(s.run, [&](auto r) { softmax_backward_runs<decltype(r)::value>(s, count, g, y, out, log); });
+}
+
+void layer_norm(RowShape s, int64_t count, Row x, Row out, const float* w, const float* b, float eps, float* mean,
+                float* rstd) {
+  with_run(s.run, [&](auto r) { layer_norm_runs<decltype(r)::value>(s, count, x, out, w, b, eps, mean, rstd); });
+}
+
+void layer_norm_backward(RowShape s, int64_t count, Row g, Row x, Row out, const float* mean, const float* rstd,
+                         const float* w, float* dgamma, float* dbeta) {
+  with_run(s.run, [&](auto r) {
+    layer_norm_backward_runs<decltype(r)::value>(s, count, g, x, out, mean, rstd, w, dgamma, dbeta);
   });
 }
 

@@ -188,6 +188,9 @@ def cases(draw: st.DrawFn, operands: int, dtypes: tuple[torch.dtype, ...] = DTYP
 TABLE = {
     "stick tiles (tiles, rows, stick) as rows (tiles*stick)": ((3, 5, 64), (1, 0, 2), 2),
     "stick tiles with a batch dim": ((2, 2, 4, 8), (0, 2, 1, 3), 2),
+    "float32 sticks (runs of 32, compiled with a fixed run)": ((4, 6, 32), (1, 0, 2), 2),
+    "float32 sticks, one per row": ((1, 9, 32), (1, 0, 2), 2),
+    "runs of 64 over two threads' chunks": ((3, 300, 64), (1, 0, 2), 2),
     "stick of 8 with a ragged tile count": ((5, 3, 8), (1, 0, 2), 2),
     "contiguous rows": ((7, 37), (0, 1), 1),
     "rows over two dims": ((3, 4, 5, 6), (0, 1, 2, 3), 2),
