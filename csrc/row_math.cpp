@@ -276,7 +276,7 @@ const RowMath kAvx2{softmax,    softmax_backward, layer_norm,     layer_norm_bac
 #pragma GCC pop_options
 
 // ---- AVX-512 (F) ----------------------------------------------------------------------------
-// The same math on 16 lanes: one float32 stick (64 bytes) a vector. Partial vectors load and
+// The same math on 16 lanes: half a float32 stick (64 of its 128 bytes) a vector. Partial vectors load and
 // store under lane masks; run sums add 16 elements a step. The float16 conversions stay AVX2's.
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx2,fma,f16c")

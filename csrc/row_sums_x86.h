@@ -26,6 +26,6 @@ void add_runs(float* sums, const char* const* runs, int64_t count, int64_t len, 
 
 void add_run_sums(float* sums, const char* const* runs, int64_t count, int64_t n, bool half) {
   if (n == 64 && half) return add_runs<64>(sums, runs, count, n, true);  // a float16 stick
-  if (n == 16 && !half) return add_runs<16>(sums, runs, count, n, false);  // a float32 stick
+  if (n == 32 && !half) return add_runs<32>(sums, runs, count, n, false);  // a float32 stick
   add_runs<0>(sums, runs, count, n, half);
 }
