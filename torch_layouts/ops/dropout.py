@@ -3,9 +3,10 @@
 The keep mask draws from the spyre generator exactly as the CPU fallback did: a CPU
 generator seeded with the runtime's mix of the generator's (seed, offset) (``csrc/generator.cpp``'s
 ``host_seed``), ``bernoulli_`` over a tensor like the input (``empty_like``), then the offset moves
-past the values drawn; so a seed gives the masks it gave before. The mask is read in the
-input's coordinates (``operands.coords_for``) and the boolean mask is laid out with the
-input's device dims, so the backward reads both in place (no restickify).
+past the values drawn; so a seed gives the masks it gave before. The draws move into the
+input's coordinates (``operands.coords_for``) through the DMA, and the boolean mask is laid
+out with the input's device dims, so the product and the backward read both in place (no
+restickify).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import torch
 from .. import _C
 from ..core.layout import BoundLayout
 from .elementwise import Spec, run
-from .operands import coords_for, has_padding, new_tensor, operand_layout, plan, raw, real_slices, scratch, view
+from .operands import coords_for, new_tensor, operand_layout, raw, real_slices, scratch
 from .registry import register
 
 MASK64 = (1 << 64) - 1
@@ -43,18 +44,6 @@ def draw_keep(x: torch.Tensor, keep: float) -> torch.Tensor:
     return out
 
 
-def host_strides(coords: BoundLayout) -> tuple[int, ...] | None:
-    """Strides that read a CPU tensor of the coordinates' host geometry (``size``, ``stride``)
-    shaped like the coordinates; None when they have padding or broadcast dims."""
-    if has_padding(coords) or coords.broadcast:
-        return None
-    strides = [0] * len(coords.shape)
-    for group in coords.groups:
-        for dig in group.digits:
-            strides[dig.dim] = dig.step * group.unit_stride
-    return tuple(strides)
-
-
 def _mask_coords(coords: BoundLayout) -> BoundLayout:
     """A bool layout with the coordinates' own device dims (read in place next to them)."""
     layout = operand_layout(coords, coords.size, torch.bool, coords.stride)
@@ -80,25 +69,14 @@ def native_dropout(x: torch.Tensor, p: float, train: bool | None) -> tuple[torch
     scale = 0.0 if keep == 0 else 1.0 / keep
     drawn = draw_keep(x, keep)
     coords = coords_for(x)
+    # The draws (host order) move into x's coordinates through the DMA (a cache-blocked
+    # relayout), where the mask's conversion and the product read them in storage order.
+    values = new_tensor(coords, x.device).copy_(drawn)
     mask = new_tensor(_mask_coords(coords), x.device)
-    strides = host_strides(coords) if drawn.stride() == coords.stride else None
-    if strides is None:  # padding or another geometry: the draws move into x's coordinates first
-        values = new_tensor(coords, x.device).copy_(drawn)
-        dense = raw(values).view(coords.shape)
-    else:  # the draws read in place in x's coordinates
-        values = None
-        dense = drawn.as_strided(coords.shape, strides)
-    flags = raw(mask).view(coords.shape)
+    flags, dense = raw(mask).view(coords.shape), raw(values).view(coords.shape)
     for index in real_slices(coords)[0]:
         flags[index].copy_(dense[index])  # 0 or 1: the conversion is the comparison with 0
-    if values is not None:
-        return run(SCALED, [x, values], {"scale": scale}, out_dtype=x.dtype), mask
-    out = new_tensor(coords, x.device)
-    p = plan(x, coords)
-    if p is None or not p.stick_ok:
-        return run(SCALED, [x, new_tensor(coords, x.device).copy_(drawn)], {"scale": scale}, out_dtype=x.dtype), mask
-    _scaled(view(x, coords, p), dense, scale=scale, out=raw(out).view(coords.shape))
-    return out, mask
+    return run(SCALED, [x, values], {"scale": scale}, out_dtype=x.dtype), mask
 
 
 def native_dropout_backward(grad: torch.Tensor, mask: torch.Tensor, scale: float) -> torch.Tensor:
