@@ -497,27 +497,55 @@ def clone(x: torch.Tensor, *, memory_format: torch.memory_format | None = None) 
     return out
 
 
+class FillPlan(NamedTuple):
+    """How ``fill_`` writes a tensor that is its buffer's whole tensor: its coordinates, the
+    boxes of real positions (``operands.real_slices``), whether the padding is restored after
+    filling the whole buffer, and the layout object (kept alive, so that the id in the plan's
+    key stays its own)."""
+
+    coords: BoundLayout
+    pieces: tuple
+    restore_padding: bool
+    layout: DeviceLayout
+
+
+FILLS: dict[tuple, FillPlan] = {}
+MAX_FILLS = 1024
+
+
 def fill_(x: torch.Tensor, value: Any) -> torch.Tensor:
-    """Set every element of ``x`` (the real positions of its buffer) to ``value``."""
+    """Set every element of ``x`` (the real positions of its buffer) to ``value``; the plan of a
+    tensor that is its whole buffer is kept per geometry (``zeros``/``ones`` fill fresh ones)."""
     if isinstance(value, torch.Tensor):
         if value.dim() != 0:
             raise RuntimeError(f"fill_ only supports 0-dimension value tensor but got tensor with {value.dim()} "
                                "dimensions.")
         value = value.item()
-    coords = coords_for(x)
-    p = plan(x, coords)
-    if p is not None and p.exact:
-        target = x
-    else:  # a view: fill a fresh tensor and copy it in
-        coords = default_coords(tuple(x.shape), x.dtype)
-        target = new_tensor(coords, x.device)
-    buffer = raw(target).view(coords.shape)
-    pieces, whole = real_slices(coords)
+    key = geometry_key(x)
+    known = FILLS.get(key) if key is not None else None
+    if known is None:
+        coords = coords_for(x)
+        p = plan(x, coords)
+        if p is None or not p.exact:  # a view: fill a fresh tensor and copy it in
+            coords = default_coords(tuple(x.shape), x.dtype)
+            return x.copy_(_fill_buffer(new_tensor(coords, x.device), coords, *real_slices(coords), value))
+        known = FillPlan(coords, *real_slices(coords), _C._bound_layout_of(x).layout)
+        if key is not None:
+            if len(FILLS) >= MAX_FILLS:
+                FILLS.clear()
+            FILLS[key] = known
+    return _fill_buffer(x, known.coords, known.pieces, known.restore_padding, value)
+
+
+def _fill_buffer(x: torch.Tensor, coords: BoundLayout, pieces: tuple, restore_padding: bool, value: Any
+                 ) -> torch.Tensor:
+    """Fill the real positions of the buffer of ``x`` (its whole tensor in ``coords``)."""
+    buffer = raw_view(x, coords.shape)
     for index in pieces:
         buffer[index].fill_(value)
-    if whole:
-        _C._fill_padding(target)
-    return x if target is x else x.copy_(target)
+    if restore_padding:
+        _C._fill_padding(x)
+    return x
 
 
 def zero_(x: torch.Tensor) -> torch.Tensor:
