@@ -1,5 +1,7 @@
 #include "tile_gemm.h"
 
+#include "dma_tiles.h"
+
 #include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
 #include <immintrin.h>
@@ -142,6 +144,25 @@ void pack_b(const Problem& P, int64_t bi, int64_t jp, int64_t p0, int64_t kc, fl
   const int64_t j0 = jp * kNR, nr = std::min(kNR, P.n - j0);
   if (contiguous_panel(P.b.cols, j0)) {  // whole rows of 16, far apart
     for (int64_t p = p0; p < p0 + kc; ++p, dst += kNR) copy_floats(base + P.b.rows[p] + P.b.cols[j0], kNR, dst);
+    return;
+  }
+  const int64_t* cols = P.b.cols.data() + j0;
+  const int64_t col_step = nr > 1 ? cols[1] - cols[0] : 0;
+  bool even = nr > 1;
+  for (int64_t q = 2; even && q < nr; ++q) even = cols[q] - cols[q - 1] == col_step;
+  if (even) {
+    // B sticked on its rows (a transposed operand): each run of contiguous rows and the panel's
+    // evenly spaced columns are one block transpose (dma_tiles' copy_tile), not an element at a time.
+    for (int64_t p = p0; p < p0 + kc;) {
+      int64_t run = 1;
+      while (p + run < p0 + kc && P.b.rows[p + run] == P.b.rows[p] + run) ++run;
+      float* out = dst + (p - p0) * kNR;
+      copy_tile(reinterpret_cast<char*>(out), reinterpret_cast<const char*>(base + P.b.rows[p] + P.b.cols[j0]), nr,
+                run, col_step * static_cast<int64_t>(sizeof(float)), kNR * static_cast<int64_t>(sizeof(float)),
+                sizeof(float), false);
+      for (int64_t r = 0; r < run; ++r) std::fill(out + r * kNR + nr, out + (r + 1) * kNR, 0.f);
+      p += run;
+    }
     return;
   }
   for (int64_t p = p0; p < p0 + kc; ++p, dst += kNR) {

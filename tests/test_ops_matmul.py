@@ -158,6 +158,8 @@ TRANSPOSED = [
     ("both", (96, 64), (128, 96), (True, True)),
     ("batched", (4, 64, 32), (4, 64, 96), (True, False)),
     ("padded", (40, 70), (96, 70), (False, True)),
+    ("batched b-t, ragged panel, k across sticks", (3, 37, 40), (3, 45, 40), (False, True)),
+    ("attention q @ k.t()", (8, 128, 64), (8, 128, 64), (False, True)),
 ]
 
 
