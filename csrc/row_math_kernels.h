@@ -138,7 +138,7 @@ void softmax_backward_runs(RowShape s, int64_t count, Row g, Row y, Row out, boo
 
 template <int64_t R>
 void layer_norm_runs(RowShape s, int64_t count, Row x, Row out, const float* w, const float* b, float eps,
-                float* mean, float* rstd) {
+                     float* mean, float* rstd) {
   if (R) s.run = R;
   using V = S::V;
   const float n = static_cast<float>(s.runs * s.run);
@@ -184,7 +184,7 @@ void layer_norm_runs(RowShape s, int64_t count, Row x, Row out, const float* w, 
 
 template <int64_t R>
 void layer_norm_backward_runs(RowShape s, int64_t count, Row g, Row x, Row out, const float* mean,
-                         const float* rstd, const float* w, float* dgamma, float* dbeta) {
+                              const float* rstd, const float* w, float* dgamma, float* dbeta) {
   if (R) s.run = R;
   using V = S::V;
   const float n = static_cast<float>(s.runs * s.run);

@@ -506,7 +506,7 @@ class FillPlan(NamedTuple):
     coords: BoundLayout
     pieces: tuple
     restore_padding: bool
-    layout: DeviceLayout
+    layout: DeviceLayout | None
 
 
 FILLS: dict[tuple, FillPlan] = {}
@@ -529,7 +529,8 @@ def fill_(x: torch.Tensor, value: Any) -> torch.Tensor:
         if p is None or not p.exact:  # a view: fill a fresh tensor and copy it in
             coords = default_coords(tuple(x.shape), x.dtype)
             return x.copy_(_fill_buffer(new_tensor(coords, x.device), coords, *real_slices(coords), value))
-        known = FillPlan(coords, *real_slices(coords), _C._bound_layout_of(x).layout)
+        record = _C._bound_layout_of(x)
+        known = FillPlan(coords, *real_slices(coords), record.layout if record is not None else None)
         if key is not None:
             if len(FILLS) >= MAX_FILLS:
                 FILLS.clear()
