@@ -75,11 +75,11 @@ bool contiguous_panel(const std::vector<int64_t>& cols, int64_t j) {
   return true;
 }
 
-// Whether the rows are evenly spaced; *ld is their spacing.
-bool even_rows(const std::vector<int64_t>& rows, int64_t* ld) {
-  *ld = rows.size() > 1 ? rows[1] - rows[0] : kNR;
-  for (size_t p = 1; p < rows.size(); ++p)
-    if (rows[p] - rows[p - 1] != *ld) return false;
+// Whether the n offsets are evenly spaced; *ld is their spacing (kNR for a single offset).
+bool evenly_spaced(const int64_t* offsets, int64_t n, int64_t* ld) {
+  *ld = n > 1 ? offsets[1] - offsets[0] : kNR;
+  for (int64_t p = 1; p < n; ++p)
+    if (offsets[p] - offsets[p - 1] != *ld) return false;
   return true;
 }
 
@@ -156,11 +156,8 @@ void pack_b(const Problem& P, int64_t bi, int64_t jp, int64_t p0, int64_t kc, fl
     }
     return;
   }
-  const int64_t* cols = P.b.cols.data() + j0;
-  const int64_t col_step = nr > 1 ? cols[1] - cols[0] : 0;
-  bool even = nr > 1;
-  for (int64_t q = 2; even && q < nr; ++q) even = cols[q] - cols[q - 1] == col_step;
-  if (even) {
+  int64_t col_step = 0;
+  if (nr > 1 && evenly_spaced(P.b.cols.data() + j0, nr, &col_step)) {
     // B sticked on its rows (a transposed operand): each run of contiguous rows and the panel's
     // evenly spaced columns are one block transpose (dma_tiles' copy_tile), not an element at a time.
     for (int64_t p = p0; p < p0 + kc;) {
@@ -301,7 +298,7 @@ void run(Problem& P) {
     if (P.a.cols[p + 1] == P.a.cols[p] + 1) P.a_run[p] = P.a_run[p + 1] + 1;
   P.a_strips_by_row = P.a_run[0] >= std::min<int64_t>(4, P.k);
   int64_t direct_ld = 0;
-  const bool rows_even = even_rows(P.b.rows, &direct_ld);
+  const bool rows_even = evenly_spaced(P.b.rows.data(), static_cast<int64_t>(P.b.rows.size()), &direct_ld);
   P.ldb = direct_ld;
   std::vector<int64_t> to_pack;
   for (int64_t jp = 0; jp < P.panels; ++jp) {
