@@ -8,7 +8,7 @@ import math
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import torch_layouts
@@ -418,6 +418,38 @@ def test_views_property(case, seed):
     check(torch.relu(view(y)).clone(), torch.relu(view(x)))
     if view(x).dim():
         torch.testing.assert_close(view(y).amax(-1).cpu(), view(x).amax(-1))
+
+
+@settings(max_examples=20, deadline=None)
+@given(views_of_layouts(), st.floats(-1e4, 1e4, width=16), st.integers(0, 2**16))
+@example(((3, 20, 150), F32, [0, 1, 2], (slice(0, 3, 1), slice(2, 19, 2), slice(5, 150, 1)), (2, 0, 1), False),
+         2.5, 0)  # a padded stick: two real boxes per tile row
+@example(((16, 70), F16, [0, 1, -1], (slice(0, 16, 1), slice(60, 70, 1)), (1, 0), False), -1.0, 1)  # sparse
+def test_fill_property(case, value, seed):
+    """fill_ and zero_ on a whole tensor of any layout (twice: the second call replays its kept
+    plan) and on any view of it write what they write on the CPU, bit for bit, and leave the
+    padding and the rest of the buffer alone."""
+    shape, dtype, order, index, perm, squeeze = case
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
+    y = x.to("spyre", device_layout=SpyreTensorLayout(shape, dtype, order, pad_value=-3.0))
+    for v in (value, -value):
+        y.fill_(v)
+        x.fill_(v)
+        check(y, x)
+
+    def view(t):
+        t = t[index].permute(*perm)
+        return t[0] if squeeze else t
+
+    x.copy_(torch.randn(shape, generator=torch.Generator().manual_seed(seed + 1)).to(dtype))
+    y.copy_(x)
+    for _ in range(2):
+        view(y).fill_(value)
+        view(x).fill_(value)
+        check(y, x)
+        view(y).zero_()
+        view(x).zero_()
+        check(y, x)
 
 
 def test_layouts_with_many_real_boxes_are_computed_whole(monkeypatch):

@@ -10,6 +10,8 @@ import functools
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch import nn
 
 import torch_layouts
@@ -65,6 +67,27 @@ def test_dropout_draws_what_the_generator_lends(shape, p, transposed):
     assert torch.equal(back.cpu(), A.native_dropout_backward(grad, keep.bool(), 1 / (1 - p)))
     assert torch_layouts.stats()["restickify_count"] == 0
     no_fallback()
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.lists(st.integers(1, 70), min_size=1, max_size=3), st.sampled_from([F16, F32]), st.data(),
+       st.sampled_from([0.1, 0.5, 0.9]))
+def test_dropout_property(shape, dtype, data, p):
+    """Any Spyre layout (dim_order, sparse sticks, padding, pad value): the mask is the spyre
+    generator's draw and the output ``x * mask / (1 - p)``, bit for bit as on the CPU."""
+    order = list(data.draw(st.permutations(range(len(shape)))))
+    if data.draw(st.booleans()):
+        order.append(-1)
+    layout = SpyreTensorLayout(tuple(shape), dtype, order, pad_value=data.draw(st.sampled_from([0, -3.0])))
+    x = randn(*shape, dtype=dtype, seed=data.draw(st.integers(0, 2**16)))
+    d = x.to("spyre", device_layout=layout)
+    torch.spyre.manual_seed(11)
+    out, mask = torch.native_dropout(d, p, True)
+    torch.spyre.manual_seed(11)
+    keep = torch.empty_like(d).bernoulli_(1 - p).cpu()
+    assert torch.equal(mask.cpu(), keep.bool())
+    assert torch.equal(out.cpu(), x * keep * (1 / (1 - p)))
+    assert padding_holds_pad_value(out)
 
 
 def test_dropout_outside_training_and_its_module():
