@@ -13,6 +13,7 @@
 #include "generator.h"
 #include "int64_format.h"
 #include "layout_records.h"
+#include "pointwise.h"
 #include "row_kernels.h"
 #include "row_math.h"
 #include "runtime_stats.h"
@@ -159,6 +160,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("_rows_layer_norm", &rows_layer_norm, nogil);
   m.def("_rows_layer_norm_backward", &rows_layer_norm_backward, nogil);
   m.def("_rows_sum", &rows_sum, nogil);
+  m.def("_scaled_product", &scaled_product, nogil);
   m.def("_rows_set_math", &rows_set_math);
   m.def("_rows_math_sets", &row_math_sets);
   m.def(

@@ -90,6 +90,47 @@ def test_dropout_property(shape, dtype, data, p):
     assert padding_holds_pad_value(out)
 
 
+def bits(t: torch.Tensor) -> torch.Tensor:
+    """The bit patterns of a float tensor (NaN payloads and the sign of zero count)."""
+    return t.contiguous().view({torch.float16: torch.int16, torch.bfloat16: torch.int16}.get(t.dtype, torch.int32))
+
+
+SPECIAL = [float("inf"), float("-inf"), float("nan"), -0.0, 0.0, 3e38, -1e-45, 1.0]
+
+
+@pytest.mark.parametrize("dtype", [F32, F16])
+@pytest.mark.parametrize("p", [0.5, 1.0])
+def test_dropout_special_values_bit_for_bit(dtype, p):
+    """Infinities, NaN, signed zeros and the extremes, kept and dropped (NaN times a dropped 0,
+    -0 kept negative), forward and backward: the CPU's ``x * mask * scale`` bit for bit."""
+    x = torch.tensor(SPECIAL * 40, dtype=dtype).view(8, 40)
+    d = x.to("spyre")
+    torch.spyre.manual_seed(5)
+    out, mask = torch.native_dropout(d, p, True)
+    keep = mask.cpu()
+    scale = 0.0 if p == 1.0 else 1 / (1 - p)
+    assert torch.equal(bits(out.cpu()), bits(A.native_dropout_backward(x, keep, scale)))
+    back = A.native_dropout_backward(d.t().contiguous().t(), mask, scale)  # the gradient in another layout
+    assert torch.equal(bits(back.cpu()), bits(A.native_dropout_backward(x, keep, scale)))
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.lists(st.integers(1, 9), min_size=1, max_size=3), st.data(), st.sampled_from([torch.float32, torch.bool]))
+def test_scaled_product_matches_aten(shape, data, b_dtype):
+    """The fused ``(a * b) * scale`` on strided and broadcast views: ATen's two ops bit for bit."""
+    from torch_layouts import _C
+    a = torch.randn(*shape, 2)[..., 0]  # strided
+    b = torch.rand(shape) > 0.4
+    b = b.float() if b_dtype == torch.float32 else b
+    a.view(-1)[: len(SPECIAL)] = torch.tensor(SPECIAL[: a.numel()])
+    if data.draw(st.booleans()) and len(shape) > 1:
+        b = b[:1].expand(shape)  # broadcast: stride 0
+    out = torch.full(shape, 7.0)
+    scale = data.draw(st.sampled_from([0.0, 1.0, 1 / 0.9, 3.5]))
+    _C._scaled_product(out, a, b, scale)
+    assert torch.equal(bits(out), bits(torch.mul(a, b).mul_(scale)))
+
+
 def test_dropout_outside_training_and_its_module():
     x = randn(6, 64).to("spyre")
     out, mask = torch.native_dropout(x, 0.4, False)

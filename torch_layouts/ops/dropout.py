@@ -51,6 +51,12 @@ def _mask_coords(coords: BoundLayout) -> BoundLayout:
 
 
 def _scaled(a: torch.Tensor, b: torch.Tensor, *, scale: float, out: torch.Tensor) -> torch.Tensor:
+    """``(a * b) * scale`` rounded as the CPU's ``a.mul(b).mul_(scale)``: one fused pass for
+    float32 (``csrc/pointwise.h``; ATen would take two, and its slow mixed-dtype loop for a bool
+    ``b``), the two ATen ops otherwise."""
+    if a.dtype == out.dtype == torch.float32 and b.dtype in (torch.float32, torch.bool):
+        _C._scaled_product(out, a, b, scale)
+        return out
     return torch.mul(a, b, out=out).mul_(scale)
 
 

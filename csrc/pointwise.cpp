@@ -1,0 +1,66 @@
+#include "pointwise.h"
+
+#include <ATen/TensorIterator.h>
+#include <c10/util/Exception.h>
+
+#include <cstdint>
+
+namespace torch_layouts {
+namespace {
+
+inline float as_float(float v) { return v; }
+inline float as_float(uint8_t v) { return static_cast<float>(v); }  // a bool: 0 or 1
+
+// TensorIterator's 2-D loop: size1 runs of size0 elements; a contiguous run is a plain loop the
+// compiler vectorizes.
+template <typename B>
+void scaled_loop(char** data, const int64_t* strides, int64_t size0, int64_t size1, float scale) {
+  const bool dense = strides[0] == sizeof(float) && strides[1] == sizeof(float) && strides[2] == sizeof(B);
+  for (int64_t j = 0; j < size1; ++j) {
+    char* o = data[0] + j * strides[3];
+    const char* pa = data[1] + j * strides[4];
+    const char* pb = data[2] + j * strides[5];
+    if (dense) {
+      auto* out = reinterpret_cast<float*>(o);
+      const auto* a = reinterpret_cast<const float*>(pa);
+      const auto* b = reinterpret_cast<const B*>(pb);
+      for (int64_t i = 0; i < size0; ++i) out[i] = (a[i] * as_float(b[i])) * scale;
+      continue;
+    }
+    for (int64_t i = 0; i < size0; ++i) {
+      const float a = *reinterpret_cast<const float*>(pa + i * strides[1]);
+      const B b = *reinterpret_cast<const B*>(pb + i * strides[2]);
+      *reinterpret_cast<float*>(o + i * strides[0]) = (a * as_float(b)) * scale;
+    }
+  }
+}
+
+}  // namespace
+
+void scaled_product(const at::Tensor& out, const at::Tensor& a, const at::Tensor& b, double scale) {
+  TORCH_CHECK_VALUE(out.device().is_cpu() && a.device().is_cpu() && b.device().is_cpu(),
+                    "scaled_product: expected CPU views");
+  TORCH_CHECK_VALUE(out.scalar_type() == at::kFloat && a.scalar_type() == at::kFloat,
+                    "scaled_product: expected float32 a and out, got ", a.scalar_type(), " and ", out.scalar_type());
+  TORCH_CHECK_VALUE(b.scalar_type() == at::kFloat || b.scalar_type() == at::kBool,
+                    "scaled_product: expected a float32 or bool b, got ", b.scalar_type());
+  auto iter = at::TensorIteratorConfig()
+                  .add_output(out)
+                  .add_const_input(a)
+                  .add_const_input(b)
+                  .check_all_same_dtype(false)
+                  .resize_outputs(false)
+                  .build();
+  const float s = static_cast<float>(scale);
+  if (b.scalar_type() == at::kFloat) {
+    iter.for_each([s](char** data, const int64_t* strides, int64_t n0, int64_t n1) {
+      scaled_loop<float>(data, strides, n0, n1, s);
+    });
+  } else {
+    iter.for_each([s](char** data, const int64_t* strides, int64_t n0, int64_t n1) {
+      scaled_loop<uint8_t>(data, strides, n0, n1, s);
+    });
+  }
+}
+
+}  // namespace torch_layouts

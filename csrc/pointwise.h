@@ -1,0 +1,13 @@
+// Fused pointwise kernels on CPU views of device buffers, where ATen would take two passes or
+// its slow mixed-dtype loop. Each computes exactly what the ATen ops it replaces compute.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+namespace torch_layouts {
+
+// out = (a * b) * float(scale), as ``torch.mul(a, b, out=out).mul_(scale)`` rounds it: float32
+// a and out, b float32 or bool (read as 0 or 1). Dropout's product and its backward.
+void scaled_product(const at::Tensor& out, const at::Tensor& a, const at::Tensor& b, double scale);
+
+}  // namespace torch_layouts
