@@ -27,9 +27,9 @@ from ..runtime.layout_records import default_layout
 from ..spyre import MAX_RANK, SpyreTensorLayout
 from .elementwise import copy_real, move, restickify_to
 from ..core.layout import BoundLayout
-from .operands import (Read, coords_for, default_coords, has_padding, new_tensor, operand_layout, padded_copy,
-                       plan, plan_view, raw, raw_view, read_of, real_slices, reduced_dims, rowmajor, strides_in_order,
-                       view)
+from .operands import (Read, coords_for, default_coords, geometry_key, has_padding, new_tensor, operand_layout,
+                       padded_copy, plan, plan_view, raw, raw_view, read_of, real_slices, reduced_dims, rowmajor,
+                       strides_in_order, view)
 from .registry import register
 from .rows import ROW_DTYPES, Rows
 
@@ -249,9 +249,51 @@ def _row_sums(v: torch.Tensor, red: tuple[int, ...]) -> torch.Tensor:
     return sums.view([1 if d in red else n for d, n in enumerate(v.shape)])
 
 
+class ReducePlan(NamedTuple):
+    """What ``reduce`` worked out for a call of one geometry (``geometry_key``) whose input was
+    read in place, its padding no concern: the result dtype, the coordinates, the input's read
+    in them, the device dims reduced and whether the C++ row sums take it."""
+
+    out_dtype: torch.dtype
+    coords: BoundLayout
+    read: tuple[tuple[int, ...], int]  # strides, offset of the view in the coordinates
+    red: tuple[int, ...]
+    dims: tuple[int, ...]
+    count: int
+    row_sums: bool
+
+
+PLANS: dict[tuple, ReducePlan] = {}
+MAX_PLANS = 1024
+
+
+def _values(kind: str, v: torch.Tensor, red: tuple[int, ...], row_sums: bool, count: int, device: torch.device,
+            out_dtype: torch.dtype, dtype: torch.dtype | None) -> torch.Tensor:
+    """The reduced values of the view ``v`` (size 1 along ``red``), in ``out_dtype``."""
+    if row_sums:
+        values = _row_sums(v, red)
+        values = values / count if kind == "mean" else values
+    elif kind == "mean":  # a low-precision mean rounds to its dtype: sum natively, divide in float32
+        acc = None if out_dtype in LOW_PRECISION else out_dtype
+        values = reduce_view(v, red, "sum", device, acc).float() / count
+    else:
+        values = reduce_view(v, red, kind, device, dtype)
+    return values.to(out_dtype)
+
+
 def reduce(kind: str, x: torch.Tensor, dim: int | Sequence[int] | None, keepdim: bool,
            dtype: torch.dtype | None) -> torch.Tensor:
-    """One reduction (``kind`` in sum, mean, amax, amin, all, any) on device memory."""
+    """One reduction (``kind`` in sum, mean, amax, amin, all, any) on device memory; the plan
+    of a call whose input is read in place is kept per geometry (``ReducePlan``)."""
+    geometry = geometry_key(x)
+    key = None
+    if geometry is not None:
+        key = (kind, geometry, dim if dim is None or isinstance(dim, int) else tuple(dim), keepdim, dtype)
+        kept = PLANS.get(key)
+        if kept is not None:
+            v = raw_view(x, kept.coords.layout.device_size, *kept.read)
+            values = _values(kind, v, kept.red, kept.row_sums, kept.count, x.device, kept.out_dtype, dtype)
+            return write_result(kept.coords, kept.dims, keepdim, values, x.device)
     dims = normalize_dims(dim, x.dim())
     probe = torch.ones((1,) * x.dim(), dtype=x.dtype)  # the CPU's dtype rules (and errors) on one element
     fn = getattr(torch, kind)
@@ -262,19 +304,19 @@ def reduce(kind: str, x: torch.Tensor, dim: int | Sequence[int] | None, keepdim:
     if x.numel() == 0:
         host = getattr(torch, kind)(x.cpu(), dims, keepdim, **({"dtype": dtype} if kind in ("sum", "mean") else {}))
         return host.to(x.device)
+    original = x
     x, coords, v, red, exact = readable(x, dims)
     pad = x.device_tensor_layout().pad_value
-    v = masked(v, coords, exact, pad, identity(kind, x.dtype))
+    masked_v = masked(v, coords, exact, pad, identity(kind, x.dtype))
     count = math.prod(x.shape[d] for d in dims)
-    if kind in ("sum", "mean") and _row_sums_apply(v, red, out_dtype):
-        values = _row_sums(v, red)
-        values = values / count if kind == "mean" else values
-    elif kind == "mean":  # a low-precision mean rounds to its dtype: sum natively, divide in float32
-        acc = None if out_dtype in LOW_PRECISION else out_dtype
-        values = reduce_view(v, red, "sum", x.device, acc).float() / count
-    else:
-        values = reduce_view(v, red, kind, x.device, dtype)
-    return write_result(coords, dims, keepdim, values.to(out_dtype), x.device)
+    row_sums = kind in ("sum", "mean") and _row_sums_apply(masked_v, red, out_dtype)
+    values = _values(kind, masked_v, red, row_sums, count, x.device, out_dtype, dtype)
+    if key is not None and x is original and masked_v is v:
+        if len(PLANS) >= MAX_PLANS:
+            PLANS.clear()
+        PLANS[key] = ReducePlan(out_dtype, coords, (tuple(v.stride()), v.storage_offset()), red, dims, count,
+                                row_sums)
+    return write_result(coords, dims, keepdim, values, x.device)
 
 
 def sum_dim(x: torch.Tensor, dim: Sequence[int] | None = None, keepdim: bool = False, *,
