@@ -1,0 +1,139 @@
+"""The ``_foreach_*`` ops on device tensors against the same ops on CPU tensors, bit for bit:
+every registered overload over lists that mix tensors whose buffers line up (one CPU call on
+the raw buffers), padded layouts, other dim orders and views (tensor by tensor); and the
+optimizers that call them."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import torch_layouts
+from ops_support import padding_holds_pad_value
+from torch_layouts import SpyreTensorLayout
+from torch_layouts.ops.foreach import OPS
+
+F32 = torch.float32
+
+# Tensors of each list index: (shape, dim_order or None, a transposed view?)
+ENTRIES = {
+    "lined-up": ((256,), None, False),
+    "matrix": ((64, 96), None, False),
+    "padded": ((5, 70), None, False),
+    "dim-order": ((40, 64), [1, 0], False),
+    "view": ((64, 32), None, True),
+    "mismatch": ((64, 64), [1, 0], False),  # no padding either way: the first list default, the others not
+}
+
+
+def device(t: torch.Tensor, order: list[int] | None, transposed: bool) -> torch.Tensor:
+    if transposed:
+        return t.t().contiguous().to("spyre").t()
+    if order is None:
+        return t.to("spyre")
+    return t.to("spyre", device_layout=SpyreTensorLayout(tuple(t.shape), t.dtype, order))
+
+
+def bits(t: torch.Tensor) -> torch.Tensor:
+    return t.contiguous().view(torch.int32)
+
+
+def lists(names: list[str], count: int, seed: int) -> tuple[list[list[torch.Tensor]], list[list[torch.Tensor]]]:
+    """``count`` CPU lists and their device copies, index i shaped as ``ENTRIES[names[i]]``."""
+    gen = torch.Generator().manual_seed(seed)
+    host = [[torch.rand(ENTRIES[n][0], generator=gen) + 0.5 for n in names] for _ in range(count)]
+    dev = [[device(t, *(ENTRIES[n][1:] if n != "mismatch" or k else (None, False))) for t, n in zip(row, names)]
+           for k, row in enumerate(host)]
+    return host, dev
+
+
+def arguments(spec, host_lists, dev_lists, n: int):
+    """The op's arguments on the CPU and on the device (scalars shared)."""
+    host_args, dev_args, li = [], [], 0
+    for kind in spec.kinds:
+        if kind == "L":
+            host_args.append(host_lists[li])
+            dev_args.append(dev_lists[li])
+            li += 1
+        elif kind == "SL":
+            scalars = [0.25 + 0.5 * i for i in range(n)]
+            host_args.append(scalars)
+            dev_args.append(scalars)
+        elif spec.name.endswith(".Tensor"):
+            host_args.append(torch.tensor(1.5))
+            dev_args.append(torch.tensor(1.5))
+        else:
+            host_args.append(0.75)
+            dev_args.append(0.75)
+    return host_args, dev_args
+
+
+@pytest.mark.parametrize("spec", OPS, ids=[s.name for s in OPS])
+@pytest.mark.parametrize("names", [["lined-up", "matrix"], list(ENTRIES)], ids=["lined-up", "mixed"])
+def test_foreach_matches_cpu(spec, names):
+    count = spec.kinds.count("L")
+    host_lists, dev_lists = lists(names, count, seed=len(spec.name))
+    host_args, dev_args = arguments(spec, host_lists, dev_lists, len(names))
+    op = getattr(torch.ops.aten, spec.name.split(".")[0])
+    overload = getattr(op, spec.name.split(".")[1] if "." in spec.name else "default")
+    torch_layouts.reset_stats()
+    dev_out = overload(*dev_args)
+    host_out = overload(*host_args)
+    assert torch_layouts.stats()["fallbacks"] == {}
+    got = dev_lists[0] if spec.inplace else dev_out
+    want = host_lists[0] if spec.inplace else host_out
+    for g, w in zip(got, want):
+        assert g.device.type == "spyre" and g.shape == w.shape
+        assert torch.equal(bits(g.cpu()), bits(w))
+        assert padding_holds_pad_value(g)
+    for dev_list, host_list in zip(dev_lists[1:], host_lists[1:]):  # the other lists are untouched
+        for g, w in zip(dev_list, host_list):
+            assert torch.equal(bits(g.cpu()), bits(w))
+    lined = sum(n in ("lined-up", "matrix") or (n == "mismatch" and count == 1) for n in names)
+    assert torch_layouts.stats()["kernel_calls"].get("aten::" + spec.name, 0) == (1 if lined else 0)
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.lists(st.sampled_from(list(ENTRIES)), min_size=1, max_size=6), st.integers(0, len(OPS) - 1))
+def test_foreach_property(names, which):
+    """Any mix of lined-up and other tensors, in any order: the CPU's results bit for bit."""
+    spec = OPS[which]
+    host_lists, dev_lists = lists(names, spec.kinds.count("L"), seed=which)
+    host_args, dev_args = arguments(spec, host_lists, dev_lists, len(names))
+    overload = getattr(getattr(torch.ops.aten, spec.name.split(".")[0]),
+                       spec.name.split(".")[1] if "." in spec.name else "default")
+    dev_out, host_out = overload(*dev_args), overload(*host_args)
+    got = dev_lists[0] if spec.inplace else dev_out
+    want = host_lists[0] if spec.inplace else host_out
+    for g, w in zip(got, want):
+        assert torch.equal(bits(g.cpu()), bits(w))
+
+
+@pytest.mark.parametrize("make", [lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9),
+                                  lambda p: torch.optim.Adam(p, lr=0.01),
+                                  lambda p: torch.optim.AdamW(p, lr=0.01, weight_decay=0.1)],
+                         ids=["SGD", "Adam", "AdamW"])
+def test_optimizers_take_the_foreach_kernels(make):
+    """Three optimizer steps on the device give the CPU's parameters bit for bit, through the
+    foreach kernels (no CPU fallback)."""
+    torch.manual_seed(0)
+    host = torch.nn.Sequential(torch.nn.Linear(64, 96), torch.nn.LayerNorm(96), torch.nn.Linear(96, 70))
+    dev = copy.deepcopy(host).to("spyre")
+    opt_h, opt_d = make(host.parameters()), make(dev.parameters())
+    assert opt_d.defaults.get("foreach") in (None, True)
+    torch_layouts.reset_stats()
+    for step in range(3):
+        grads = [torch.randn(p.shape, generator=torch.Generator().manual_seed(step * 10 + i))
+                 for i, p in enumerate(host.parameters())]
+        for p, q, g in zip(host.parameters(), dev.parameters(), grads):
+            p.grad, q.grad = g.clone(), g.to("spyre")
+        opt_h.step()
+        opt_d.step()
+    assert torch_layouts.stats()["fallbacks"] == {}
+    assert any(k.startswith("aten::_foreach") for k in torch_layouts.stats()["kernel_calls"])
+    for p, q in zip(host.parameters(), dev.parameters()):
+        assert torch.equal(bits(q.detach().cpu()), bits(p.detach()))

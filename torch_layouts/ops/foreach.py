@@ -1,0 +1,175 @@
+"""The ``_foreach_*`` ops optimizers call (SGD, Adam, AdamW...) on device tensors.
+
+A pointwise op gives each element the same result wherever the element lies, so where every
+list's ``i``-th tensor is the whole tensor of its buffer in the same layout as the others
+(same device dims, same host size and strides) and the layout has no padding, the lists'
+raw buffers line up element for element: the CPU's own ``_foreach`` op runs once on the raw
+buffers of all such indices. The other indices run tensor by tensor through the device's
+pointwise kernels, as ATen's composite ``_foreach`` kernel would.
+
+Example::
+
+    >>> params = [torch.ones(256, device="spyre")]
+    >>> torch._foreach_add_(params, [torch.ones(256, device="spyre")], alpha=0.5)
+    >>> params[0].cpu()[:2]
+    tensor([1.5000, 1.5000])
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import torch
+
+from ..core.layout import BoundLayout
+from .operands import geometry_key, new_tensor, raw_view, record_of
+from .registry import register
+from .stats import count_kernel
+
+A = torch.ops.aten
+
+
+class Flat(NamedTuple):
+    """A tensor whose raw buffer lines up with any other of the same ``key``: its coordinates
+    (a result of an out-of-place op gets them) and its element count."""
+
+    key: tuple
+    coords: BoundLayout
+    numel: int
+
+
+FLAT: dict[tuple, Flat | None] = {}  # geometry_key -> Flat (None: not flat)
+MAX_FLAT = 4096
+
+
+def flat(t: torch.Tensor) -> Flat | None:
+    """``t``'s ``Flat`` when it is its buffer's whole tensor in a layout without padding."""
+    geometry = geometry_key(t)
+    if geometry is None:
+        return None
+    if geometry in FLAT:
+        return FLAT[geometry]
+    info = record_of(t)
+    found = None
+    if info is not None and t.storage_offset() == 0 and tuple(t.shape) == tuple(info.base_size) \
+            and tuple(t.stride()) == tuple(info.base_stride):
+        layout = info.layout
+        numel = math.prod(layout.device_size)
+        if numel == t.numel():
+            key = (tuple(layout.device_size), tuple(layout.stride_map), t.dtype, tuple(t.shape), tuple(t.stride()))
+            found = Flat(key, BoundLayout(layout, tuple(t.shape), tuple(t.stride())), numel)
+    if len(FLAT) >= MAX_FLAT:
+        FLAT.clear()
+    FLAT[geometry] = found  # the coordinates hold the layout: its id in the key stays its own
+    return found
+
+
+def _lined_up(lists: list[list[torch.Tensor]], i: int) -> Flat | None:
+    """The first list's ``i``-th tensor's ``Flat`` when every list's ``i``-th tensor lines up with it."""
+    t = lists[0][i]
+    f = flat(t)
+    if f is None:
+        return None
+    for other in lists[1:]:
+        g = flat(other[i])
+        if g is None or g.key != f.key or other[i].device != t.device:
+            return None
+    return f
+
+
+def _raw(ts: list[torch.Tensor], flats: list[Flat]) -> list[torch.Tensor]:
+    return [raw_view(t, (f.numel,)) for t, f in zip(ts, flats)]
+
+
+class Foreach(NamedTuple):
+    """A ``_foreach`` overload: its argument kinds (``L`` tensor list, ``SL`` scalar list, ``S``
+    a scalar or a single tensor), the per-tensor op, and whether it writes its first list."""
+
+    name: str
+    kinds: tuple[str, ...]
+    single: Callable[..., Any]
+    inplace: bool
+
+
+def _kernel(spec: Foreach) -> Callable[..., Any]:
+    packet, _, overload = spec.name.partition(".")
+    op = getattr(getattr(A, packet), overload or "default")
+
+    def kernel(*args: Any, **kwargs: Any) -> Any:
+        lists = [a for a, k in zip(args, spec.kinds) if k == "L"]
+        single_tensors = [a for a, k in zip(args, spec.kinds) if k == "S" and isinstance(a, torch.Tensor)]
+        lined = [None] * len(lists[0])
+        if not any(t.device.type == "spyre" for t in single_tensors):
+            lined = [_lined_up(lists, i) for i in range(len(lists[0]))]
+        fast = [i for i, f in enumerate(lined) if f is not None]
+        results: list[Any] = [None] * len(lined)
+        if fast:
+            count_kernel("aten::" + spec.name)
+            flats = [lined[i] for i in fast]
+            raw_args = [_raw([a[i] for i in fast], flats) if k == "L" else [a[i] for i in fast] if k == "SL" else a
+                        for a, k in zip(args, spec.kinds)]
+            if spec.inplace:
+                op(*raw_args, **kwargs)
+            else:
+                device = lists[0][0].device
+                outs = [new_tensor(f.coords, device) for f in flats]
+                torch._foreach_copy_(_raw(outs, flats), op(*raw_args, **kwargs))
+                for i, out in zip(fast, outs):
+                    results[i] = out
+        for i, f in enumerate(lined):
+            if f is None:
+                results[i] = spec.single(*[a[i] if k in ("L", "SL") else a for a, k in zip(args, spec.kinds)],
+                                         **kwargs)
+        return None if spec.inplace else results
+    return kernel
+
+
+def _add(t, o, alpha=1):
+    return t.add_(o, alpha=alpha)
+
+
+def _sub(t, o, alpha=1):
+    return t.sub_(o, alpha=alpha)
+
+
+def _addcmul(t, a, b, value=1):
+    return t.addcmul_(a, b, value=value)
+
+
+def _addcdiv(t, a, b, value=1):
+    return t.addcdiv_(a, b, value=value)
+
+
+OPS = [
+    Foreach("_foreach_add_.List", ("L", "L"), _add, True),
+    Foreach("_foreach_add_.Scalar", ("L", "S"), _add, True),
+    Foreach("_foreach_add_.ScalarList", ("L", "SL"), _add, True),
+    Foreach("_foreach_sub_.List", ("L", "L"), _sub, True),
+    Foreach("_foreach_sub_.Scalar", ("L", "S"), _sub, True),
+    Foreach("_foreach_sub_.ScalarList", ("L", "SL"), _sub, True),
+    Foreach("_foreach_mul_.List", ("L", "L"), torch.Tensor.mul_, True),
+    Foreach("_foreach_mul_.Scalar", ("L", "S"), torch.Tensor.mul_, True),
+    Foreach("_foreach_mul_.ScalarList", ("L", "SL"), torch.Tensor.mul_, True),
+    Foreach("_foreach_mul_.Tensor", ("L", "S"), torch.Tensor.mul_, True),
+    Foreach("_foreach_div_.List", ("L", "L"), torch.Tensor.div_, True),
+    Foreach("_foreach_div_.Scalar", ("L", "S"), torch.Tensor.div_, True),
+    Foreach("_foreach_div_.ScalarList", ("L", "SL"), torch.Tensor.div_, True),
+    Foreach("_foreach_div_.Tensor", ("L", "S"), torch.Tensor.div_, True),
+    Foreach("_foreach_addcmul_.Scalar", ("L", "L", "L", "S"), _addcmul, True),
+    Foreach("_foreach_addcmul_.ScalarList", ("L", "L", "L", "SL"), _addcmul, True),
+    Foreach("_foreach_addcdiv_.Scalar", ("L", "L", "L", "S"), _addcdiv, True),
+    Foreach("_foreach_addcdiv_.ScalarList", ("L", "L", "L", "SL"), _addcdiv, True),
+    Foreach("_foreach_lerp_.Scalar", ("L", "L", "S"), torch.Tensor.lerp_, True),
+    Foreach("_foreach_lerp_.List", ("L", "L", "L"), torch.Tensor.lerp_, True),
+    Foreach("_foreach_sqrt_", ("L",), torch.Tensor.sqrt_, True),
+    Foreach("_foreach_sqrt", ("L",), torch.sqrt, False),
+    Foreach("_foreach_neg_", ("L",), torch.Tensor.neg_, True),
+    Foreach("_foreach_zero_", ("L",), torch.Tensor.zero_, True),
+]
+
+
+def register_all() -> None:
+    for spec in OPS:
+        register(spec.name, _kernel(spec), counted=False)
