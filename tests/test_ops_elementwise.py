@@ -338,6 +338,32 @@ def test_clone_of_views():
     assert z.is_contiguous()
 
 
+# Views of a whole buffer whose contiguous clone has no layout of the same device dims: the
+# clone takes the Spyre dim_order that nests its buffer as the source's (one sweep of it).
+PERMUTED_VIEWS = [
+    # MultiheadAttention's packed projection: (tokens, batch, 3 * E) -> (3, tokens, batch, E)
+    ("in-proj", (8, 128, 96), lambda t: t.transpose(1, 0), lambda p: p.unflatten(-1, (3, 32)).unsqueeze(0)
+     .transpose(0, -2).squeeze(-2)),
+    ("split-last", (16, 128), None, lambda p: p.unflatten(-1, (2, 64)).permute(1, 0, 2)),
+    ("batch-first", (4, 6, 64), lambda t: t.transpose(0, 1), lambda p: p.unflatten(-1, (2, 32)).transpose(0, 2)),
+]
+
+
+@pytest.mark.parametrize("_, shape, arrange, view_of", PERMUTED_VIEWS, ids=[v[0] for v in PERMUTED_VIEWS])
+def test_contiguous_clone_keeps_the_buffer_order(_, shape, arrange, view_of):
+    x = torch.randn(shape)
+    w = torch.randn(shape[-1], shape[-1])
+    source = torch.nn.functional.linear(arrange(x) if arrange else x, w)  # a product in its own layout
+    host = torch.nn.functional.linear(arrange(x.to("spyre")) if arrange else x.to("spyre"), w.to("spyre"))
+    v, hv = view_of(host), view_of(source)
+    torch_layouts.reset_stats()
+    z = v.contiguous()
+    assert z.is_contiguous() and torch_layouts.stats()["restickify_count"] == 0
+    torch.testing.assert_close(z.cpu(), hv.contiguous(), rtol=1e-5, atol=1e-5)
+    assert torch.equal(torch_layouts.device_memory(z), torch_layouts.device_memory(host))  # one sweep
+    torch.testing.assert_close((z * 2).cpu(), hv.contiguous() * 2, rtol=1e-5, atol=1e-5)
+
+
 def test_empty_and_zero_dim_tensors():
     x = torch.randn(0, 70)
     out = x.to("spyre") + 1

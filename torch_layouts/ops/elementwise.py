@@ -38,10 +38,11 @@ from .. import _C
 from ..core.layout import BoundLayout, DeviceLayout
 from ..dma.relayout import relayout_transfers
 from ..runtime.layout_records import default_layout
+from ..spyre import SpyreTensorLayout
 from . import rules
 from .operands import (coords_for, coords_with_dtype, default_coords, geometry_key, has_padding, record_of,
-                       is_whole_dense, new_tensor, operand_layout, plan, raw, raw_view, real_slices, scalar_view, stick_dim,
-                       strides_in_order, view)
+                       is_whole_dense, new_tensor, operand_layout, ordered_coords, plan, raw, raw_view, real_slices,
+                       rowmajor, scalar_view, stick_dim, strides_in_order, view)
 from .registry import check_cast, out_overload, register, write_out
 from .stats import count_kernel, count_restickify
 from .strided import strided_copy
@@ -468,8 +469,9 @@ def to_copy(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 def clone(x: torch.Tensor, *, memory_format: torch.memory_format | None = None) -> torch.Tensor:
     """A copy of ``x`` on the device. A whole tensor clones as a copy of its buffer, in its
-    layout (a contiguous clone of a permuted one keeps the arrangement of its buffer); a
-    view gets the layout of its shape with its buffer's dim_order, or the default layout.
+    layout (a contiguous clone of a permuted one keeps the arrangement of its buffer, through a
+    Spyre dim_order where its own device dims cannot describe the copy); a view gets the
+    layout of its shape with its buffer's dim_order, or the default layout.
     A copy that moves the stick to another dim (``k.transpose(-2, -1).contiguous()``) is
     counted as a restickify."""
     size = tuple(x.shape)
@@ -482,8 +484,9 @@ def clone(x: torch.Tensor, *, memory_format: torch.memory_format | None = None) 
     if stride is None:
         coords = coords_for(x)
     elif info is not None and is_whole_dense(x, info):
-        layout = operand_layout(coords_for(x), size, x.dtype, stride)
-        coords = BoundLayout(layout, size, stride) if layout is not None else None
+        own = coords_for(x)
+        layout = operand_layout(own, size, x.dtype, stride)
+        coords = BoundLayout(layout, size, stride) if layout is not None else _in_buffer_order(x, own, stride)
     else:
         coords = None
     if coords is None:
@@ -495,6 +498,27 @@ def clone(x: torch.Tensor, *, memory_format: torch.memory_format | None = None) 
     if stick_dim(x) != stick_dim(out):
         count_restickify(x.numel() * x.element_size())
     return out
+
+
+def _in_buffer_order(x: torch.Tensor, own: BoundLayout, stride: tuple[int, ...]) -> BoundLayout | None:
+    """A Spyre layout for a row-major copy of ``x`` that keeps the order of ``x``'s buffer (the
+    copy is then one sweep of it), from the order its buffer nests ``x``'s dims in; None when
+    ``stride`` is not row-major or no dim_order does that."""
+    size = tuple(x.shape)
+    if stride != rowmajor(size) or not isinstance(own.layout, SpyreTensorLayout) or len(size) > 6:
+        return None
+    last = own.layout.device_rank - 1
+    groups = sorted(own.groups, key=lambda g: min(d.dim for d in g.digits))
+    nest = [h for g in groups for h in g.host_dims]  # x's dims, outermost in the buffer first
+    stick = next((g.host_dims[-1] for g in own.groups if any(d.dim == last for d in g.digits)), None)
+    # A Spyre dim_order (d0, d1, ..., stick) nests the buffer as d1, ..., the stick's tiles, d0, a stick.
+    if stick is None or len(nest) != len(size) or len(nest) < 2 or nest[-2] != stick:
+        return None
+    candidate = ordered_coords(size, x.dtype, (nest[-1], *nest[:-2], stick))
+    p = plan(x, candidate)
+    in_order = p is not None and p.stick_ok and p.offset == 0 and p.shape is None and \
+        tuple(p.strides) == rowmajor(tuple(candidate.layout.device_size))
+    return candidate if in_order else None
 
 
 class FillPlan(NamedTuple):
