@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import torch_layouts
-from ops_support import matches_cpu
+from ops_support import matches_cpu, padding_holds_pad_value
 from torch_layouts import DataFormats, LayoutError, SpyreTensorLayout
 from torch_layouts.ops import matmul
 from torch_layouts.ops.matmul import rhs_layout
@@ -217,6 +217,23 @@ def test_empty_operands():
         a, b = torch.randn(ashape), torch.randn(bshape)
         out = a.to("spyre") @ b.to("spyre")
         close(out, a @ b)
+
+
+BIASES = [("row", (96,), 1.0, 1.0), ("row-scaled", (96,), 0.5, 2.0), ("beta-0", (96,), 0.0, 1.5),
+          ("matrix", (40, 96), 1.0, 1.0), ("column", (40, 1), 0.5, 1.0)]
+
+
+@pytest.mark.parametrize("_, shape, beta, alpha", BIASES, ids=[b[0] for b in BIASES])
+def test_repeated_addmm_replays_with_fresh_bias(_, shape, beta, alpha):
+    """addmm calls of one geometry (the bias added by the GEMM, written first, or added after)
+    read each call's own operands and bias."""
+    w = torch.randn(64, 96)
+    dw = w.to("spyre")
+    for step in range(3):
+        x, bias = torch.randn(40, 64) + step, torch.randn(shape) - step
+        got = torch.addmm(bias.to("spyre"), x.to("spyre"), dw, beta=beta, alpha=alpha)
+        close(got, torch.addmm(bias, x, w, beta=beta, alpha=alpha))
+        assert padding_holds_pad_value(got)
 
 
 def test_dtype_mismatch_is_rejected_like_on_cpu():

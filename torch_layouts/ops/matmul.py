@@ -111,11 +111,11 @@ class Tiles(NamedTuple):
     (``(..., rows, padded cols)`` when gathered; see ``csrc/tile_gemm.h``)."""
 
     view: torch.Tensor
-    batch: list[int]
-    rows: list[int]
-    cols: list[int]
+    batch: tuple[int, ...]
+    rows: tuple[int, ...]
+    cols: tuple[int, ...]
 
-    def groups(self) -> tuple[list[int], list[int], list[int]]:
+    def groups(self) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
         return self.batch, self.rows, self.cols
 
     def transposed(self) -> Tiles:
@@ -123,19 +123,20 @@ class Tiles(NamedTuple):
 
     def dense(self, device: torch.device) -> torch.Tensor:
         """The matrix gathered into a dense ``(..., rows, padded cols)`` scratch on ``device`` (for BLAS)."""
-        tiles = self.view.permute(self.batch + self.rows + self.cols)
+        tiles = self.view.permute(*self.batch, *self.rows, *self.cols)
         dense = strided_copy(scratch(tiles.shape, tiles.dtype, device), tiles)
         nb = len(self.batch)
         return dense.view(*dense.shape[:nb], math.prod(dense.shape[nb:nb + len(self.rows)]), -1)
 
 
-def _matrix_groups(rank: int, counts: tuple[int, ...]) -> tuple[list[int], list[int], list[int]]:
+@functools.lru_cache(maxsize=256)
+def _matrix_groups(rank: int, counts: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
     """The batch, row and column dims of a view of a default layout of this rank whose device
     dim ``d`` splits into ``counts[d]`` factor dims."""
     first = [sum(counts[:d]) for d in range(len(counts))]
-    dims = [list(range(first[d], first[d] + counts[d])) for d in _matrix_order(rank)]
+    dims = [tuple(range(first[d], first[d] + counts[d])) for d in _matrix_order(rank)]
     nb = rank - 2
-    return sum(dims[:nb], []), dims[nb], dims[nb + 1] + dims[nb + 2]
+    return sum(dims[:nb], ()), dims[nb], dims[nb + 1] + dims[nb + 2]
 
 
 def _tiles(t: torch.Tensor, coords: BoundLayout, p: ViewPlan) -> Tiles:
@@ -181,34 +182,57 @@ def _restickified(op: str, named: list[tuple[str, torch.Tensor]], i: int, requir
 
 
 class GemmPlan(NamedTuple):
-    """A tile GEMM call's operands (A, B) as views of their raw buffers with their dim groups,
-    and the restickifies to count again; ``layouts`` keeps the operands' layout objects alive,
-    so that the ids in the plan's key stay theirs."""
+    """A tile GEMM call of one geometry, kept when its operands were read where they lie: A and
+    B as views of their raw buffers with their dim groups, the restickifies to count again, the
+    result's coordinates and dim groups, the read of a bias row the GEMM adds (None: no bias);
+    ``layouts`` keeps the operands' layout objects alive, so that the ids in the key stay theirs."""
 
-    reads: tuple[tuple[Read, tuple[list[int], list[int], list[int]]], ...]
+    reads: tuple[tuple[Read, tuple[tuple[int, ...], ...]], ...]
     effects: tuple[Effect, ...]
     layouts: tuple
+    c_coords: BoundLayout
+    c_groups: tuple[tuple[int, ...], ...]
+    bias_read: Read | None
 
     def replay(self, op: str, named: list[tuple[str, torch.Tensor]]) -> list[Tiles]:
         for effect in self.effects:
             effect.replay(op, named)
         return [Tiles(raw_view(t, *read), *groups) for (_, t), (read, groups) in zip(named, self.reads)]
 
+    def run(self, op: str, named: list[tuple[str, torch.Tensor]], bias: torch.Tensor | None, mnk: tuple[int, int, int],
+            beta: float, alpha: float) -> torch.Tensor:
+        a, b = self.replay(op, named)
+        out = new_tensor(self.c_coords, named[0][1].device)
+        row = None if self.bias_read is None else raw_view(bias, *self.bias_read)
+        _C._tile_gemm(raw_view(out, self.c_coords.shape), self.c_groups, a.view, a.groups(), b.view, b.groups(), *mnk,
+                      alpha, False, row, beta)
+        return out
+
 
 PLANS: dict[tuple, GemmPlan] = {}
 MAX_PLANS = 512
 
 
+def _call_key(op: str, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, beta: float, alpha: float
+              ) -> tuple | None:
+    """A matmul call's key for its kept plan (None when a tensor has no layout)."""
+    if bias is None:
+        return plan_key(op, (beta, alpha), (a, b))
+    return plan_key(op, (beta, alpha), (a, b, bias))
+
+
 def _remember(key: tuple | None, named: list[tuple[str, torch.Tensor]], tiles: list[Tiles],
-              effects: list[Effect]) -> None:
-    """Keep the plan of a call whose operands were read where they lie (no copy was made)."""
+              effects: list[Effect], c_coords: BoundLayout, bias_read: Read | None) -> None:
+    """Keep the plan of a call whose operands were read where they lie (no copy was made) and
+    whose bias, if any, is a row the GEMM adds."""
     tensors = [t for _, t in named]
     if key is None or not in_place([x.view for x in tiles], tensors):
         return
     if len(PLANS) >= MAX_PLANS:
         PLANS.clear()
     reads = tuple((read_of(x.view), x.groups()) for x in tiles)
-    PLANS[key] = GemmPlan(reads, tuple(effects), tuple(_C._bound_layout_of(t).layout for t in tensors))
+    PLANS[key] = GemmPlan(reads, tuple(effects), tuple(_C._bound_layout_of(t).layout for t in tensors), c_coords,
+                          _matrix_groups(len(c_coords.size), (1,) * len(c_coords.shape)), bias_read)
 
 
 def _flipped(op: str, named: list[tuple[str, torch.Tensor]], i: int, coords: BoundLayout, requirement: str,
@@ -238,9 +262,14 @@ def matmul(op: str, a: torch.Tensor, b: torch.Tensor, names: tuple[str, str] = (
         raise RuntimeError(f"expected m1 and m2 to have the same dtype, but got: {a.dtype} != {b.dtype}")
     if a.dim() < 2 or a.dim() != b.dim() or a.shape[:-2] != b.shape[:-2] or a.shape[-1] != b.shape[-2]:
         raise RuntimeError(f"{op}: shapes {list(a.shape)} and {list(b.shape)} cannot be multiplied")
+    batch, m, k, n = tuple(a.shape[:-2]), a.shape[-2], a.shape[-1], b.shape[-1]
+    named = [(names[0], a), (names[1], b)]
+    key = _call_key(op, a, b, bias, beta, alpha) if a.dtype == torch.float32 and TILE_GEMM else None
+    kept = PLANS.get(key) if key is not None else None
+    if kept is not None:
+        return kept.run(op, named, bias, (m, n, k), beta, alpha)
     dtype = a.dtype
     eps = elems_per_stick(dtype)
-    batch, m, k, n = tuple(a.shape[:-2]), a.shape[-2], a.shape[-1], b.shape[-1]
     out_shape = (*batch, m, n)
     c_coords = default_coords(out_shape, dtype)
     out = new_tensor(c_coords, a.device)
@@ -250,23 +279,20 @@ def matmul(op: str, a: torch.Tensor, b: torch.Tensor, names: tuple[str, str] = (
         out = fill_(out, 0)
         return out if bias is None else _epilogue(out, bias, beta, alpha)
     padded_k = k % eps != 0
-    named = [(names[0], a), (names[1], b)]
     b_size = tuple(b.shape)
     a_coords = default_coords(tuple(a.shape), dtype)
     a_rule = "mat1 sticked on k (its last dim) in the default layout"
     b_coords = BoundLayout(rhs_layout(b_size, dtype), b_size, rowmajor(b_size))
     b_rule = "mat2 sticked on n (its last dim), with k padded to whole sticks of zeros"
     if dtype == torch.float32 and TILE_GEMM and min(m, n, k) < BLAS_FROM_DIM:
-        key = plan_key(op, (), (a, b))
-        kept = PLANS.get(key) if key is not None else None
-        if kept is not None:
-            tiles = kept.replay(op, named)
-        else:
-            effects: list[Effect] = []
-            tiles = [_operand(op, named, 0, a_coords, padded_k, a_rule, effects),
-                     _operand(op, named, 1, b_coords, padded_k, b_rule, effects)]
-            _remember(key, named, tiles, effects)
-        return _tile_gemm(out, c_coords, *tiles, (m, n, k), bias, beta, alpha)
+        effects: list[Effect] = []
+        tiles = [_operand(op, named, 0, a_coords, padded_k, a_rule, effects),
+                 _operand(op, named, 1, b_coords, padded_k, b_rule, effects)]
+        out, bias_row = _tile_gemm(out, c_coords, *tiles, (m, n, k), bias, beta, alpha)
+        live = bias is not None and beta != 0
+        if not live or bias_row is not None and in_place([bias_row], [bias]):
+            _remember(key, named, tiles, effects, c_coords, read_of(bias_row) if live else None)
+        return out
     dense_a = _operand(op, named, 0, a_coords, padded_k, a_rule).dense(a.device)
     tiles_of_n = -(-n // eps)
     if not batch and tiles_of_n <= TILE_GEMM_TILES and dense_a.numel() * dense_a.element_size() <= TILE_GEMM_BYTES:
@@ -300,25 +326,27 @@ def matmul(op: str, a: torch.Tensor, b: torch.Tensor, names: tuple[str, str] = (
 
 
 def _tile_gemm(out: torch.Tensor, c_coords: BoundLayout, a: Tiles, b: Tiles, mnk: tuple[int, int, int],
-               bias: torch.Tensor | None, beta: float, alpha: float) -> torch.Tensor:
+               bias: torch.Tensor | None, beta: float, alpha: float) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``out`` (fresh, in ``c_coords``) := ``alpha * a @ b`` (+ ``beta * bias``) on the tile GEMM:
     A, B and C read and written where they lie. A bias row (``linear``'s) is added by the GEMM
     as it writes C; another bias readable in C's coordinates is written into C first and the
-    product accumulated onto it, as the CPU's ``addmm`` does."""
+    product accumulated onto it, as the CPU's ``addmm`` does. Returns ``out`` and the bias row
+    the GEMM added (None: none)."""
     c_tiles = raw(out).view(c_coords.shape)
     c_groups = _matrix_groups(len(c_coords.size), (1,) * len(c_coords.shape))
     live = bias is not None and beta != 0
     bias_row = _bias_row(bias, c_coords, tuple(out.shape)) if live else None
+    bias_row = None if bias_row is None else bias_row.contiguous()
     bias_tiles = _bias_tiles(bias, c_coords, tuple(out.shape)) if live and bias_row is None else None
     if bias_tiles is not None:
         torch.mul(bias_tiles.expand(c_tiles.shape), beta, out=c_tiles)
     _C._tile_gemm(c_tiles, c_groups, a.view, a.groups(), b.view, b.groups(), *mnk, alpha, bias_tiles is not None,
-                  None if bias_row is None else bias_row.contiguous(), beta)
+                  bias_row, beta)
     if bias_tiles is not None and has_padding(c_coords):
         _C._fill_padding(out)
     if live and bias_row is None and bias_tiles is None:
         run(ADD, [out, bias], {"alpha": beta}, target=out)
-    return out
+    return out, bias_row
 
 
 def _bias_row(bias: torch.Tensor, coords: BoundLayout, shape: Shape) -> torch.Tensor | None:
