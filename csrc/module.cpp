@@ -161,6 +161,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("_rows_layer_norm_backward", &rows_layer_norm_backward, nogil);
   m.def("_rows_sum", &rows_sum, nogil);
   m.def("_scaled_product", &scaled_product, nogil);
+  m.def("_dropout_apply", &dropout_apply, nogil);
   m.def("_rows_set_math", &rows_set_math);
   m.def("_rows_math_sets", &row_math_sets);
   m.def(

@@ -35,6 +35,34 @@ void scaled_loop(char** data, const int64_t* strides, int64_t size0, int64_t siz
   }
 }
 
+void dropout_loop(char** data, const int64_t* strides, int64_t size0, int64_t size1, float scale) {
+  const bool dense = strides[0] == sizeof(float) && strides[1] == 1 && strides[2] == sizeof(float) &&
+                     strides[3] == sizeof(float);
+  for (int64_t j = 0; j < size1; ++j) {
+    char* o = data[0] + j * strides[4];
+    char* k = data[1] + j * strides[5];
+    const char* px = data[2] + j * strides[6];
+    const char* pd = data[3] + j * strides[7];
+    if (dense) {
+      auto* out = reinterpret_cast<float*>(o);
+      auto* keep = reinterpret_cast<uint8_t*>(k);
+      const auto* x = reinterpret_cast<const float*>(px);
+      const auto* d = reinterpret_cast<const float*>(pd);
+      for (int64_t i = 0; i < size0; ++i) {
+        out[i] = (x[i] * d[i]) * scale;
+        keep[i] = d[i] != 0.f;
+      }
+      continue;
+    }
+    for (int64_t i = 0; i < size0; ++i) {
+      const float x = *reinterpret_cast<const float*>(px + i * strides[2]);
+      const float d = *reinterpret_cast<const float*>(pd + i * strides[3]);
+      *reinterpret_cast<float*>(o + i * strides[0]) = (x * d) * scale;
+      *reinterpret_cast<uint8_t*>(k + i * strides[1]) = d != 0.f;
+    }
+  }
+}
+
 }  // namespace
 
 void scaled_product(const at::Tensor& out, const at::Tensor& a, const at::Tensor& b, double scale) {
@@ -63,4 +91,24 @@ void scaled_product(const at::Tensor& out, const at::Tensor& a, const at::Tensor
   }
 }
 
+void dropout_apply(const at::Tensor& out, const at::Tensor& keep, const at::Tensor& x, const at::Tensor& draws,
+                   double scale) {
+  TORCH_CHECK_VALUE(out.device().is_cpu() && keep.device().is_cpu() && x.device().is_cpu() && draws.device().is_cpu(),
+                    "dropout_apply: expected CPU views");
+  TORCH_CHECK_VALUE(out.scalar_type() == at::kFloat && x.scalar_type() == at::kFloat &&
+                        draws.scalar_type() == at::kFloat && keep.scalar_type() == at::kBool,
+                    "dropout_apply: expected float32 out, x and draws and a bool keep");
+  auto iter = at::TensorIteratorConfig()
+                  .add_output(out)
+                  .add_output(keep)
+                  .add_const_input(x)
+                  .add_const_input(draws)
+                  .check_all_same_dtype(false)
+                  .resize_outputs(false)
+                  .build();
+  const float s = static_cast<float>(scale);
+  iter.for_each([s](char** data, const int64_t* strides, int64_t n0, int64_t n1) {
+    dropout_loop(data, strides, n0, n1, s);
+  });
+}
 }  // namespace torch_layouts

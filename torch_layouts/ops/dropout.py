@@ -4,9 +4,10 @@ The keep mask draws from the spyre generator exactly as the CPU fallback did: a 
 generator seeded with the runtime's mix of the generator's (seed, offset) (``csrc/generator.cpp``'s
 ``host_seed``), ``bernoulli_`` over a tensor like the input (``empty_like``), then the offset moves
 past the values drawn; so a seed gives the masks it gave before. The draws move into the
-input's coordinates (``operands.coords_for``) through the DMA, and the boolean mask is laid
-out with the input's device dims, so the product and the backward read both in place (no
-restickify).
+input's coordinates (``operands.coords_for``) through the DMA; for float32 inputs without
+padding one pass then writes the product and the mask (``csrc/pointwise.h``). The boolean mask
+is laid out with the input's device dims, so the product and the backward read both in place
+(no restickify).
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import torch
 from .. import _C
 from ..core.layout import BoundLayout
 from .elementwise import Spec, run
-from .operands import coords_for, new_tensor, operand_layout, raw, real_slices, scratch
+from .operands import (coords_for, has_padding, new_tensor, operand_layout, plan, raw, raw_view, real_slices,
+                       scratch, view)
 from .registry import register
 
 MASK64 = (1 << 64) - 1
@@ -79,6 +81,12 @@ def native_dropout(x: torch.Tensor, p: float, train: bool | None) -> tuple[torch
     # relayout), where the mask's conversion and the product read them in storage order.
     values = new_tensor(coords, x.device).copy_(drawn)
     mask = new_tensor(_mask_coords(coords), x.device)
+    p = plan(x, coords) if x.dtype == torch.float32 and not has_padding(coords) else None
+    if p is not None and p.stick_ok and p.shape is None:  # the product and the mask in one pass
+        out = new_tensor(coords, x.device)
+        _C._dropout_apply(raw_view(out, coords.shape), raw_view(mask, coords.shape), view(x, coords, p),
+                          raw_view(values, coords.shape), scale)
+        return out, mask
     flags, dense = raw(mask).view(coords.shape), raw(values).view(coords.shape)
     for index in real_slices(coords)[0]:
         flags[index].copy_(dense[index])  # 0 or 1: the conversion is the comparison with 0
