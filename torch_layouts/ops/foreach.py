@@ -4,8 +4,10 @@ A pointwise op gives each element the same result wherever the element lies, so 
 list's ``i``-th tensor is the whole tensor of its buffer in the same layout as the others
 (same device dims, same host size and strides) and the layout has no padding, the lists'
 raw buffers line up element for element: the CPU's own ``_foreach`` op runs once on the raw
-buffers of all such indices. The other indices run tensor by tensor through the device's
-pointwise kernels, as ATen's composite ``_foreach`` kernel would.
+buffers of all such indices. An input of another layout than the first list's tensor (a
+gradient laid out by the reduction that made it) is first copied into that layout. The other
+indices run tensor by tensor through the device's pointwise kernels, as ATen's composite
+``_foreach`` kernel would.
 
 Example::
 
@@ -66,17 +68,26 @@ def flat(t: torch.Tensor) -> Flat | None:
     return found
 
 
-def _lined_up(lists: list[list[torch.Tensor]], i: int) -> Flat | None:
-    """The first list's ``i``-th tensor's ``Flat`` when every list's ``i``-th tensor lines up with it."""
+def _lined_up(lists: list[list[torch.Tensor]], i: int) -> tuple[Flat, list[torch.Tensor]] | None:
+    """The first list's ``i``-th tensor's ``Flat`` and the lists' ``i``-th tensors lined up with
+    it: a tensor of another layout (a gradient laid out by the reduction that made it) is
+    copied into the first one's layout, which the device's copy does in one relayout; None
+    when the first is not flat or a tensor differs in shape, dtype or device."""
     t = lists[0][i]
     f = flat(t)
     if f is None:
         return None
+    row = [t]
     for other in lists[1:]:
-        g = flat(other[i])
-        if g is None or g.key != f.key or other[i].device != t.device:
-            return None
-    return f
+        o = other[i]
+        g = flat(o)
+        if g is None or g.key != f.key:
+            if o.shape != t.shape or o.dtype != t.dtype or o.device != t.device or \
+                    o.untyped_storage().data_ptr() == t.untyped_storage().data_ptr():
+                return None
+            o = new_tensor(f.coords, t.device).copy_(o)
+        row.append(o)
+    return f, row
 
 
 def _raw(ts: list[torch.Tensor], flats: list[Flat]) -> list[torch.Tensor]:
@@ -100,15 +111,16 @@ def _kernel(spec: Foreach) -> Callable[..., Any]:
     def kernel(*args: Any, **kwargs: Any) -> Any:
         lists = [a for a, k in zip(args, spec.kinds) if k == "L"]
         single_tensors = [a for a, k in zip(args, spec.kinds) if k == "S" and isinstance(a, torch.Tensor)]
-        lined = [None] * len(lists[0])
+        lined: list = [None] * len(lists[0])
         if not any(t.device.type == "spyre" for t in single_tensors):
             lined = [_lined_up(lists, i) for i in range(len(lists[0]))]
-        fast = [i for i, f in enumerate(lined) if f is not None]
+        fast = [i for i, found in enumerate(lined) if found is not None]
         results: list[Any] = [None] * len(lined)
         if fast:
             count_kernel("aten::" + spec.name)
-            flats = [lined[i] for i in fast]
-            raw_args = [_raw([a[i] for i in fast], flats) if k == "L" else [a[i] for i in fast] if k == "SL" else a
+            flats = [lined[i][0] for i in fast]
+            columns = iter(zip(*(lined[i][1] for i in fast)))  # the lined-up tensors, list by list
+            raw_args = [_raw(list(next(columns)), flats) if k == "L" else [a[i] for i in fast] if k == "SL" else a
                         for a, k in zip(args, spec.kinds)]
             if spec.inplace:
                 op(*raw_args, **kwargs)
