@@ -67,15 +67,15 @@ CASES = [
 @pytest.mark.parametrize("kind", ["sum", "mean", "amax", "amin"])
 def test_reductions(kind, _, shape, dtype, order, pad, dims, keepdim):
     gen = torch.Generator().manual_seed(len(shape) + len(dims))
-    x = torch.rand(shape, generator=gen) + 1  # all positive: a zero leaking from padding would win amin
+    base = torch.rand(shape, generator=gen) + 1  # all positive: a zero leaking from padding would win amin
     if kind == "amax":
-        x = -x  # all negative: a zero leaking from padding would win amax
+        base = -base  # all negative: a zero leaking from padding would win amax
     layout = SpyreTensorLayout(shape, dtype, order, pad_value=pad)
     count = 1
     for d in dims:
         count *= shape[d]
     # The second tensor has the first's geometry: its reduction replays the kept plan.
-    for x in (x.to(dtype), (x * torch.linspace(0.5, 2, x.shape[-1])).to(dtype)):
+    for x in (base.to(dtype), (base * torch.linspace(0.5, 2, base.shape[-1])).to(dtype)):
         y = x.to("spyre", device_layout=layout)
         torch_layouts.reset_stats()
         out = getattr(y, kind)(dim=dims, keepdim=keepdim)
