@@ -84,6 +84,27 @@ def test_executor_runs_transposes_only(_, make, dtype, monkeypatch):
     assert len(calls) == (inner != 1 and src.numel() >= strided.SMALL)
 
 
+# Run copies (contiguous innermost on both sides) whose source runs lie far apart (FAR set to
+# 1024 elements here) along both of the two dims PyTorch's copy would walk next go to the executor.
+RUN_COPIES = [
+    ("packed-projection", lambda t: _take(t, 3, 2, 16, 4, 32).permute(2, 3, 1, 0, 4), True),
+    ("one-far-dim", lambda t: _take(t, 8, 64, 32).permute(1, 0, 2), False),
+    ("near-runs", lambda t: _take(t, 16, 4, 3, 2, 32).permute(0, 1, 3, 2, 4), False),
+]
+
+
+@pytest.mark.parametrize("_, make, executor", RUN_COPIES, ids=[c[0] for c in RUN_COPIES])
+def test_scattered_run_copies_take_the_executor(_, make, executor, monkeypatch):
+    monkeypatch.setattr(strided, "FAR", 1024)
+    calls = []
+    real = strided._C._run_nests
+    monkeypatch.setattr(strided, "_C", SimpleNamespace(_run_nests=lambda *a: calls.append(real(*a))))
+    src = make(_source(torch.float32))
+    got = strided_copy(torch.empty(src.shape), src)
+    assert torch.equal(_bits(got), _bits(src.contiguous()))
+    assert len(calls) == executor
+
+
 def test_device_buffers_and_scratch():
     """Views of a device tensor's buffer into scratch device memory and back."""
     x = torch.randn(256, 96)

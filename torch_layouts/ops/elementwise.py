@@ -449,7 +449,7 @@ def _inplace_coords(target: torch.Tensor, others: list[torch.Tensor]) -> BoundLa
 
 # -- conversion, copies and fills -------------------------------------------------------
 def _copy(v: torch.Tensor, *, out: torch.Tensor) -> None:
-    out.copy_(v)
+    strided_copy(out, v)
 
 
 COPY = Spec("_to_copy", _copy, (0,))
@@ -473,7 +473,32 @@ def clone(x: torch.Tensor, *, memory_format: torch.memory_format | None = None) 
     Spyre dim_order where its own device dims cannot describe the copy); a view gets the
     layout of its shape with its buffer's dim_order, or the default layout.
     A copy that moves the stick to another dim (``k.transpose(-2, -1).contiguous()``) is
-    counted as a restickify."""
+    counted as a restickify. The result's coordinates are kept per geometry (``CLONES``)."""
+    key = geometry_key(x)
+    key = None if key is None else (key, memory_format)
+    coords = CLONES.get(key) if key is not None else None
+    if coords is None:
+        coords = _clone_coords(x, memory_format)
+        if key is not None:
+            if len(CLONES) >= MAX_CLONES:
+                CLONES.clear()
+            CLONES[key] = coords
+    p = plan(x, coords)
+    if p is not None and p.stick_ok:
+        return run(COPY, [x], {}, out_dtype=x.dtype, coords=coords)
+    out = materialize(x, coords)
+    if stick_dim(x) != stick_dim(out):
+        count_restickify(x.numel() * x.element_size())
+    return out
+
+
+CLONES: dict[tuple, BoundLayout] = {}  # (geometry_key, memory_format) -> the clone's coordinates
+MAX_CLONES = 1024
+
+
+def _clone_coords(x: torch.Tensor, memory_format: torch.memory_format | None) -> BoundLayout:
+    """The coordinates of ``clone``'s result (see ``clone``); they hold the layout objects, so
+    the ids in ``CLONES``' keys stay theirs."""
     size = tuple(x.shape)
     info = record_of(x)
     stride = None
@@ -491,13 +516,7 @@ def clone(x: torch.Tensor, *, memory_format: torch.memory_format | None = None) 
         coords = None
     if coords is None:
         coords = BoundLayout(default_layout(size, stride, x.dtype), size, stride)
-    p = plan(x, coords)
-    if p is not None and p.stick_ok:
-        return run(COPY, [x], {}, out_dtype=x.dtype, coords=coords)
-    out = materialize(x, coords)
-    if stick_dim(x) != stick_dim(out):
-        count_restickify(x.numel() * x.element_size())
-    return out
+    return coords
 
 
 def _in_buffer_order(x: torch.Tensor, own: BoundLayout, stride: tuple[int, ...]) -> BoundLayout | None:
