@@ -292,7 +292,28 @@ void run_task(const Problem& P, int64_t bi, int64_t i0, int64_t mc, int64_t jp0,
   }
 }
 
+// A B shared by every batch entry (its batch dims broadcast: linear on a batch of matrices
+// that does not fold into one) makes one GEMM of batch * m rows: A's and C's rows are
+// enumerated across the batch, so B is packed once and the row blocks are full.
+void fold_batch(Problem& P) {
+  if (P.batch <= 1) return;
+  for (int64_t bi = 1; bi < P.batch; ++bi)
+    if (P.b.batch[bi] != P.b.batch[0]) return;
+  for (Tables* t : {&P.a, &P.c}) {
+    std::vector<int64_t> rows;
+    rows.reserve(static_cast<size_t>(P.batch * P.m));
+    for (int64_t bi = 0; bi < P.batch; ++bi)
+      for (int64_t r = 0; r < P.m; ++r) rows.push_back(t->batch[bi] + t->rows[r]);
+    t->rows = std::move(rows);
+    t->batch.assign(1, 0);
+  }
+  P.b.batch.resize(1);
+  P.m *= P.batch;
+  P.batch = 1;
+}
+
 void run(Problem& P) {
+  fold_batch(P);
   P.a_run.assign(P.k, 1);
   for (int64_t p = P.k - 1; p-- > 0;)
     if (P.a.cols[p + 1] == P.a.cols[p] + 1) P.a_run[p] = P.a_run[p + 1] + 1;

@@ -83,6 +83,14 @@ def storage(draw, batch: tuple[int, ...], rows: int, cols: int, fill: float) -> 
     return Stored(view, groups, buffer)
 
 
+def shared(stored: Stored, batch: tuple[int, ...]) -> Stored:
+    """``stored`` (a single matrix) seen by every entry of ``batch`` (stride 0): a weight that
+    a batch of matrices shares."""
+    nb, view = len(batch), stored.view
+    broadcast = view.as_strided([*batch, *view.shape], [0] * nb + list(view.stride()), view.storage_offset())
+    return Stored(broadcast, (list(range(nb)), *([d + nb for d in g] for g in stored.groups[1:])), stored.buffer)
+
+
 @st.composite
 def problems(draw):
     batch = tuple(draw(st.lists(st.sampled_from([1, 2, 3]), max_size=2)))
@@ -92,22 +100,26 @@ def problems(draw):
     # Each operand's rows/cols extents may exceed m/n/k (padding the kernel must not read or write).
     extra = lambda: draw(st.sampled_from([0, 0, 2]))  # noqa: E731
     a = draw(storage(batch, m + extra(), k + extra(), math.nan))
-    b = draw(storage(batch, k + extra(), n + extra(), math.nan))
+    b_shared = bool(batch) and draw(st.booleans())
+    b = draw(storage(() if b_shared else batch, k + extra(), n + extra(), math.nan))  # placed as it is stored
     c = draw(storage(batch, m + extra(), n + extra(), SENTINEL))
     alpha = draw(st.sampled_from([1.0, 0.5, -2.0]))
     start = draw(st.sampled_from(["zero", "accumulate", "bias"]))  # what C starts from
     beta = draw(st.sampled_from([1.0, -0.5]))
-    return batch, (m, n, k), a, b, c, alpha, start, beta
+    return batch, (m, n, k), a, b, c, alpha, start, beta, b_shared
 
 
 @given(problems(), st.randoms(use_true_random=False))
 def test_tile_gemm_matches_float64(problem, rnd):
-    batch, (m, n, k), a, b, c, alpha, start, beta = problem
+    """Any tiling, dim order and padding of A, B and C, B shared by the batch or not."""
+    batch, (m, n, k), a, b, c, alpha, start, beta, b_shared = problem
     nb = math.prod(batch)
     gen = torch.Generator().manual_seed(rnd.randrange(1 << 30))
-    av, bv = torch.randn(nb, m, k, generator=gen), torch.randn(nb, k, n, generator=gen)
+    av, bv = torch.randn(nb, m, k, generator=gen), torch.randn(1 if b_shared else nb, k, n, generator=gen)
+    bv = bv.expand(nb, k, n)
     a.place(av)
-    b.place(bv)
+    b.place(bv[:1] if b_shared else bv)
+    b_view = shared(b, batch) if b_shared else b
     want = alpha * (av.double() @ bv.double())
     bias = None
     if start == "accumulate":
@@ -118,8 +130,8 @@ def test_tile_gemm_matches_float64(problem, rnd):
         bias = torch.randn(n + 3, generator=gen)
         want += beta * bias[:n].double()
     a_before, b_before, c_before = a.buffer.clone(), b.buffer.clone(), c.buffer.clone()
-    _C._tile_gemm(c.view, c.groups, a.view, a.groups, b.view, b.groups, m, n, k, alpha, start == "accumulate",
-                  bias, beta)
+    _C._tile_gemm(c.view, c.groups, a.view, a.groups, b_view.view, b_view.groups, m, n, k, alpha,
+                  start == "accumulate", bias, beta)
     got = c.logical()[:, :m, :n].double()
     torch.testing.assert_close(got, want, atol=1e-4 * math.sqrt(k), rtol=1e-5)
     assert torch.equal(a.buffer.nan_to_num(7.0), a_before.nan_to_num(7.0))
