@@ -107,6 +107,7 @@ class Foreach(NamedTuple):
 def _kernel(spec: Foreach) -> Callable[..., Any]:
     packet, _, overload = spec.name.partition(".")
     op = getattr(getattr(A, packet), overload or "default")
+    inplace_op = None if spec.inplace else getattr(A, packet + "_").default  # the CPU's would allocate each result
 
     def kernel(*args: Any, **kwargs: Any) -> Any:
         lists = [a for a, k in zip(args, spec.kinds) if k == "L"]
@@ -124,10 +125,12 @@ def _kernel(spec: Foreach) -> Callable[..., Any]:
                         for a, k in zip(args, spec.kinds)]
             if spec.inplace:
                 op(*raw_args, **kwargs)
-            else:
+            else:  # a unary op: copied into the results, which its in-place form then rewrites
                 device = lists[0][0].device
                 outs = [new_tensor(f.coords, device) for f in flats]
-                torch._foreach_copy_(_raw(outs, flats), op(*raw_args, **kwargs))
+                raw_outs = _raw(outs, flats)
+                torch._foreach_copy_(raw_outs, raw_args[0])
+                inplace_op(raw_outs, **kwargs)
                 for i, out in zip(fast, outs):
                     results[i] = out
         for i, f in enumerate(lined):
