@@ -137,3 +137,17 @@ def test_optimizers_take_the_foreach_kernels(make):
     assert any(k.startswith("aten::_foreach") for k in torch_layouts.stats()["kernel_calls"])
     for p, q in zip(host.parameters(), dev.parameters()):
         assert torch.equal(bits(q.detach().cpu()), bits(p.detach()))
+
+
+def test_a_tensor_in_two_lists_of_another_layout():
+    """Adam's ``addcmul_(exp_avg_sq, grad, grad)`` with a gradient in another layout than the
+    state: copied once into the state's layout, the CPU's result bit for bit."""
+    g = torch.randn(64, 64)
+    state = torch.rand(64, 64)
+    dg = g.to("spyre", device_layout=SpyreTensorLayout((64, 64), F32, [1, 0]))
+    ds = [state.to("spyre")]
+    torch_layouts.reset_stats()
+    torch._foreach_addcmul_(ds, [dg], [dg], value=0.001)
+    torch._foreach_addcmul_([state], [g], [g], value=0.001)
+    assert torch_layouts.stats()["kernel_calls"] == {"aten::_foreach_addcmul_.Scalar": 1}
+    assert torch.equal(bits(ds[0].cpu()), bits(state))

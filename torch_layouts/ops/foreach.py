@@ -78,6 +78,7 @@ def _lined_up(lists: list[list[torch.Tensor]], i: int) -> tuple[Flat, list[torch
     if f is None:
         return None
     row = [t]
+    copies: dict[int, torch.Tensor] = {}  # one copy of a tensor two lists hold (addcmul_(grad, grad))
     for other in lists[1:]:
         o = other[i]
         g = flat(o)
@@ -85,7 +86,9 @@ def _lined_up(lists: list[list[torch.Tensor]], i: int) -> tuple[Flat, list[torch
             if o.shape != t.shape or o.dtype != t.dtype or o.device != t.device or \
                     o.untyped_storage().data_ptr() == t.untyped_storage().data_ptr():
                 return None
-            o = new_tensor(f.coords, t.device).copy_(o)
+            if id(o) not in copies:
+                copies[id(o)] = new_tensor(f.coords, t.device).copy_(o)
+            o = copies[id(o)]
         row.append(o)
     return f, row
 
