@@ -476,13 +476,12 @@ def clone(x: torch.Tensor, *, memory_format: torch.memory_format | None = None) 
     counted as a restickify. The result's coordinates are kept per geometry (``CLONES``)."""
     key = geometry_key(x)
     key = None if key is None else (key, memory_format)
-    coords = CLONES.get(key) if key is not None else None
-    if coords is None:
-        coords = _clone_coords(x, memory_format)
-        if key is not None:
-            if len(CLONES) >= MAX_CLONES:
-                CLONES.clear()
-            CLONES[key] = coords
+    kept = CLONES.get(key) if key is not None else None
+    coords = kept[0] if kept is not None else _clone_coords(x, memory_format)
+    if key is not None and kept is None:
+        if len(CLONES) >= MAX_CLONES:
+            CLONES.clear()
+        CLONES[key] = (coords, _C._bound_layout_of(x).layout)  # the layout held: the id in the key stays its own
     p = plan(x, coords)
     if p is not None and p.stick_ok:
         return run(COPY, [x], {}, out_dtype=x.dtype, coords=coords)
@@ -492,13 +491,12 @@ def clone(x: torch.Tensor, *, memory_format: torch.memory_format | None = None) 
     return out
 
 
-CLONES: dict[tuple, BoundLayout] = {}  # (geometry_key, memory_format) -> the clone's coordinates
+CLONES: dict[tuple, tuple[BoundLayout, DeviceLayout]] = {}  # (geometry_key, memory_format) -> coordinates, x's layout
 MAX_CLONES = 1024
 
 
 def _clone_coords(x: torch.Tensor, memory_format: torch.memory_format | None) -> BoundLayout:
-    """The coordinates of ``clone``'s result (see ``clone``); they hold the layout objects, so
-    the ids in ``CLONES``' keys stay theirs."""
+    """The coordinates of ``clone``'s result (see ``clone``)."""
     size = tuple(x.shape)
     info = record_of(x)
     stride = None

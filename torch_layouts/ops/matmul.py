@@ -222,16 +222,17 @@ def _call_key(op: str, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | No
 
 
 def _remember(key: tuple | None, named: list[tuple[str, torch.Tensor]], tiles: list[Tiles],
-              effects: list[Effect], c_coords: BoundLayout, bias_read: Read | None) -> None:
+              effects: list[Effect], c_coords: BoundLayout, bias: torch.Tensor | None, bias_read: Read | None) -> None:
     """Keep the plan of a call whose operands were read where they lie (no copy was made) and
-    whose bias, if any, is a row the GEMM adds."""
+    whose bias, if any, is a row the GEMM adds (or unused: ``beta`` 0)."""
     tensors = [t for _, t in named]
     if key is None or not in_place([x.view for x in tiles], tensors):
         return
     if len(PLANS) >= MAX_PLANS:
         PLANS.clear()
     reads = tuple((read_of(x.view), x.groups()) for x in tiles)
-    PLANS[key] = GemmPlan(reads, tuple(effects), tuple(_C._bound_layout_of(t).layout for t in tensors), c_coords,
+    keyed = tensors if bias is None else [*tensors, bias]  # every tensor whose layout id is in the key
+    PLANS[key] = GemmPlan(reads, tuple(effects), tuple(_C._bound_layout_of(t).layout for t in keyed), c_coords,
                           _matrix_groups(len(c_coords.size), (1,) * len(c_coords.shape)), bias_read)
 
 
@@ -291,7 +292,7 @@ def matmul(op: str, a: torch.Tensor, b: torch.Tensor, names: tuple[str, str] = (
         out, bias_row = _tile_gemm(out, c_coords, *tiles, (m, n, k), bias, beta, alpha)
         live = bias is not None and beta != 0
         if not live or bias_row is not None and in_place([bias_row], [bias]):
-            _remember(key, named, tiles, effects, c_coords, read_of(bias_row) if live else None)
+            _remember(key, named, tiles, effects, c_coords, bias, read_of(bias_row) if live else None)
         return out
     dense_a = _operand(op, named, 0, a_coords, padded_k, a_rule).dense(a.device)
     tiles_of_n = -(-n // eps)

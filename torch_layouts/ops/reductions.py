@@ -261,6 +261,7 @@ class ReducePlan(NamedTuple):
     dims: tuple[int, ...]
     count: int
     row_sums: bool
+    layout: object  # the input's layout object, held so that the id in the key stays its own
 
 
 PLANS: dict[tuple, ReducePlan] = {}
@@ -315,7 +316,7 @@ def reduce(kind: str, x: torch.Tensor, dim: int | Sequence[int] | None, keepdim:
         if len(PLANS) >= MAX_PLANS:
             PLANS.clear()
         PLANS[key] = ReducePlan(out_dtype, coords, (tuple(v.stride()), v.storage_offset()), red, dims, count,
-                                row_sums)
+                                row_sums, _C._bound_layout_of(x).layout)
     return write_result(coords, dims, keepdim, values, x.device)
 
 
