@@ -111,4 +111,5 @@ void dropout_apply(const at::Tensor& out, const at::Tensor& keep, const at::Tens
     dropout_loop(data, strides, n0, n1, s);
   });
 }
+
 }  // namespace torch_layouts

@@ -40,9 +40,9 @@ from ..dma.relayout import relayout_transfers
 from ..runtime.layout_records import default_layout
 from ..spyre import SpyreTensorLayout
 from . import rules
-from .operands import (coords_for, coords_with_dtype, default_coords, geometry_key, has_padding, record_of,
-                       is_whole_dense, new_tensor, operand_layout, ordered_coords, plan, raw, raw_view, real_slices,
-                       rowmajor, scalar_view, stick_dim, strides_in_order, view)
+from .operands import (coords_for, coords_with_dtype, default_coords, geometry_key, has_padding, is_whole_dense, keep,
+                       layouts_of, new_tensor, operand_layout, ordered_coords, plan, raw, raw_view, real_slices,
+                       record_of, rowmajor, scalar_view, stick_dim, strides_in_order, view)
 from .registry import check_cast, out_overload, register, write_out
 from .stats import count_kernel, count_restickify
 from .strided import strided_copy
@@ -316,10 +316,9 @@ def _record(key: tuple, spec: Spec, args: list, originals: list, positions: list
     elif not inplace:
         p = plan(target, coords)
         target_read = (p.strides, p.offset)
-    if len(RECIPES) >= MAX_RECIPES:
-        RECIPES.clear()
-    layouts = tuple(_C._bound_layout_of(t).layout for t in originals if isinstance(t, torch.Tensor))
-    RECIPES[key] = Recipe(layouts, coords, tuple(reads), out_coords, target_read, not has_padding(coords))
+    layouts = layouts_of([t for t in originals if isinstance(t, torch.Tensor)])
+    keep(RECIPES, key, Recipe(layouts, coords, tuple(reads), out_coords, target_read, not has_padding(coords)),
+         MAX_RECIPES)
 
 
 def run(spec: Spec, args: tuple | list, kwargs: dict, *, target: torch.Tensor | None = None,
@@ -479,9 +478,7 @@ def clone(x: torch.Tensor, *, memory_format: torch.memory_format | None = None) 
     kept = CLONES.get(key) if key is not None else None
     coords = kept[0] if kept is not None else _clone_coords(x, memory_format)
     if key is not None and kept is None:
-        if len(CLONES) >= MAX_CLONES:
-            CLONES.clear()
-        CLONES[key] = (coords, _C._bound_layout_of(x).layout)  # the layout held: the id in the key stays its own
+        keep(CLONES, key, (coords, layouts_of([x])), MAX_CLONES)
     p = plan(x, coords)
     if p is not None and p.stick_ok:
         return run(COPY, [x], {}, out_dtype=x.dtype, coords=coords)
@@ -491,7 +488,7 @@ def clone(x: torch.Tensor, *, memory_format: torch.memory_format | None = None) 
     return out
 
 
-CLONES: dict[tuple, tuple[BoundLayout, DeviceLayout]] = {}  # (geometry_key, memory_format) -> coordinates, x's layout
+CLONES: dict[tuple, tuple[BoundLayout, tuple]] = {}  # (geometry_key, memory_format) -> coordinates, layouts_of([x])
 MAX_CLONES = 1024
 
 
@@ -541,13 +538,13 @@ def _in_buffer_order(x: torch.Tensor, own: BoundLayout, stride: tuple[int, ...])
 class FillPlan(NamedTuple):
     """How ``fill_`` writes a tensor that is its buffer's whole tensor: its coordinates, the
     boxes of real positions (``operands.real_slices``), whether the padding is restored after
-    filling the whole buffer, and the layout object (kept alive, so that the id in the plan's
-    key stays its own)."""
+    filling the whole buffer, and ``layouts_of`` the tensor (so that the id in the plan's key
+    stays its layout's)."""
 
     coords: BoundLayout
     pieces: tuple
     restore_padding: bool
-    layout: DeviceLayout | None
+    layouts: tuple
 
 
 FILLS: dict[tuple, FillPlan] = {}
@@ -570,12 +567,9 @@ def fill_(x: torch.Tensor, value: Any) -> torch.Tensor:
         if p is None or not p.exact:  # a view: fill a fresh tensor and copy it in
             coords = default_coords(tuple(x.shape), x.dtype)
             return x.copy_(_fill_buffer(new_tensor(coords, x.device), coords, *real_slices(coords), value))
-        record = _C._bound_layout_of(x)
-        known = FillPlan(coords, *real_slices(coords), record.layout if record is not None else None)
+        known = FillPlan(coords, *real_slices(coords), layouts_of([x]) if key is not None else ())
         if key is not None:
-            if len(FILLS) >= MAX_FILLS:
-                FILLS.clear()
-            FILLS[key] = known
+            keep(FILLS, key, known, MAX_FILLS)
     return _fill_buffer(x, known.coords, known.pieces, known.restore_padding, value)
 
 

@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 import torch
 
 from ..core.layout import BoundLayout
-from .operands import geometry_key, new_tensor, raw_view, record_of
+from .operands import geometry_key, keep, new_tensor, raw_view, record_of
 from .registry import register
 from .stats import count_kernel
 
@@ -62,10 +62,7 @@ def flat(t: torch.Tensor) -> Flat | None:
         if numel == t.numel():
             key = (tuple(layout.device_size), tuple(layout.stride_map), t.dtype, tuple(t.shape), tuple(t.stride()))
             found = Flat(key, BoundLayout(layout, tuple(t.shape), tuple(t.stride())), numel)
-    if len(FLAT) >= MAX_FLAT:
-        FLAT.clear()
-    FLAT[geometry] = found  # the coordinates hold the layout: its id in the key stays its own
-    return found
+    return keep(FLAT, geometry, found, MAX_FLAT)  # the coordinates hold the layout: its id in the key stays its own
 
 
 def _lined_up(lists: list[list[torch.Tensor]], i: int) -> tuple[Flat, list[torch.Tensor]] | None:

@@ -47,8 +47,8 @@ from ..spyre import SpyreTensorLayout
 from . import rules
 from .. import _C
 from .elementwise import ADD, MUL, broadcast_shape, copy_real, fill_, materialize, operand_view, run
-from .operands import (Read, ViewPlan, default_coords, has_padding, in_place, is_whole_dense, new_tensor, plan,
-                       plan_key, raw, raw_view, read_of, record_of, rowmajor, scratch, view)
+from .operands import (Read, ViewPlan, default_coords, has_padding, in_place, is_whole_dense, keep, layouts_of,
+                       new_tensor, plan, plan_key, raw, raw_view, read_of, record_of, rowmajor, scratch, view)
 from .registry import register
 from .stats import count_restickify
 from .strided import strided_copy
@@ -228,12 +228,10 @@ def _remember(key: tuple | None, named: list[tuple[str, torch.Tensor]], tiles: l
     tensors = [t for _, t in named]
     if key is None or not in_place([x.view for x in tiles], tensors):
         return
-    if len(PLANS) >= MAX_PLANS:
-        PLANS.clear()
     reads = tuple((read_of(x.view), x.groups()) for x in tiles)
     keyed = tensors if bias is None else [*tensors, bias]  # every tensor whose layout id is in the key
-    PLANS[key] = GemmPlan(reads, tuple(effects), tuple(_C._bound_layout_of(t).layout for t in keyed), c_coords,
-                          _matrix_groups(len(c_coords.size), (1,) * len(c_coords.shape)), bias_read)
+    keep(PLANS, key, GemmPlan(reads, tuple(effects), layouts_of(keyed), c_coords,
+                              _matrix_groups(len(c_coords.size), (1,) * len(c_coords.shape)), bias_read), MAX_PLANS)
 
 
 def _flipped(op: str, named: list[tuple[str, torch.Tensor]], i: int, coords: BoundLayout, requirement: str,

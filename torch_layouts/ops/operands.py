@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 import torch
 
@@ -72,6 +72,24 @@ def geometry_key(x: torch.Tensor) -> tuple | None:
     None when ``x`` is not a device tensor carrying a layout. Plans keyed on it keep the layout
     objects alive."""
     return _C._geometry_key(x)
+
+
+_V = TypeVar("_V")
+
+
+def keep(cache: dict, key: object, value: _V, limit: int) -> _V:
+    """``cache[key] = value`` in a cache of plans kept per geometry, emptied when it holds
+    ``limit`` entries (a plan is cheap to work out again); returns ``value``."""
+    if len(cache) >= limit:
+        cache.clear()
+    cache[key] = value
+    return value
+
+
+def layouts_of(tensors: Sequence[torch.Tensor]) -> tuple:
+    """The layout objects of device tensors, for a plan keyed on their ``geometry_key`` to hold:
+    the ids in its key then stay theirs."""
+    return tuple(_C._bound_layout_of(t).layout for t in tensors)
 
 
 def plan_key(op: str, args: tuple, tensors: Sequence[torch.Tensor]) -> tuple | None:
@@ -365,9 +383,8 @@ def new_tensor(coords: BoundLayout, device: torch.device) -> torch.Tensor:
     the object, so its id stays its own."""
     hit = _RECORDS.get(id(coords))
     if hit is None or hit[0] is not coords:
-        if len(_RECORDS) >= MAX_RECORDS:
-            _RECORDS.clear()
-        hit = _RECORDS[id(coords)] = (coords, layout_records.bound_record(coords.layout, coords.size, coords.stride))
+        record = layout_records.bound_record(coords.layout, coords.size, coords.stride)
+        hit = keep(_RECORDS, id(coords), (coords, record), MAX_RECORDS)
     return _C._empty_with_layout(hit[1], device.index)
 
 

@@ -27,9 +27,9 @@ from ..runtime.layout_records import default_layout
 from ..spyre import MAX_RANK, SpyreTensorLayout
 from .elementwise import copy_real, move, restickify_to
 from ..core.layout import BoundLayout
-from .operands import (Read, coords_for, default_coords, geometry_key, has_padding, new_tensor, operand_layout,
-                       padded_copy, plan, plan_view, raw, raw_view, read_of, real_slices, reduced_dims, rowmajor,
-                       strides_in_order, view)
+from .operands import (Read, coords_for, default_coords, geometry_key, has_padding, keep, layouts_of, new_tensor,
+                       operand_layout, padded_copy, plan, plan_view, raw, raw_view, read_of, real_slices, reduced_dims,
+                       rowmajor, strides_in_order, view)
 from .registry import register
 from .rows import ROW_DTYPES, Rows
 
@@ -261,7 +261,7 @@ class ReducePlan(NamedTuple):
     dims: tuple[int, ...]
     count: int
     row_sums: bool
-    layout: object  # the input's layout object, held so that the id in the key stays its own
+    layouts: tuple  # layouts_of the input: the id in the key stays its layout's
 
 
 PLANS: dict[tuple, ReducePlan] = {}
@@ -313,10 +313,8 @@ def reduce(kind: str, x: torch.Tensor, dim: int | Sequence[int] | None, keepdim:
     row_sums = kind in ("sum", "mean") and _row_sums_apply(masked_v, red, out_dtype)
     values = _values(kind, masked_v, red, row_sums, count, x.device, out_dtype, dtype)
     if key is not None and x is original and masked_v is v:
-        if len(PLANS) >= MAX_PLANS:
-            PLANS.clear()
-        PLANS[key] = ReducePlan(out_dtype, coords, (tuple(v.stride()), v.storage_offset()), red, dims, count,
-                                row_sums, _C._bound_layout_of(x).layout)
+        keep(PLANS, key, ReducePlan(out_dtype, coords, (tuple(v.stride()), v.storage_offset()), red, dims, count,
+                                    row_sums, layouts_of([x])), MAX_PLANS)
     return write_result(coords, dims, keepdim, values, x.device)
 
 

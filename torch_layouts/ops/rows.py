@@ -21,9 +21,8 @@ from typing import NamedTuple
 
 import torch
 
-from .. import _C
 from ..core.layout import BoundLayout
-from .operands import Read, has_padding, in_place, new_tensor, plan_key, raw_view, read_of
+from .operands import Read, has_padding, in_place, keep, layouts_of, new_tensor, plan_key, raw_view, read_of
 
 ROW_DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # what the row kernels compute on
 
@@ -129,7 +128,4 @@ def remember(key: tuple | None, coords: BoundLayout, shape: Rows, views: list[to
     row views, then the result's, if any)."""
     if key is None or not in_place(views, tensors):
         return
-    if len(PLANS) >= MAX_PLANS:
-        PLANS.clear()
-    reads = tuple(read_of(v) for v in views)
-    PLANS[key] = RowPlan(coords, shape, reads, tuple(_C._bound_layout_of(t).layout for t in tensors))
+    keep(PLANS, key, RowPlan(coords, shape, tuple(read_of(v) for v in views), layouts_of(tensors)), MAX_PLANS)
