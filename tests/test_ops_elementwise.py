@@ -493,3 +493,27 @@ def test_layouts_with_many_real_boxes_are_computed_whole(monkeypatch):
         check(y[0] @ y[1].t(), x[0] @ x[1].t(), exact=False)
     finally:
         operands.real_slices.cache_clear()
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.integers(1, 12), min_size=2, max_size=4), st.sampled_from([torch.float16, torch.float32]),
+       st.data())
+def test_contiguous_clone_of_permuted_buffers_property(shape, dtype, data):
+    """A whole buffer in any Spyre dim_order, split and permuted as a view: its contiguous copy
+    (a kept clone plan the second time) holds the CPU's elements bit for bit, its padding the pad
+    value, and the buffer it read is untouched."""
+    shape[-1] *= 8  # the last dim splits in two
+    order = list(data.draw(st.permutations(range(len(shape)))))
+    layout = SpyreTensorLayout(tuple(shape), dtype, order)
+    perm = data.draw(st.permutations(range(len(shape) + 1)))
+    for seed in (0, 1):
+        x = torch.randn(shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
+        d = x.to("spyre", device_layout=layout)
+        view_of = lambda t: t.unflatten(-1, (2, shape[-1] // 2)).permute(*perm)  # noqa: E731
+        z = view_of(d).contiguous()
+        want = view_of(x).contiguous()
+        assert z.is_contiguous() and z.shape == want.shape
+        assert torch.equal(z.cpu().view(torch.int16 if dtype == torch.float16 else torch.int32),
+                           want.view(torch.int16 if dtype == torch.float16 else torch.int32))
+        assert padding_holds_pad_value(z)
+        assert torch.equal(d.cpu(), x)

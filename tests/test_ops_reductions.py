@@ -4,9 +4,12 @@ and the pad value in the result's padding."""
 
 from __future__ import annotations
 
+import math
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import torch_layouts
 from ops_support import padding_holds_pad_value
@@ -151,3 +154,27 @@ def test_empty_and_zero_dim_reductions():
         out = getattr(s.to("spyre"), kind)()
         torch.testing.assert_close(out.cpu(), getattr(s, kind)())
         assert padding_holds_pad_value(out)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.integers(1, 40), min_size=1, max_size=3), st.sampled_from([F16, F32]), st.data(),
+       st.sampled_from(["sum", "mean", "amax", "amin"]))
+def test_replayed_reductions_match_the_planning_path(shape, dtype, data, kind):
+    """Any Spyre layout, dims and keepdim: a reduction that replays its kept plan gives, bit for
+    bit, what the path that plans it gives on the same data, and the CPU's result to rounding."""
+    from torch_layouts.ops import reductions
+    order = list(data.draw(st.permutations(range(len(shape)))))
+    layout = SpyreTensorLayout(tuple(shape), dtype, order, pad_value=data.draw(st.sampled_from([0, -3.0])))
+    dims = tuple(sorted(data.draw(st.sets(st.integers(0, len(shape) - 1), min_size=1))))
+    keepdim = data.draw(st.booleans())
+    first, second = (torch.randn(shape, generator=torch.Generator().manual_seed(s)).to(dtype) for s in (1, 2))
+    getattr(first.to("spyre", device_layout=layout), kind)(dim=dims, keepdim=keepdim)  # plans (and keeps it)
+    y = second.to("spyre", device_layout=layout)
+    replayed = getattr(y, kind)(dim=dims, keepdim=keepdim).cpu()
+    reductions.PLANS.clear()
+    planned = getattr(y, kind)(dim=dims, keepdim=keepdim)
+    assert torch.equal(replayed.view(torch.int16 if dtype == F16 else torch.int32),
+                       planned.cpu().view(torch.int16 if dtype == F16 else torch.int32))
+    assert padding_holds_pad_value(planned)
+    count = math.prod(shape[d] for d in dims)
+    torch.testing.assert_close(replayed, getattr(second, kind)(dim=dims, keepdim=keepdim), **tolerance(dtype, count))

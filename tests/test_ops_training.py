@@ -74,7 +74,8 @@ def test_dropout_draws_what_the_generator_lends(shape, p, transposed):
        st.sampled_from([0.1, 0.5, 0.9]))
 def test_dropout_property(shape, dtype, data, p):
     """Any Spyre layout (dim_order, sparse sticks, padding, pad value): the mask is the spyre
-    generator's draw and the output ``x * mask / (1 - p)``, bit for bit as on the CPU."""
+    generator's draw, the output ``x * mask / (1 - p)`` and the backward ``grad * mask / (1 - p)``
+    (the gradient in the input's layout or the default one), bit for bit as on the CPU."""
     order = list(data.draw(st.permutations(range(len(shape)))))
     if data.draw(st.booleans()):
         order.append(-1)
@@ -86,8 +87,13 @@ def test_dropout_property(shape, dtype, data, p):
     torch.spyre.manual_seed(11)
     keep = torch.empty_like(d).bernoulli_(1 - p).cpu()
     assert torch.equal(mask.cpu(), keep.bool())
-    assert torch.equal(out.cpu(), x * keep * (1 / (1 - p)))
+    assert torch.equal(bits(out.cpu()), bits(x * keep * (1 / (1 - p))))
     assert padding_holds_pad_value(out)
+    grad = randn(*shape, dtype=dtype, seed=data.draw(st.integers(0, 2**16)))
+    dgrad = grad.to("spyre", device_layout=layout) if data.draw(st.booleans()) else grad.to("spyre")
+    back = A.native_dropout_backward(dgrad, mask, 1 / (1 - p))
+    assert torch.equal(bits(back.cpu()), bits(A.native_dropout_backward(grad, keep.bool(), 1 / (1 - p))))
+    assert padding_holds_pad_value(back)
 
 
 def bits(t: torch.Tensor) -> torch.Tensor:
