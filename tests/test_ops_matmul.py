@@ -137,6 +137,20 @@ def test_flattened_3d_input_is_read_in_place():
     assert restickifies() == 0
 
 
+
+@pytest.mark.parametrize("heads", [1, 4])
+def test_bmm_of_views_whose_batch_dim_is_split(heads):
+    """Attention's bmm: q and k.t() are (batch * heads, ...) views of (batch, heads, ...) buffers,
+    so the views' batch dims are two buffer dims (a, b: 2 x heads; the product: 2 * heads)."""
+    q, k = torch.randn(2, heads, 24, 32), torch.randn(2, 24, heads, 32)
+    dq, dk = q.to("spyre"), k.to("spyre").transpose(1, 2)
+    a, b = dq.reshape(2 * heads, 24, 32), dk.reshape(2 * heads, 24, 32).transpose(1, 2)
+    ha, hb = q.reshape(2 * heads, 24, 32), k.transpose(1, 2).reshape(2 * heads, 24, 32).transpose(1, 2)
+    out = torch.bmm(a, b)
+    assert out.shape == (2 * heads, 24, 24)
+    close(out, torch.bmm(ha, hb))
+    close(torch.bmm(out, a), torch.bmm(torch.bmm(ha, hb), ha))
+
 def test_operands_sticked_on_the_wrong_dim_are_restickified():
     a, b = torch.randn(40, 64), torch.randn(64, 96)
     a_on_m = a.to("spyre", device_layout=SpyreTensorLayout((40, 64), F32, [1, 0]))

@@ -121,12 +121,13 @@ class Tiles(NamedTuple):
     def transposed(self) -> Tiles:
         return Tiles(self.view, self.batch, self.cols, self.rows)
 
-    def dense(self, device: torch.device) -> torch.Tensor:
-        """The matrix gathered into a dense ``(..., rows, padded cols)`` scratch on ``device`` (for BLAS)."""
+    def dense(self, device: torch.device, batch: Shape) -> torch.Tensor:
+        """The matrix gathered into a dense ``(*batch, rows, padded cols)`` scratch on ``device``
+        (for BLAS); ``batch`` is the op's batch shape, which the view's batch dims may split."""
         tiles = self.view.permute(*self.batch, *self.rows, *self.cols)
         dense = strided_copy(scratch(tiles.shape, tiles.dtype, device), tiles)
         nb = len(self.batch)
-        return dense.view(*dense.shape[:nb], math.prod(dense.shape[nb:nb + len(self.rows)]), -1)
+        return dense.view(*batch, math.prod(dense.shape[nb:nb + len(self.rows)]), -1)
 
 
 @functools.lru_cache(maxsize=256)
@@ -292,7 +293,7 @@ def matmul(op: str, a: torch.Tensor, b: torch.Tensor, names: tuple[str, str] = (
         if not live or bias_row is not None and in_place([bias_row], [bias]):
             _remember(key, named, tiles, effects, c_coords, bias, read_of(bias_row) if live else None)
         return out
-    dense_a = _operand(op, named, 0, a_coords, padded_k, a_rule).dense(a.device)
+    dense_a = _operand(op, named, 0, a_coords, padded_k, a_rule).dense(a.device, batch)
     tiles_of_n = -(-n // eps)
     if not batch and tiles_of_n <= TILE_GEMM_TILES and dense_a.numel() * dense_a.element_size() <= TILE_GEMM_BYTES:
         # C's tiles [n tiles, m, stick] = A @ B's tiles [n tiles, k, stick]: B and C in place.
@@ -310,7 +311,7 @@ def matmul(op: str, a: torch.Tensor, b: torch.Tensor, names: tuple[str, str] = (
         return out if bias is None or bias_tiles is not None else _epilogue(out, bias, beta, alpha)
     # Dense (contiguous) operands: the CPU's half-precision GEMMs sum in another order for a
     # transposed one, and a restickified operand (compiled plans) arrives contiguous.
-    dense_b = _operand(op, named, 1, b_coords, padded_k, b_rule).dense(a.device)
+    dense_b = _operand(op, named, 1, b_coords, padded_k, b_rule).dense(a.device, batch)
     product = scratch((*batch, m, dense_b.shape[-1]), dtype, a.device)
     bias_row = None if bias is None else _bias_row(bias, c_coords, out_shape)
     if bias_row is None:
