@@ -177,6 +177,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       py::arg("m"), py::arg("n"), py::arg("k"), py::arg("alpha"), py::arg("accumulate"), py::arg("bias") = py::none(),
       py::arg("beta") = 1.0, nogil);
   m.def("_tile_gemm_available", &tile_gemm_available);
+  m.def("_tile_gemm_kernels", &tile_gemm_kernels);
+  m.def("_tile_gemm_set_kernel", &tile_gemm_set_kernel);
 
   m.def("_device_count", &device_count);
   m.def("_get_device", &current_device);

@@ -6,16 +6,21 @@
 #include <c10/util/Exception.h>
 #include <immintrin.h>
 
+#include <c10/util/StringUtil.h>
+
 #include <algorithm>
+#include <atomic>
+#include <string>
 #include <vector>
 
 namespace torch_layouts {
 namespace {
 
-constexpr int64_t kMR = 6;     // rows of C per register block
+constexpr int64_t kMR = 12;    // rows of C per register block (AVX2: two 6x16 halves, AVX-512: one 12x16)
 constexpr int64_t kNR = 16;    // columns of C per register block (a B panel)
 constexpr int64_t kKC = 256;   // depth of one pass: a B panel's kKC x 16 floats stay in L1
-constexpr int64_t kMC = 144;   // rows of A packed per pass (kMC x kKC floats in L2)
+constexpr int64_t kMC = 144;   // rows of A packed per pass (kMC x kKC floats in L2), whole strips
+static_assert(kMC % kMR == 0, "a row block is whole strips");
 constexpr int64_t kMaxDirectLd = 64;  // B panels whose rows lie further apart (floats) are packed
 
 // Element offsets of the first `count` indices of a dim group (dims of v, checked by `tables`),
@@ -84,10 +89,43 @@ bool evenly_spaced(const int64_t* offsets, int64_t n, int64_t* ld) {
 }
 
 #pragma GCC push_options
+#pragma GCC target("avx512f,avx2,fma")
+
+// acc (12x16, row-major) := sum over kc of a packed A strip x B rows (16 floats, `ldb` apart),
+// one 16-float register per row; the strip is [12][kc] (kStep 1) or [kc][12] (kStep 12). The
+// same sums in the same order as kernel_6x16's (one FMA per product, p ascending): the same bits.
+template <int64_t kStep>
+void kernel_12x16_avx512(int64_t kc, const float* a, const float* b, int64_t ldb, float* acc) {
+  __m512 c0 = _mm512_setzero_ps(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0, c7 = c0, c8 = c0, c9 = c0,
+         c10 = c0, c11 = c0;
+  const int64_t rs = kStep == 1 ? kc : 1;
+  for (int64_t p = 0; p < kc * kStep; p += kStep, b += ldb) {
+    const __m512 v = _mm512_loadu_ps(b);
+    const float* x = a + p;
+    c0 = _mm512_fmadd_ps(_mm512_set1_ps(x[0]), v, c0);
+    c1 = _mm512_fmadd_ps(_mm512_set1_ps(x[rs]), v, c1);
+    c2 = _mm512_fmadd_ps(_mm512_set1_ps(x[2 * rs]), v, c2);
+    c3 = _mm512_fmadd_ps(_mm512_set1_ps(x[3 * rs]), v, c3);
+    c4 = _mm512_fmadd_ps(_mm512_set1_ps(x[4 * rs]), v, c4);
+    c5 = _mm512_fmadd_ps(_mm512_set1_ps(x[5 * rs]), v, c5);
+    c6 = _mm512_fmadd_ps(_mm512_set1_ps(x[6 * rs]), v, c6);
+    c7 = _mm512_fmadd_ps(_mm512_set1_ps(x[7 * rs]), v, c7);
+    c8 = _mm512_fmadd_ps(_mm512_set1_ps(x[8 * rs]), v, c8);
+    c9 = _mm512_fmadd_ps(_mm512_set1_ps(x[9 * rs]), v, c9);
+    c10 = _mm512_fmadd_ps(_mm512_set1_ps(x[10 * rs]), v, c10);
+    c11 = _mm512_fmadd_ps(_mm512_set1_ps(x[11 * rs]), v, c11);
+  }
+  const __m512 r[12] = {c0, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11};
+  for (int q = 0; q < 12; ++q) _mm512_storeu_ps(acc + kNR * q, r[q]);
+}
+
+#pragma GCC pop_options
+
+#pragma GCC push_options
 #pragma GCC target("avx2,fma")
 
-// acc (6x16, row-major) := sum over kc of a packed A strip x B rows (16 floats, `ldb` apart).
-// The strip is [6][kc] (kStep 1) or [kc][6] (kStep 6).
+// acc (6x16, row-major) := sum over kc of 6 rows of a packed A strip x B rows (16 floats, `ldb`
+// apart). The rows are kc apart (kStep 1) or adjacent, each p kStep further on (kStep kMR).
 template <int64_t kStep>
 inline void kernel_6x16(int64_t kc, const float* a, const float* b, int64_t ldb, float* acc) {
   __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00,
@@ -127,7 +165,8 @@ struct Problem {
   bool pack_b_in_task = false;     // ... unless each task packs its own (one row block per batch entry)
   std::vector<char> c_direct;      // per panel: C's columns contiguous
   std::vector<int64_t> a_run;      // per column p of A: how many columns from p are contiguous
-  bool a_strips_by_row = true;     // A packed [6][kc] per strip (else [kc][6]), see pack_a
+  bool a_strips_by_row = true;     // A packed [12][kc] per strip (else [kc][12]), see pack_a
+  bool avx512 = false;             // kernel_12x16_avx512 (else two kernel_6x16 halves)
 };
 
 // dst[0, n) = src[0, n) inline: the packing copies runs of a stick or less, for which a
@@ -180,9 +219,9 @@ void pack_b(const Problem& P, int64_t bi, int64_t jp, int64_t p0, int64_t kc, fl
   }
 }
 
-// A rows [i0, i0 + mc) x depth [p0, p0 + kc) into strips of 6 rows (rows past m are zero).
-// Where A's columns lie in runs (A sticked on k) each strip is [6][kc], copied row by row and
-// run by run; otherwise (A sticked on its rows: a transposed operand) [kc][6], each column's 6
+// A rows [i0, i0 + mc) x depth [p0, p0 + kc) into strips of 12 rows (rows past m are zero).
+// Where A's columns lie in runs (A sticked on k) each strip is [12][kc], copied row by row and
+// run by run; otherwise (A sticked on its rows: a transposed operand) [kc][12], each column's 12
 // rows copied together (a run where the strip's rows are adjacent).
 void pack_a(const Problem& P, int64_t bi, int64_t i0, int64_t mc, int64_t p0, int64_t kc, float* dst) {
   const float* base = P.a.base + P.a.batch[bi];
@@ -203,8 +242,8 @@ void pack_a(const Problem& P, int64_t bi, int64_t i0, int64_t mc, int64_t p0, in
     return;
   }
   // Column after column: one column's rows of the block lie in a few runs (lines read once).
-  int64_t live[(kMC + kMR - 1) / kMR];
-  bool adjacent[(kMC + kMR - 1) / kMR];
+  int64_t live[kMC / kMR];
+  bool adjacent[kMC / kMR];
   const int64_t strips = mc / kMR;
   for (int64_t t = 0; t < strips; ++t) {
     live[t] = std::max<int64_t>(0, std::min(kMR, real - t * kMR));
@@ -262,7 +301,7 @@ void write_c(const Problem& P, int64_t bi, int64_t i0, int64_t mr, int64_t jp, c
 void run_task(const Problem& P, int64_t bi, int64_t i0, int64_t mc, int64_t jp0, int64_t jp1, float* apack,
               float* bpack) {
   const int64_t mc_strips = (mc + kMR - 1) / kMR * kMR;
-  alignas(32) float acc[kMR * kNR];
+  alignas(64) float acc[kMR * kNR];
   for (int64_t p0 = 0; p0 < P.k; p0 += kKC) {
     const int64_t kc = std::min(kKC, P.k - p0);
     pack_a(P, bi, i0, mc_strips, p0, kc, apack);
@@ -282,11 +321,19 @@ void run_task(const Problem& P, int64_t bi, int64_t i0, int64_t mc, int64_t jp0,
         ldb = kNR;
       }
       for (int64_t s = 0; s < mc; s += kMR) {
-        if (P.a_strips_by_row)
-          kernel_6x16<1>(kc, apack + s * kc, b, ldb, acc);
-        else
-          kernel_6x16<kMR>(kc, apack + s * kc, b, ldb, acc);
-        write_c(P, bi, i0 + s, std::min(kMR, mc - s), jp, acc, add);
+        const float* strip = apack + s * kc;
+        const int64_t rows = std::min(kMR, mc - s);
+        if (P.avx512) {
+          P.a_strips_by_row ? kernel_12x16_avx512<1>(kc, strip, b, ldb, acc)
+                            : kernel_12x16_avx512<kMR>(kc, strip, b, ldb, acc);
+        } else if (P.a_strips_by_row) {
+          kernel_6x16<1>(kc, strip, b, ldb, acc);
+          if (rows > 6) kernel_6x16<1>(kc, strip + 6 * kc, b, ldb, acc + 6 * kNR);
+        } else {
+          kernel_6x16<kMR>(kc, strip, b, ldb, acc);
+          if (rows > 6) kernel_6x16<kMR>(kc, strip + 6, b, ldb, acc + 6 * kNR);
+        }
+        write_c(P, bi, i0 + s, rows, jp, acc, add);
       }
     }
   }
@@ -330,8 +377,8 @@ void run(Problem& P) {
     P.c_direct.push_back(contiguous_panel(P.c.cols, jp * kNR));
   }
   // Tasks: batch x row blocks x panel ranges, enough for every thread when there are few blocks.
-  // Row blocks of equal size (whole 6-row strips, at most kMC rows), as many as a multiple of the
-  // threads when there are few tasks, so that every thread gets the same work.
+  // Row blocks of equal size (whole strips of kMR rows, at most kMC rows), as many as a multiple of
+  // the threads when there are few tasks, so that every thread gets the same work.
   const int64_t threads = at::get_num_threads();
   int64_t blocks = (P.m + kMC - 1) / kMC;
   if (P.batch * blocks % threads != 0 && P.batch * blocks < 8 * threads && P.m >= threads * kMR)
@@ -355,7 +402,7 @@ void run(Problem& P) {
   const int64_t flops = 2 * P.batch * P.m * P.n * P.k;
   const int64_t grain = flops < (int64_t{1} << 22) ? tasks : 1;  // small problems on one thread
   at::parallel_for(0, tasks, grain, [&](int64_t t0, int64_t t1) {
-    std::vector<float> apack(static_cast<size_t>(((kMC + kMR - 1) / kMR * kMR) * kKC));
+    std::vector<float> apack(static_cast<size_t>(kMC * kKC));
     std::vector<float> bpack(static_cast<size_t>(P.pack_b_in_task ? kKC * kNR : 0));
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t bi = t / (blocks * split), rest = t % (blocks * split);
@@ -368,6 +415,8 @@ void run(Problem& P) {
 
 #pragma GCC pop_options
 
+std::atomic<int> g_avx512{-1};  // whether tile_gemm runs kernel_12x16_avx512; -1: the best one
+
 }  // namespace
 
 bool tile_gemm_available() {
@@ -376,6 +425,24 @@ bool tile_gemm_available() {
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   }();
   return available;
+}
+
+const std::vector<std::string>& tile_gemm_kernels() {
+  static const std::vector<std::string> kernels = [] {
+    std::vector<std::string> found;
+    if (tile_gemm_available() && __builtin_cpu_supports("avx512f")) found.push_back("avx512");
+    if (tile_gemm_available()) found.push_back("avx2");
+    return found;
+  }();
+  return kernels;
+}
+
+std::string tile_gemm_set_kernel(const std::string& kernel) {
+  const auto& kernels = tile_gemm_kernels();
+  TORCH_CHECK_VALUE(std::find(kernels.begin(), kernels.end(), kernel) != kernels.end(), "tile GEMM kernel ",
+                    kernel, " is not one this CPU runs (", c10::Join(", ", kernels), ")");
+  const int old = g_avx512.exchange(kernel == "avx512");
+  return (old < 0 ? kernels.front() == "avx512" : old == 1) ? "avx512" : "avx2";
 }
 
 void tile_gemm(const GemmOperand& c, const GemmOperand& a, const GemmOperand& b, int64_t m, int64_t n, int64_t k,
@@ -398,6 +465,8 @@ void tile_gemm(const GemmOperand& c, const GemmOperand& a, const GemmOperand& b,
   }
   if (batch == 0 || m == 0 || n == 0) return;
   TORCH_CHECK_VALUE(k > 0, "tile_gemm: k must be positive (an empty product is a fill)");
+  const int avx512 = g_avx512.load(std::memory_order_relaxed);
+  P.avx512 = avx512 < 0 ? tile_gemm_kernels().front() == "avx512" : avx512 == 1;
   run(P);
 }
 

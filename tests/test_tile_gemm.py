@@ -12,6 +12,7 @@ survive everywhere but the ``m x n`` elements written; inputs must come back unc
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 
@@ -24,6 +25,17 @@ from torch_layouts import _C
 
 pytestmark = pytest.mark.skipif(not _C._tile_gemm_available(), reason="the tile GEMM needs AVX2 and FMA")
 SENTINEL = -96.0
+KERNELS = _C._tile_gemm_kernels()  # the kernels this CPU runs, best first ("avx512", "avx2")
+
+
+@contextlib.contextmanager
+def kernel(name: str):
+    """Runs the tile GEMM on kernel ``name`` of ``KERNELS``; restores the old one."""
+    old = _C._tile_gemm_set_kernel(name)
+    try:
+        yield
+    finally:
+        _C._tile_gemm_set_kernel(old)
 
 
 @dataclass(frozen=True)
@@ -109,12 +121,11 @@ def problems(draw):
     return batch, (m, n, k), a, b, c, alpha, start, beta, b_shared
 
 
-@given(problems(), st.randoms(use_true_random=False))
-def test_tile_gemm_matches_float64(problem, rnd):
-    """Any tiling, dim order and padding of A, B and C, B shared by the batch or not."""
+def run_problem(problem, seed: int) -> tuple:
+    """Places the problem's random operands; runs the tile GEMM; returns (C, expected, input buffers before)."""
     batch, (m, n, k), a, b, c, alpha, start, beta, b_shared = problem
     nb = math.prod(batch)
-    gen = torch.Generator().manual_seed(rnd.randrange(1 << 30))
+    gen = torch.Generator().manual_seed(seed)
     av, bv = torch.randn(nb, m, k, generator=gen), torch.randn(1 if b_shared else nb, k, n, generator=gen)
     bv = bv.expand(nb, k, n)
     a.place(av)
@@ -132,6 +143,16 @@ def test_tile_gemm_matches_float64(problem, rnd):
     a_before, b_before, c_before = a.buffer.clone(), b.buffer.clone(), c.buffer.clone()
     _C._tile_gemm(c.view, c.groups, a.view, a.groups, b_view.view, b_view.groups, m, n, k, alpha,
                   start == "accumulate", bias, beta)
+    return want, a_before, b_before, c_before
+
+
+@pytest.mark.parametrize("name", KERNELS)
+@given(problem=problems(), rnd=st.randoms(use_true_random=False))
+def test_tile_gemm_matches_float64(name, problem, rnd):
+    """Any tiling, dim order and padding of A, B and C, B shared by the batch or not, on every kernel."""
+    _, (m, n, k), a, b, c, *_ = problem
+    with kernel(name):
+        want, a_before, b_before, c_before = run_problem(problem, rnd.randrange(1 << 30))
     got = c.logical()[:, :m, :n].double()
     torch.testing.assert_close(got, want, atol=1e-4 * math.sqrt(k), rtol=1e-5)
     assert torch.equal(a.buffer.nan_to_num(7.0), a_before.nan_to_num(7.0))
@@ -185,3 +206,28 @@ def test_bad_operands_raise_value_errors_naming_them(case):
         args.append(torch.randn(5))
     with pytest.raises(ValueError, match=match):
         _C._tile_gemm(*args)
+
+
+@pytest.mark.skipif(len(KERNELS) < 2, reason="this CPU runs one tile GEMM kernel (no AVX-512)")
+@given(problem=problems(), rnd=st.randoms(use_true_random=False))
+def test_kernels_give_the_same_bits(problem, rnd):
+    """Every kernel sums each product in the same order with one FMA: C's buffer is bit for bit the same."""
+    seed = rnd.randrange(1 << 30)
+    results = []
+    for name in KERNELS:
+        with kernel(name):
+            run_problem(problem, seed)
+        results.append(problem[4].buffer.clone())
+    for name, result in zip(KERNELS[1:], results[1:]):
+        assert torch.equal(result.nan_to_num(7.0), results[0].nan_to_num(7.0)), name
+
+
+def test_set_kernel_returns_the_old_one_and_refuses_others():
+    old = _C._tile_gemm_set_kernel(KERNELS[-1])
+    try:
+        assert _C._tile_gemm_set_kernel(KERNELS[0]) == KERNELS[-1]
+        with pytest.raises(ValueError, match="tile GEMM kernel avx9000 is not one this CPU runs"):
+            _C._tile_gemm_set_kernel("avx9000")
+        assert _C._tile_gemm_set_kernel(KERNELS[-1]) == KERNELS[0]  # the refused call changed nothing
+    finally:
+        _C._tile_gemm_set_kernel(old)
