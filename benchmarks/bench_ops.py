@@ -1,9 +1,9 @@
 """Device kernels against the same ops on CPU tensors, as time ratios (device / CPU).
 
 Target for every op (issue 18): <= 1.05. Elementwise (``add``, in place and into a preallocated
-``out=``), matmul (2048x2048 float32, and a transformer's linear layer with its bias), reductions
-(``sum`` over rows and over the stick dim), ``softmax`` and ``layer_norm`` (forward, and with
-their backward). Profiling 10 forward passes of a small model on the device, with Kineto (CPU +
+``out=``; ``copy_`` into part of a buffer), matmul (2048x2048 float32, and a transformer's linear
+layer with its bias), reductions (``sum`` over rows and over the stick dim), ``softmax`` and
+``layer_norm`` (forward, and with their backward). Profiling 10 forward passes of a small model on the device, with Kineto (CPU +
 PrivateUse1 activities) and with the legacy profiler (``use_device="spyre"``), against the same
 passes unprofiled: <= 2. Run alone with ``python benchmarks/bench_ops.py [--threads N]`` (2 by default).
 """
@@ -54,6 +54,8 @@ CASES = (
     ("matmul", ((2048, 2048), (2048, 2048)), torch.float32, lambda a, b: a @ b, 5, GOAL, False),
     ("linear with bias (weight.t() restickified)", ((1024, 256), (1024, 256), (1024,)), torch.float32,
      torch.nn.functional.linear, 15, GOAL, False),
+    ("copy_ into a view, x[1].copy_(y)", ((4, 256, 1024), (256, 1024)), torch.float32,
+     lambda a, b: a[1].copy_(b), 15, GOAL, False),
     ("sum(dim=0)", ((4096, 4096),), torch.float16, lambda a: a.sum(dim=0), 15, GOAL, False),
     ("sum(dim=1), the stick dim", ((4096, 4096),), torch.float16, lambda a: a.sum(dim=1), 15, GOAL, False),
     ("softmax(dim=-1)", ((32, 128, 128),), torch.float32, lambda a: torch.softmax(a, -1), 15, GOAL, False),

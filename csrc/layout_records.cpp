@@ -67,6 +67,19 @@ std::optional<at::Tensor> convert_on_device(const at::Tensor& self, c10::ScalarT
   return py::cast<at::Tensor>(py::handle(g_converter)(self, dtype_obj));
 }
 
+PyObject* g_view_copier = nullptr;
+
+void set_view_copier(py::object obj) {
+  Py_XINCREF(obj.ptr());
+  g_view_copier = obj.ptr();
+}
+
+bool copy_view_planned(const at::Tensor& src, const at::Tensor& dst) {
+  if (g_view_copier == nullptr) return false;
+  py::gil_scoped_acquire gil;
+  return py::cast<bool>(py::handle(g_view_copier)(dst, src));
+}
+
 void set_layout_records(py::object obj) {
   Py_XINCREF(obj.ptr());
   g_layout_records = obj.ptr();

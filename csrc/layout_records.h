@@ -17,6 +17,11 @@ void set_layout_records(pybind11::object records);
 void set_converter(pybind11::object converter);
 std::optional<at::Tensor> convert_on_device(const at::Tensor& self, c10::ScalarType dtype);
 
+// The ops layer's copy into or out of a view of a device buffer (strided copies between the
+// buffers, ops/view_copy.py), if installed: whether it copied `src` into `dst` (same dtype).
+void set_view_copier(pybind11::object copier);
+bool copy_view_planned(const at::Tensor& src, const at::Tensor& dst);
+
 // The default layout for a host tensor of this dtype, size and strides (memoised).
 LayoutPtr default_layout(c10::ScalarType dtype, c10::IntArrayRef size, c10::IntArrayRef stride);
 

@@ -94,6 +94,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 
   m.def("_set_layout_records", &set_layout_records);
   m.def("_set_converter", &set_converter);
+  m.def("_set_view_copier", &set_view_copier);
   m.def("_empty_with_layout", [](std::shared_ptr<BoundLayout> info, c10::DeviceIndex device) {
     return new_device_tensor(info, c10::Device(c10::DeviceType::PrivateUse1, device));
   });

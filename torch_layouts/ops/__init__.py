@@ -15,6 +15,7 @@ so PyTorch's own autograd formulas run above them:
 * ``dropout`` -- ``native_dropout`` (drawing from the spyre generator) and its backward;
 * ``losses`` -- ``mse_loss`` (and backward);
 * ``view_backward`` -- ``select_backward``, ``slice_backward``;
+* ``view_copy`` -- copies into or out of part of a device buffer (the runtime's hook for ``copy_``);
 * ``foreach`` -- the ``_foreach_*`` ops optimizers call, one CPU call on the raw buffers where they line up;
 * ``attention`` -- ``scaled_dot_product_attention``'s backend choice and fused kernel (and backward);
 * ``registry`` -- registration; the ``out=`` overloads of all of them.
@@ -28,7 +29,7 @@ counted per op in ``stats()``.
 from __future__ import annotations
 
 from . import (attention, dropout, elementwise, foreach, layer_norm, losses, matmul, reductions, rnn, softmax,
-               view_backward)
+               view_backward, view_copy)
 from .registry import register_out_variants
 from .rules import LayoutError, restickify, strict_layouts
 from .stats import reset_stats, stats, warn_on_fallback
@@ -44,6 +45,7 @@ dropout.register_all()
 losses.register_all()
 view_backward.register_all()
 foreach.register_all()
+view_copy.register_all()
 register_out_variants()
 
 __all__ = ["LayoutError", "reset_stats", "restickify", "stats", "strict_layouts", "warn_on_fallback"]

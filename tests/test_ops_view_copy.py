@@ -1,0 +1,125 @@
+"""Copies into and out of part of a device buffer (``x[i].copy_(y)``, ``x[:, a:b] = y``,
+``host.copy_(x[i])``): planned as strided copies between the buffers from 2048 elements
+(``ops/view_copy.py``), the runtime's element path below; both against the CPU bit for bit."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import torch_layouts
+from ops_support import padding_holds_pad_value
+from torch_layouts import SpyreTensorLayout
+from torch_layouts.ops import view_copy
+
+BITS = {torch.float16: torch.int16, torch.float32: torch.int32}
+
+
+def bits(t: torch.Tensor) -> torch.Tensor:
+    return t.view(BITS[t.dtype])
+
+
+def part(t: torch.Tensor, kind: str, n: int) -> torch.Tensor:
+    """A view of part of ``t`` (rank 3, every dim at least 2): ``kind`` names it."""
+    return {"select": lambda: t.select(0, n % t.shape[0]),
+            "slice": lambda: t[:, n % (t.shape[1] - 1):],
+            "narrow-last": lambda: t.narrow(2, n % (t.shape[2] - 1), t.shape[2] - n % (t.shape[2] - 1) - 1),
+            "step": lambda: t[::2],
+            "transposed": lambda: t[1:].transpose(1, 2)}[kind]()
+
+
+KINDS = ["select", "slice", "narrow-last", "step", "transposed"]
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.tuples(st.integers(2, 6), st.integers(2, 40), st.integers(2, 300)) | st.tuples(st.integers(2, 4),
+       st.integers(16, 40), st.integers(64, 300)), st.sampled_from([torch.float16,
+       torch.float32]), st.sampled_from(KINDS), st.integers(0, 50), st.sampled_from(["d2d", "h2d", "d2h"]), st.data())
+def test_view_copies_match_the_cpu_property(shape, dtype, kind, n, direction, data):
+    """Any Spyre dim_order, any of the views; the source a device tensor in another random
+    dim_order (or a host tensor), twice (the kept plan, with fresh values): the destination's
+    elements are the CPU's bit for bit, the rest of its buffer and its padding untouched."""
+    order = list(data.draw(st.permutations(range(3))))
+    gen = torch.Generator().manual_seed(n)
+    x = torch.randn(shape, generator=gen).to(dtype)
+    d = x.to("spyre", device_layout=SpyreTensorLayout(shape, dtype, order))
+    target = part(x, kind, n)
+    for round_ in range(2):
+        values = torch.randn(target.shape, generator=gen).to(dtype)
+        if direction == "d2h":  # out of part of the device buffer into a host tensor
+            host = torch.empty(target.shape, dtype=dtype)
+            host.copy_(part(d, kind, n))
+            assert torch.equal(bits(host), bits(target.contiguous()))
+            continue
+        src_order = list(data.draw(st.permutations(range(target.dim()))))
+        src = values if direction == "h2d" else values.to(
+            "spyre", device_layout=SpyreTensorLayout(tuple(values.shape), dtype, src_order))
+        part(d, kind, n).copy_(src)
+        target.copy_(values)
+        assert torch.equal(bits(d.cpu()), bits(x)), round_
+        assert padding_holds_pad_value(d)
+
+
+# Views the planned path reads (no element path: ``view_scatters`` stays 0): kind, the base's
+# dim_order, the source's.
+PLANNED = [("select", [0, 1, 2], [0, 1]), ("slice", [0, 1, 2], [0, 1, 2]), ("step", [1, 0, 2], [1, 0, 2]),
+           ("transposed", [0, 2, 1], [0, 1, 2]), ("select", [2, 0, 1], [1, 0])]
+
+
+@pytest.mark.parametrize("direction", ["d2d", "h2d", "d2h"])
+@pytest.mark.parametrize("kind, order, src_order", PLANNED, ids=[f"{k}-{o}" for k, o, _ in PLANNED])
+def test_planned_view_copies(kind, order, src_order, direction):
+    x = torch.randn(4, 40, 300)
+    d = x.to("spyre", device_layout=SpyreTensorLayout(x.shape, x.dtype, order))
+    values = torch.randn(part(x, kind, 1).shape)
+    torch_layouts.reset_stats()
+    if direction == "d2h":
+        host = torch.empty(values.shape)
+        host.copy_(part(d, kind, 1))
+        assert torch.equal(host, part(x, kind, 1))
+    else:
+        src = values if direction == "h2d" else values.to(
+            "spyre", device_layout=SpyreTensorLayout(tuple(values.shape), values.dtype, src_order))
+        part(d, kind, 1).copy_(src)
+        part(x, kind, 1).copy_(values)
+        assert torch.equal(d.cpu(), x)
+    stats = torch_layouts.stats()
+    assert stats["view_scatters"] == stats["view_gathers"] == 0
+
+
+def test_copies_from_2048_elements_are_planned_and_smaller_ones_take_the_element_path():
+    d = torch.zeros(4, 64, 64).to("spyre")
+    big, small = torch.randn(64, 64), torch.randn(4, 64)
+    torch_layouts.reset_stats()
+    d[1] = big.to("spyre")  # 4096 elements
+    assert torch_layouts.stats()["view_scatters"] == 0
+    d[2, :4] = small.to("spyre")  # 256 elements
+    assert torch_layouts.stats()["view_scatters"] == 1
+    assert torch.equal(d.cpu()[1], big) and torch.equal(d.cpu()[2, :4], small)
+
+
+@pytest.mark.parametrize("shift", [-3, 3, 0])
+def test_copies_within_one_buffer_read_every_source_element_first(shift):
+    """Overlapping parts of one buffer: the result is the source's values before the copy."""
+    x = torch.randn(64, 96)
+    d = x.to("spyre")
+    d[8:56] = d[8 + shift:56 + shift]
+    want = x.clone()
+    want[8:56] = x[8 + shift:56 + shift].clone()
+    assert torch.equal(d.cpu(), want)
+
+
+def test_a_view_no_plan_reads_is_left_to_the_runtime(monkeypatch):
+    """The copier answers False (nothing written) when no coordinates read both tensors;
+    the runtime's element path then copies."""
+    monkeypatch.setattr(view_copy, "_boxes", lambda dst, src: ())
+    view_copy.PLANS.clear()
+    d = torch.zeros(4, 64, 64).to("spyre")
+    values = torch.randn(64, 64)
+    torch_layouts.reset_stats()
+    d[1] = values.to("spyre")
+    assert torch_layouts.stats()["view_scatters"] == 1
+    assert torch.equal(d.cpu()[1], values)
+    view_copy.PLANS.clear()

@@ -1,0 +1,105 @@
+"""Copies into or out of part of a device buffer, planned as strided copies between buffers.
+
+``x[1].copy_(y)``, ``x[:, :k] = y``, ``host.copy_(x[1])``: the runtime hands every such copy
+of 2048 elements or more (same dtype, not int64) to ``copy_view`` (``csrc/kernels_copy.cpp``;
+smaller ones stay on its element path, which computes each element's device offset). Both
+tensors are read as strided views of their raw buffers in one set of coordinates of the copy's
+shape (``operands.plan``: the tensors' own coordinates first, then the Spyre layouts of that
+shape in each dim_order, up to rank 4), and the coordinates' real positions are copied a box at a time by
+PyTorch's copy (both sides in the same coordinates: runs of whole sticks, which it walks in the
+destination's memory order); the boxes' reads are kept per geometry. A host side is staged
+through a fresh device tensor in those coordinates (one whole-buffer DMA). A tensor no plan
+reads leaves the copy to the runtime.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+
+import torch
+
+from .. import _C
+from ..core.layout import BoundLayout
+from .operands import (Read, coords_for, keep, layouts_of, new_tensor, ordered_coords, plan, plan_key, raw_view,
+                       read_of, real_slices, view)
+
+# Per geometry of (dst, src): the boxes' reads of both buffers, () when no coordinates read
+# both, and the layout objects whose ids are in the key.
+PLANS: dict[tuple, tuple[tuple[tuple[Read, Read], ...], tuple]] = {}
+MAX_PLANS = 512
+
+
+def _candidates(*tensors: torch.Tensor) -> Iterator[BoundLayout]:
+    """Coordinates of the tensors' shape to try: theirs, then every Spyre dim_order (rank <= 4)."""
+    yield from dict.fromkeys(coords_for(t) for t in tensors)
+    t = tensors[0]
+    if t.dim() <= 4:
+        for order in itertools.permutations(range(t.dim())):
+            yield ordered_coords(tuple(t.shape), t.dtype, order)
+
+
+def _readable(t: torch.Tensor) -> BoundLayout | None:
+    """The first candidate coordinates that read ``t`` (None: none)."""
+    return next((c for c in _candidates(t) if not real_slices(c)[1] and plan(t, c) is not None), None)
+
+
+def _boxes(dst: torch.Tensor, src: torch.Tensor) -> tuple[tuple[Read, Read], ...]:
+    """The reads of ``dst``'s and ``src``'s buffers, box by box, that copy every element; ()
+    when no candidate coordinates read both."""
+    for coords in _candidates(dst, src):
+        pieces, whole = real_slices(coords)
+        if whole:
+            continue
+        d, s = plan(dst, coords), plan(src, coords)
+        if d is None or s is None:
+            continue
+        dv, sv = view(dst, coords, d), view(src, coords, s)
+        return tuple((read_of(dv[index]), read_of(sv[index])) for index in pieces)
+    return ()
+
+
+def _copy_planned(dst: torch.Tensor, src: torch.Tensor) -> bool:
+    """``dst.copy_(src)`` for device tensors of one shape and dtype, through their buffers;
+    False (nothing written) when no coordinates read both."""
+    key = plan_key("copy_", (), (dst, src))
+    kept = PLANS.get(key) if key is not None else None
+    if kept is None:
+        kept = (_boxes(dst, src), layouts_of((dst, src)))
+        if key is not None:
+            keep(PLANS, key, kept, MAX_PLANS)
+    boxes = kept[0]
+    if not boxes:
+        return False
+    sources = [raw_view(src, *read) for _, read in boxes]
+    if dst.untyped_storage().data_ptr() == src.untyped_storage().data_ptr():
+        sources = [s.clone() for s in sources]  # one buffer: read every source element before any is written
+    for (read, _), source in zip(boxes, sources):
+        raw_view(dst, *read).copy_(source)
+    return True
+
+
+def copy_view(dst: torch.Tensor, src: torch.Tensor) -> bool:
+    """The runtime's hook for copies into or out of part of a device buffer (see the module
+    docstring): whether ``src`` (of ``dst``'s shape and dtype) was copied into ``dst``.
+
+    >>> x = torch.zeros(4, 64, 128).to("spyre")
+    >>> x[1] = torch.ones(64, 128).to("spyre")  # one strided copy between the buffers
+    """
+    if dst.device.type != "cpu" and src.device.type != "cpu":
+        return _copy_planned(dst, src)
+    device = src if src.device.type != "cpu" else dst
+    coords = _readable(device)
+    if coords is None:
+        return False
+    staged = new_tensor(coords, device.device)
+    if src.device.type == "cpu":  # host -> part of a device buffer
+        return _copy_planned(dst, staged.copy_(src))
+    if not _copy_planned(staged, src):  # part of a device buffer -> host
+        return False
+    dst.copy_(staged)
+    return True
+
+
+def register_all() -> None:
+    _C._set_view_copier(copy_view)
