@@ -3,7 +3,9 @@ result match the CPU's."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
+from collections.abc import Callable, Iterator
 
 import torch
 
@@ -33,3 +35,14 @@ def matches_cpu(out: torch.Tensor, ref: torch.Tensor, f16: tuple[float, float], 
     assert out.dtype == ref.dtype and out.shape == ref.shape
     torch.testing.assert_close(out.cpu(), ref, atol=atol, rtol=rtol)
     assert padding_holds_pad_value(out)
+
+
+@contextlib.contextmanager
+def kernels_in(setter: Callable[[str], str], name: str) -> Iterator[None]:
+    """Runs a runtime's kernels in instruction set ``name`` (``setter`` installs one and returns
+    the old one, as ``_C._rows_set_math`` and ``_C._tile_gemm_set_kernel`` do); restores the old one."""
+    old = setter(name)
+    try:
+        yield
+    finally:
+        setter(old)

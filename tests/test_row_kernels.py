@@ -11,7 +11,6 @@ output buffers with a sentinel that must survive outside the view; inputs must c
 
 from __future__ import annotations
 
-import contextlib
 import math
 import subprocess
 import sys
@@ -23,6 +22,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ops_support import kernels_in
 from torch_layouts import _C
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -37,14 +37,9 @@ ROW_SIZES = [1, 2, 3, 5, 7, 8, 9, 15, 16, 17, 24, 31, 33, 64, 65]
 OUTER_SIZES = [0, 1, 1, 2, 3, 4, 5, 7, 9]
 
 
-@contextlib.contextmanager
 def row_math(instructions: str):
     """Runs the kernels in one instruction set of ``SETS``; restores the old one."""
-    old = _C._rows_set_math(instructions)
-    try:
-        yield
-    finally:
-        _C._rows_set_math(old)
+    return kernels_in(_C._rows_set_math, instructions)
 
 
 # ---- where views lie ------------------------------------------------------------------------------

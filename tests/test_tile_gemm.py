@@ -12,7 +12,6 @@ survive everywhere but the ``m x n`` elements written; inputs must come back unc
 
 from __future__ import annotations
 
-import contextlib
 import math
 from dataclasses import dataclass
 
@@ -21,6 +20,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ops_support import kernels_in
 from torch_layouts import _C
 
 pytestmark = pytest.mark.skipif(not _C._tile_gemm_available(), reason="the tile GEMM needs AVX2 and FMA")
@@ -28,14 +28,9 @@ SENTINEL = -96.0
 KERNELS = _C._tile_gemm_kernels()  # the kernels this CPU runs, best first ("avx512", "avx2")
 
 
-@contextlib.contextmanager
 def kernel(name: str):
     """Runs the tile GEMM on kernel ``name`` of ``KERNELS``; restores the old one."""
-    old = _C._tile_gemm_set_kernel(name)
-    try:
-        yield
-    finally:
-        _C._tile_gemm_set_kernel(old)
+    return kernels_in(_C._tile_gemm_set_kernel, name)
 
 
 @dataclass(frozen=True)
