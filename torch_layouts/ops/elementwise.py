@@ -46,6 +46,7 @@ from .operands import (coords_for, coords_with_dtype, default_coords, geometry_k
 from .registry import check_cast, out_overload, register, write_out
 from .stats import count_kernel, count_restickify
 from .strided import strided_copy
+from .view_copy import copy_between
 
 A = torch.ops.aten
 
@@ -481,6 +482,9 @@ def clone(x: torch.Tensor, *, memory_format: torch.memory_format | None = None) 
         keep(CLONES, key, (coords, layouts_of([x])), MAX_CLONES)
     p = plan(x, coords)
     if p is not None and p.stick_ok:
+        out = new_tensor(coords, x.device)
+        if copy_between(out, x):  # box reads kept per geometry
+            return out
         return run(COPY, [x], {}, out_dtype=x.dtype, coords=coords)
     out = materialize(x, coords)
     if stick_dim(x) != stick_dim(out):

@@ -59,9 +59,14 @@ def _boxes(dst: torch.Tensor, src: torch.Tensor) -> tuple[tuple[Read, Read], ...
     return ()
 
 
-def _copy_planned(dst: torch.Tensor, src: torch.Tensor) -> bool:
+def copy_between(dst: torch.Tensor, src: torch.Tensor) -> bool:
     """``dst.copy_(src)`` for device tensors of one shape and dtype, through their buffers;
-    False (nothing written) when no coordinates read both."""
+    False (nothing written) when no coordinates read both.
+
+    >>> x = torch.randn(8, 128, 256).to("spyre").transpose(0, 1)
+    >>> copy_between(torch.empty(x.shape, device="spyre"), x)
+    True
+    """
     key = plan_key("copy_", (), (dst, src))
     kept = PLANS.get(key) if key is not None else None
     if kept is None:
@@ -87,15 +92,15 @@ def copy_view(dst: torch.Tensor, src: torch.Tensor) -> bool:
     >>> x[1] = torch.ones(64, 128).to("spyre")  # one strided copy between the buffers
     """
     if dst.device.type != "cpu" and src.device.type != "cpu":
-        return _copy_planned(dst, src)
+        return copy_between(dst, src)
     device = src if src.device.type != "cpu" else dst
     coords = _readable(device)
     if coords is None:
         return False
     staged = new_tensor(coords, device.device)
     if src.device.type == "cpu":  # host -> part of a device buffer
-        return _copy_planned(dst, staged.copy_(src))
-    if not _copy_planned(staged, src):  # part of a device buffer -> host
+        return copy_between(dst, staged.copy_(src))
+    if not copy_between(staged, src):  # part of a device buffer -> host
         return False
     dst.copy_(staged)
     return True
