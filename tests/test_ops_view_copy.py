@@ -65,7 +65,9 @@ def test_view_copies_match_the_cpu_property(shape, dtype, kind, n, direction, da
 # Views the planned path reads (no element path: ``view_scatters`` stays 0): kind, the base's
 # dim_order, the source's.
 PLANNED = [("select", [0, 1, 2], [0, 1]), ("slice", [0, 1, 2], [0, 1, 2]), ("step", [1, 0, 2], [1, 0, 2]),
-           ("transposed", [0, 2, 1], [0, 1, 2]), ("select", [2, 0, 1], [1, 0])]
+           ("transposed", [0, 2, 1], [0, 1, 2]), ("select", [2, 0, 1], [1, 0]),
+           # the source sticked on another dim: moved first into coordinates that read the destination
+           ("select", [0, 1, 2], [1, 0]), ("slice", [0, 1, 2], [2, 0, 1])]
 
 
 @pytest.mark.parametrize("direction", ["d2d", "h2d", "d2h"])
@@ -98,6 +100,19 @@ def test_copies_from_2048_elements_are_planned_and_smaller_ones_take_the_element
     d[2, :4] = small.to("spyre")  # 256 elements
     assert torch_layouts.stats()["view_scatters"] == 1
     assert torch.equal(d.cpu()[1], big) and torch.equal(d.cpu()[2, :4], small)
+
+
+def test_a_source_that_is_part_of_a_buffer_sticked_elsewhere():
+    """Both sides views, their sticks on different dims: the source is copied whole first."""
+    x, y = torch.randn(4, 64, 96), torch.randn(3, 64, 96)
+    d = x.to("spyre")
+    e = y.to("spyre", device_layout=SpyreTensorLayout(y.shape, y.dtype, [0, 2, 1]))
+    torch_layouts.reset_stats()
+    d[1:3] = e[1:]
+    x[1:3] = y[1:]
+    assert torch.equal(d.cpu(), x)
+    stats = torch_layouts.stats()
+    assert stats["view_scatters"] == stats["view_gathers"] == stats["host_bounces"] == 0
 
 
 @pytest.mark.parametrize("shift", [-3, 3, 0])

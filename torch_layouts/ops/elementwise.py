@@ -46,7 +46,7 @@ from .operands import (coords_for, coords_with_dtype, default_coords, geometry_k
 from .registry import check_cast, out_overload, register, write_out
 from .stats import count_kernel, count_restickify
 from .strided import strided_copy
-from .view_copy import copy_between
+from .view_copy import copy_between, copy_real, materialize
 
 A = torch.ops.aten
 
@@ -130,32 +130,6 @@ def relayout_to(t: torch.Tensor, coords: BoundLayout) -> torch.Tensor:
         size, source = coords.size, t.expand(coords.size)
         layout = operand_layout(coords, size, t.dtype)
     return materialize(source, BoundLayout(layout, size, strides_in_order(size, coords.stride)))
-
-
-def materialize(t: torch.Tensor, coords: BoundLayout) -> torch.Tensor:
-    """A new tensor in ``coords`` holding ``t`` (same shape and dtype): a strided copy
-    between the two buffers when ``t`` can be read in those coordinates, else the
-    runtime's copy (relayout nests, or gathers and scatters)."""
-    out = new_tensor(coords, t.device)
-    p = plan(t, coords, refine=True)
-    if p is None:
-        return out.copy_(t)
-    if p.shape is None:
-        copy_real(raw(out).view(coords.shape), view(t, coords, p), coords, out)
-    else:
-        strided_copy(raw_view(out, p.shape, p.dst_strides), p.read(t, coords))
-        _C._fill_padding(out)
-    return out
-
-
-def copy_real(target: torch.Tensor, values: torch.Tensor, coords: BoundLayout, out: torch.Tensor) -> None:
-    """Copy ``values`` into the real positions of ``target`` (``out``'s buffer shaped like
-    the coordinates); its padding keeps the pad value."""
-    pieces, whole = real_slices(coords)
-    for index in pieces:
-        strided_copy(target[index], values[index])
-    if whole:
-        _C._fill_padding(out)
 
 
 def operand_view(op: str, named: list[tuple[str, object]], coords: BoundLayout, i: int, *, primary: bool = False,

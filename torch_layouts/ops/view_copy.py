@@ -5,11 +5,13 @@ of 2048 elements or more (same dtype, not int64) to ``copy_view`` (``csrc/kernel
 smaller ones stay on its element path, which computes each element's device offset). Both
 tensors are read as strided views of their raw buffers in one set of coordinates of the copy's
 shape (``operands.plan``: the tensors' own coordinates first, then the Spyre layouts of that
-shape in each dim_order, up to rank 4), and the coordinates' real positions are copied a box at a time by
-PyTorch's copy (both sides in the same coordinates: runs of whole sticks, which it walks in the
-destination's memory order); the boxes' reads are kept per geometry. A host side is staged
-through a fresh device tensor in those coordinates (one whole-buffer DMA). A tensor no plan
-reads leaves the copy to the runtime.
+shape in each dim_order, up to rank 4), and the coordinates' real positions are copied a box at
+a time by PyTorch's copy (both sides in the same coordinates: runs of whole sticks, which it
+walks in the destination's memory order); the boxes' reads are kept per geometry. A host side
+is staged through a fresh device tensor in those coordinates (one whole-buffer DMA); a source
+sticked on another dim than the destination is first moved into coordinates that read the
+destination (``materialize``, also the ops' way into their coordinates). A tensor that no
+coordinates read leaves the copy to the runtime.
 """
 
 from __future__ import annotations
@@ -21,13 +23,40 @@ import torch
 
 from .. import _C
 from ..core.layout import BoundLayout
-from .operands import (Read, coords_for, keep, layouts_of, new_tensor, ordered_coords, plan, plan_key, raw_view,
-                       read_of, real_slices, view)
+from .operands import (Read, coords_for, keep, layouts_of, new_tensor, ordered_coords, plan, plan_key, raw, raw_view,
+                       read_of, real_slices, record_of, view)
+from .strided import strided_copy
 
 # Per geometry of (dst, src): the boxes' reads of both buffers, () when no coordinates read
 # both, and the layout objects whose ids are in the key.
 PLANS: dict[tuple, tuple[tuple[tuple[Read, Read], ...], tuple]] = {}
 MAX_PLANS = 512
+
+
+def materialize(t: torch.Tensor, coords: BoundLayout) -> torch.Tensor:
+    """A new tensor in ``coords`` holding ``t`` (same shape and dtype): a strided copy
+    between the two buffers when ``t`` can be read in those coordinates, else the
+    runtime's copy (relayout nests, or gathers and scatters)."""
+    out = new_tensor(coords, t.device)
+    p = plan(t, coords, refine=True)
+    if p is None:
+        return out.copy_(t)
+    if p.shape is None:
+        copy_real(raw(out).view(coords.shape), view(t, coords, p), coords, out)
+    else:
+        strided_copy(raw_view(out, p.shape, p.dst_strides), p.read(t, coords))
+        _C._fill_padding(out)
+    return out
+
+
+def copy_real(target: torch.Tensor, values: torch.Tensor, coords: BoundLayout, out: torch.Tensor) -> None:
+    """Copy ``values`` into the real positions of ``target`` (``out``'s buffer shaped like
+    the coordinates); its padding keeps the pad value."""
+    pieces, whole = real_slices(coords)
+    for index in pieces:
+        strided_copy(target[index], values[index])
+    if whole:
+        _C._fill_padding(out)
 
 
 def _candidates(*tensors: torch.Tensor) -> Iterator[BoundLayout]:
@@ -84,6 +113,32 @@ def copy_between(dst: torch.Tensor, src: torch.Tensor) -> bool:
     return True
 
 
+def _is_whole(t: torch.Tensor) -> bool:
+    """Whether device tensor ``t`` is its buffer's whole base tensor (the runtime copies those
+    without this module, so copying one never comes back here)."""
+    info = record_of(t)
+    return info is not None and t.storage_offset() == 0 and tuple(t.shape) == tuple(info.base_size) and all(
+        n <= 1 or s == b for n, s, b in zip(t.shape, t.stride(), info.base_stride))
+
+
+def _copy_staged(dst: torch.Tensor, src: torch.Tensor) -> bool:
+    """``dst.copy_(src)`` for device tensors no coordinates read together (two stick dims):
+    ``src`` (copied whole first when it is part of its buffer) moves into a new tensor in
+    coordinates that read ``dst`` (``materialize``), which is then copied into ``dst``."""
+    coords = _readable(dst)
+    if coords is None:
+        return False
+    if not _is_whole(src):
+        own = _readable(src)
+        if own is None:
+            return False
+        whole = new_tensor(own, src.device)
+        if not copy_between(whole, src):
+            return False
+        src = whole
+    return copy_between(dst, materialize(src, coords))
+
+
 def copy_view(dst: torch.Tensor, src: torch.Tensor) -> bool:
     """The runtime's hook for copies into or out of part of a device buffer (see the module
     docstring): whether ``src`` (of ``dst``'s shape and dtype) was copied into ``dst``.
@@ -92,7 +147,7 @@ def copy_view(dst: torch.Tensor, src: torch.Tensor) -> bool:
     >>> x[1] = torch.ones(64, 128).to("spyre")  # one strided copy between the buffers
     """
     if dst.device.type != "cpu" and src.device.type != "cpu":
-        return copy_between(dst, src)
+        return copy_between(dst, src) or _copy_staged(dst, src)
     device = src if src.device.type != "cpu" else dst
     coords = _readable(device)
     if coords is None:
