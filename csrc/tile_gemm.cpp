@@ -437,12 +437,17 @@ const std::vector<std::string>& tile_gemm_kernels() {
   return kernels;
 }
 
+// Whether a g_avx512 setting runs the AVX-512 kernel (-1: the best kernel this CPU runs).
+static bool runs_avx512(int setting) {
+  const auto& kernels = tile_gemm_kernels();
+  return setting < 0 ? !kernels.empty() && kernels.front() == "avx512" : setting == 1;
+}
+
 std::string tile_gemm_set_kernel(const std::string& kernel) {
   const auto& kernels = tile_gemm_kernels();
   TORCH_CHECK_VALUE(std::find(kernels.begin(), kernels.end(), kernel) != kernels.end(), "tile GEMM kernel ",
                     kernel, " is not one this CPU runs (", c10::Join(", ", kernels), ")");
-  const int old = g_avx512.exchange(kernel == "avx512");
-  return (old < 0 ? kernels.front() == "avx512" : old == 1) ? "avx512" : "avx2";
+  return runs_avx512(g_avx512.exchange(kernel == "avx512")) ? "avx512" : "avx2";
 }
 
 void tile_gemm(const GemmOperand& c, const GemmOperand& a, const GemmOperand& b, int64_t m, int64_t n, int64_t k,
@@ -465,8 +470,7 @@ void tile_gemm(const GemmOperand& c, const GemmOperand& a, const GemmOperand& b,
   }
   if (batch == 0 || m == 0 || n == 0) return;
   TORCH_CHECK_VALUE(k > 0, "tile_gemm: k must be positive (an empty product is a fill)");
-  const int avx512 = g_avx512.load(std::memory_order_relaxed);
-  P.avx512 = avx512 < 0 ? tile_gemm_kernels().front() == "avx512" : avx512 == 1;
+  P.avx512 = runs_avx512(g_avx512.load(std::memory_order_relaxed));
   run(P);
 }
 
