@@ -62,6 +62,36 @@ def test_view_copies_match_the_cpu_property(shape, dtype, kind, n, direction, da
         assert padding_holds_pad_value(d)
 
 
+VIEW_DTYPES = {torch.float32: [torch.int32, torch.int16], torch.float16: [torch.int16, torch.int8]}
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.tuples(st.integers(2, 4), st.integers(2, 40), st.integers(2, 200)), st.sampled_from([torch.float16,
+       torch.float32]), st.sampled_from(KINDS), st.integers(0, 50), st.sampled_from(["d2d", "h2d", "d2h"]), st.data())
+def test_copies_through_dtype_views_match_the_cpu_property(shape, dtype, kind, n, direction, data):
+    """The same copies through ``view(dtype)`` of the device buffer (an element size as large or
+    smaller): the buffer's bytes are the CPU's, and a host copy out of it holds the CPU's bits."""
+    view_dtype = data.draw(st.sampled_from(VIEW_DTYPES[dtype]))
+    gen = torch.Generator().manual_seed(n)
+    x = torch.randn(shape, generator=gen).to(dtype)
+    d = x.to("spyre", device_layout=SpyreTensorLayout(shape, dtype, list(data.draw(st.permutations(range(3))))))
+    target = part(x.view(view_dtype), kind, n)
+    for round_ in range(2):
+        other = torch.randn(shape, generator=gen).to(dtype)  # the source: the same part of another buffer
+        values = part(other.view(view_dtype), kind, n)
+        if direction == "d2h":
+            host = torch.empty(target.shape, dtype=view_dtype)
+            host.copy_(part(d.view(view_dtype), kind, n))
+            assert torch.equal(host, target.contiguous())
+            continue
+        src = values if direction == "h2d" else part(other.to("spyre", device_layout=SpyreTensorLayout(
+            shape, dtype, list(data.draw(st.permutations(range(3)))))).view(view_dtype), kind, n)
+        part(d.view(view_dtype), kind, n).copy_(src)
+        target.copy_(values)
+        assert torch.equal(d.cpu().view(torch.uint8), x.view(torch.uint8)), round_
+        assert padding_holds_pad_value(d)
+
+
 # Views the planned path reads (no element path: ``view_scatters`` stays 0): kind, the base's
 # dim_order, the source's.
 PLANNED = [("select", [0, 1, 2], [0, 1]), ("slice", [0, 1, 2], [0, 1, 2]), ("step", [1, 0, 2], [1, 0, 2]),
