@@ -97,14 +97,18 @@ def test_backward_thread_and_gradients(multithreaded: bool):
     """Importing torch_layouts runs the importing thread's backward on that thread (docs/design.md,
     "Backward on the calling thread"); re-enabling autograd's device threads moves it off the
     thread and changes no gradient bit."""
-    x = torch.randn(4, 8, 130)
-    _, want = _backward_threads(x)  # CPU reference: always on the calling thread
+    x = torch.randn(4, 8, 130, generator=torch.Generator().manual_seed(0))
+    # Layer norm of softmax outputs (a tiny variance) is ill-conditioned: float32 on the CPU is
+    # itself ~1e-3 off float64 here, so the reference is float64 and the threads' runs agree bit for bit.
+    _, want = _backward_threads(x.double())
     assert not torch._C._is_multithreading_enabled()
+    _, calling_thread = _backward_threads(x.to("spyre"))
     with torch.autograd.set_multithreading_enabled(multithreaded):
         seen, got = _backward_threads(x.to("spyre"))
     assert len(seen) == 1 and (seen[0] == threading.get_ident()) != multithreaded
     assert got.device.type == "spyre"
-    torch.testing.assert_close(got.cpu(), want, atol=1e-5, rtol=1e-4)
+    assert torch.equal(got.cpu(), calling_thread.cpu())
+    torch.testing.assert_close(got.cpu().double(), want, atol=1e-4, rtol=2e-3)
     assert not torch._C._is_multithreading_enabled()
 
 
