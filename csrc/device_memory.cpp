@@ -10,6 +10,7 @@
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
 #include <mutex>
 #include <vector>
 
@@ -186,7 +187,13 @@ class DeviceAllocator final : public c10::Allocator {
                          " free of ", human(mem.capacity), " capacity (", human(s.allocated),
                          " allocated). Set TORCH_LAYOUTS_DEVICE_MEMORY to change the capacity.");
       }
-      auto cached = backing >= kCacheFrom ? mem.cache.find(backing) : mem.cache.end();
+      // The block of this size freed last (a multimap keeps equal keys in insertion order): it is
+      // the one most likely still in the CPU's caches, as glibc's malloc would hand it out.
+      auto cached = mem.cache.end();
+      if (backing >= kCacheFrom) {
+        const auto after = mem.cache.upper_bound(backing);
+        if (after != mem.cache.begin() && std::prev(after)->first == backing) cached = std::prev(after);
+      }
       if (cached != mem.cache.end()) {
         ptr = cached->second;
         mem.cache.erase(cached);

@@ -333,6 +333,21 @@ def test_freed_large_blocks_are_cached_and_reused(no_gc):
     assert torch.spyre.memory_reserved() == torch.spyre.memory_allocated() == allocated0
 
 
+def test_the_block_freed_last_is_reused_first(no_gc):
+    """Of several cached blocks of one size, a request gets the one freed last (still in the CPU's
+    caches, as malloc would hand it out), whatever order they were allocated or freed in."""
+    torch.spyre.empty_cache()
+    blocks = [torch.empty(3 * MiB, dtype=torch.uint8, device="spyre") for _ in range(4)]
+    ptrs = [b.data_ptr() for b in blocks]
+    order = [2, 0, 3, 1]
+    for i in order:
+        blocks[i] = None
+    reused = [torch.empty(3 * MiB, dtype=torch.uint8, device="spyre") for _ in range(4)]
+    assert [r.data_ptr() for r in reused] == [ptrs[i] for i in reversed(order)]
+    del reused
+    torch.spyre.empty_cache()
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.int8, torch.int64, torch.bool])
 def test_fresh_storage_is_128_byte_aligned(dtype):
     sizes = [(1,), (3,), (5, 7), (1, 1, 1, 1, 1, 1, 5), (2, 3, 1, 1, 1, 1, 3), (129,), (3, 65)]
