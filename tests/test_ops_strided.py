@@ -73,8 +73,8 @@ def test_scatter_matches_copy(_, make, dtype):
 
 @pytest.mark.parametrize("_, make, dtype", CASES, ids=[c[0] for c in CASES])
 def test_executor_runs_transposes_only(_, make, dtype, monkeypatch):
-    """Copies that move elements between rows (and are not tiny) run on the executor; runs of
-    contiguous elements on both sides stay with PyTorch's copy."""
+    """Copies that move elements between rows (and are not tiny) run on the executor; these
+    runs of contiguous elements on both sides (long, under few outer dims) stay with PyTorch's copy."""
     calls = []
     real = strided._C._run_nests
     monkeypatch.setattr(strided, "_C", SimpleNamespace(_run_nests=lambda *a: calls.append(real(*a))))
@@ -84,17 +84,22 @@ def test_executor_runs_transposes_only(_, make, dtype, monkeypatch):
     assert len(calls) == (inner != 1 and src.numel() >= strided.SMALL)
 
 
-# Run copies (contiguous innermost on both sides) whose source runs lie far apart (FAR set to
-# 1024 elements here) along both of the two dims PyTorch's copy would walk next go to the executor.
+# Run copies (contiguous innermost on both sides) go to the executor where their source runs
+# lie far apart (FAR set to 1024 elements here) along both of the two dims PyTorch's copy would
+# walk next, or where they are short for the outer dims left after merging (``_short_runs``).
 RUN_COPIES = [
     ("packed-projection", lambda t: _take(t, 3, 2, 16, 4, 32).permute(2, 3, 1, 0, 4), True),
     ("one-far-dim", lambda t: _take(t, 8, 64, 32).permute(1, 0, 2), False),
-    ("near-runs", lambda t: _take(t, 16, 4, 3, 2, 32).permute(0, 1, 3, 2, 4), False),
+    ("runs-of-32-bytes", lambda t: _take(t, 64, 8, 8).permute(1, 0, 2), True),
+    ("128-byte-runs-three-outer-dims", lambda t: _take(t, 8, 4, 16, 32).permute(2, 1, 0, 3), True),
+    ("256-byte-runs-three-outer-dims", lambda t: _take(t, 8, 4, 8, 64).permute(2, 1, 0, 3), False),
+    ("four-outer-dims", lambda t: _take(t, 16, 4, 3, 2, 32).permute(0, 1, 3, 2, 4), True),
+    ("merged-to-two-outer-dims", lambda t: _take(t, 8, 4, 16, 32).permute(2, 0, 1, 3), False),
 ]
 
 
 @pytest.mark.parametrize("_, make, executor", RUN_COPIES, ids=[c[0] for c in RUN_COPIES])
-def test_scattered_run_copies_take_the_executor(_, make, executor, monkeypatch):
+def test_run_copies_take_the_executor_when_scattered_or_short(_, make, executor, monkeypatch):
     monkeypatch.setattr(strided, "FAR", 1024)
     calls = []
     real = strided._C._run_nests

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 import torch_layouts
 from ops_support import padding_holds_pad_value
 from torch_layouts import SpyreTensorLayout
+from torch_layouts.core.dtypes import data_format
 from torch_layouts.ops import view_copy
 
 BITS = {torch.float16: torch.int16, torch.float32: torch.int32}
@@ -96,7 +97,8 @@ def test_copies_through_dtype_views_match_the_cpu_property(shape, dtype, kind, n
 # dim_order, the source's.
 PLANNED = [("select", [0, 1, 2], [0, 1]), ("slice", [0, 1, 2], [0, 1, 2]), ("step", [1, 0, 2], [1, 0, 2]),
            ("transposed", [0, 2, 1], [0, 1, 2]), ("select", [2, 0, 1], [1, 0]),
-           # the source sticked on another dim: moved first into coordinates that read the destination
+           # the source sticked on another dim: one refined box, or moved first into coordinates
+           # that read the destination
            ("select", [0, 1, 2], [1, 0]), ("slice", [0, 1, 2], [2, 0, 1])]
 
 
@@ -143,6 +145,38 @@ def test_a_source_that_is_part_of_a_buffer_sticked_elsewhere():
     assert torch.equal(d.cpu(), x)
     stats = torch_layouts.stats()
     assert stats["view_scatters"] == stats["view_gathers"] == stats["host_bounces"] == 0
+
+
+def _sticks_in_another_order(x: torch.Tensor) -> torch.Tensor:
+    """``x`` (n, 8, 256) on the device as n rows of 2048, each row's even sticks before its odd ones."""
+    layout = SpyreTensorLayout([x.shape[0], 2, 32, 32], [2048, 32, 64, 1], data_format(x.dtype))
+    return x.reshape(x.shape[0], 2048).to("spyre", device_layout=layout).view(x.shape)
+
+
+# D2D copies into part of a buffer whose source reads the destination's coordinates only with a
+# coordinate dim split into factors (its sticks in another order, or along another dim: a
+# transpose): one strided copy between the two buffers, no device tensor staged in between.
+REFINED = [
+    ("sticks-in-another-order", _sticks_in_another_order),
+    ("sticked-on-dim-0", lambda x: x.to("spyre", device_layout=SpyreTensorLayout(x.shape, x.dtype, [1, 2, 0]))),
+    ("transposed-view", lambda x: x.permute(2, 1, 0).contiguous().to("spyre").permute(2, 1, 0)),
+]
+
+
+@pytest.mark.parametrize("make", [m for _, m in REFINED], ids=[n for n, _ in REFINED])
+def test_refined_view_copies_stage_nothing(make):
+    x = torch.randn(64, 8, 256)
+    src = make(x)
+    out = torch.zeros(3, 64, 8, 256).to("spyre")
+    allocations = torch.spyre.memory_stats()["allocation.all.allocated"]
+    torch_layouts.reset_stats()
+    out[1].copy_(src)
+    assert torch.spyre.memory_stats()["allocation.all.allocated"] == allocations
+    stats = torch_layouts.stats()
+    assert stats["view_scatters"] == stats["view_gathers"] == stats["host_bounces"] == 0
+    want = torch.zeros(3, 64, 8, 256)
+    want[1] = x
+    assert torch.equal(bits(out.cpu()), bits(want))
 
 
 @pytest.mark.parametrize("shift", [-3, 3, 0])

@@ -6,12 +6,14 @@ smaller ones stay on its element path, which computes each element's device offs
 tensors are read as strided views of their raw buffers in one set of coordinates of the copy's
 shape (``operands.plan``: the tensors' own coordinates first, then the Spyre layouts of that
 shape in each dim_order, up to rank 4), and the coordinates' real positions are copied a box at
-a time by PyTorch's copy (both sides in the same coordinates: runs of whole sticks, which it
-walks in the destination's memory order); the boxes' reads are kept per geometry. A host side
-is staged through a fresh device tensor in those coordinates (one whole-buffer DMA); a source
-sticked on another dim than the destination is first moved into coordinates that read the
-destination (``materialize``, also the ops' way into their coordinates). A tensor that no
-coordinates read leaves the copy to the runtime.
+a time (runs of whole sticks, or a transpose; ``strided.on_executor`` picks the copy); the
+boxes are kept per geometry. Where one tensor reads coordinates without padding only with some coordinate dims split
+into factors (its sticks in another order, or along another dim), the other's strides split the
+same way and the copy is one box. A host side is staged through a fresh device tensor in those
+coordinates (one whole-buffer DMA); a source that no coordinates read together with the
+destination is first moved into coordinates that read the destination (``materialize``, also
+the ops' way into their coordinates). A tensor that no coordinates read leaves the copy to the
+runtime.
 """
 
 from __future__ import annotations
@@ -25,11 +27,13 @@ from .. import _C
 from ..core.layout import BoundLayout
 from .operands import (Read, coords_for, keep, layouts_of, new_tensor, ordered_coords, plan, plan_key, raw, raw_view,
                        read_of, real_slices, record_of, view)
-from .strided import strided_copy
+from .strided import executor_copy, on_executor, strided_copy
 
-# Per geometry of (dst, src): the boxes' reads of both buffers, () when no coordinates read
-# both, and the layout objects whose ids are in the key.
-PLANS: dict[tuple, tuple[tuple[tuple[Read, Read], ...], tuple]] = {}
+# A box: the reads of both buffers, and whether the executor copies it (``strided.on_executor``).
+Box = tuple[Read, Read, bool]
+# Per geometry of (dst, src): the boxes, () when no coordinates read both, and the layout
+# objects whose ids are in the key.
+PLANS: dict[tuple, tuple[tuple[Box, ...], tuple]] = {}
 MAX_PLANS = 512
 
 
@@ -73,9 +77,13 @@ def _readable(t: torch.Tensor) -> BoundLayout | None:
     return next((c for c in _candidates(t) if not real_slices(c)[1] and plan(t, c) is not None), None)
 
 
-def _boxes(dst: torch.Tensor, src: torch.Tensor) -> tuple[tuple[Read, Read], ...]:
-    """The reads of ``dst``'s and ``src``'s buffers, box by box, that copy every element; ()
-    when no candidate coordinates read both."""
+def _box(dst: torch.Tensor, src: torch.Tensor) -> Box:
+    return read_of(dst), read_of(src), on_executor(dst, src)
+
+
+def _boxes(dst: torch.Tensor, src: torch.Tensor) -> tuple[Box, ...]:
+    """The boxes of ``dst``'s and ``src``'s buffers that copy every element; () when no
+    candidate coordinates read both."""
     for coords in _candidates(dst, src):
         pieces, whole = real_slices(coords)
         if whole:
@@ -84,8 +92,27 @@ def _boxes(dst: torch.Tensor, src: torch.Tensor) -> tuple[tuple[Read, Read], ...
         if d is None or s is None:
             continue
         dv, sv = view(dst, coords, d), view(src, coords, s)
-        return tuple((read_of(dv[index]), read_of(sv[index])) for index in pieces)
-    return ()
+        return tuple(_box(dv[index], sv[index]) for index in pieces)
+    return next(filter(None, (_refined_box(dst, src, c) for c in _candidates(dst, src))), ())
+
+
+def _refined_box(dst: torch.Tensor, src: torch.Tensor, coords: BoundLayout) -> tuple[Box] | None:
+    """One box copying every element where one tensor reads coordinates without padding
+    as they are and the other only with some coordinate dims split into factors (its sticks
+    in another order, or along another dim: a transpose): the first tensor's strides split
+    the same way. None where neither or both need factors."""
+    if real_slices(coords) != (((),), False):
+        return None
+    d, s = plan(dst, coords, refine=True), plan(src, coords, refine=True)
+    if d is None or s is None or (d.shape is None) == (s.shape is None):
+        return None
+    fine, coarse = (d, s) if d.shape is not None else (s, d)
+    unit = coords.layout.device_strides
+    dims = [j for j, n in enumerate(fine.factors) for _ in range(n)]
+    split = tuple(coarse.strides[j] * (step // unit[j] if unit[j] else 0) for j, step in zip(dims, fine.dst_strides))
+    views = (raw_view(dst if fine is d else src, fine.shape, fine.strides, fine.offset),
+             raw_view(src if fine is d else dst, fine.shape, split, coarse.offset))
+    return (_box(*(views if fine is d else views[::-1])),)
 
 
 def copy_between(dst: torch.Tensor, src: torch.Tensor) -> bool:
@@ -105,11 +132,12 @@ def copy_between(dst: torch.Tensor, src: torch.Tensor) -> bool:
     boxes = kept[0]
     if not boxes:
         return False
-    sources = [raw_view(src, *read) for _, read in boxes]
+    sources = [raw_view(src, *read) for _, read, _ in boxes]
     if dst.untyped_storage().data_ptr() == src.untyped_storage().data_ptr():
         sources = [s.clone() for s in sources]  # one buffer: read every source element before any is written
-    for (read, _), source in zip(boxes, sources):
-        raw_view(dst, *read).copy_(source)
+    for (read, _, executor), source in zip(boxes, sources):
+        target = raw_view(dst, *read)
+        executor_copy(target, source) if executor else target.copy_(source)
     return True
 
 
