@@ -34,6 +34,9 @@ Box = tuple[Read, Read, bool]
 # Per geometry of (dst, src): the boxes, () when no coordinates read both, and the layout
 # objects whose ids are in the key.
 PLANS: dict[tuple, tuple[tuple[Box, ...], tuple]] = {}
+# Per geometry of one tensor: the coordinates a host side or a staged copy goes through (None:
+# none read it), and its layout objects.
+READABLE: dict[tuple, tuple[BoundLayout | None, tuple]] = {}
 MAX_PLANS = 512
 
 
@@ -73,8 +76,15 @@ def _candidates(*tensors: torch.Tensor) -> Iterator[BoundLayout]:
 
 
 def _readable(t: torch.Tensor) -> BoundLayout | None:
-    """The first candidate coordinates that read ``t`` (None: none)."""
-    return next((c for c in _candidates(t) if not real_slices(c)[1] and plan(t, c) is not None), None)
+    """The first candidate coordinates that read ``t`` (None: none), kept per geometry."""
+    key = plan_key("readable", (), (t,))
+    kept = READABLE.get(key) if key is not None else None
+    if kept is None:
+        kept = (next((c for c in _candidates(t) if not real_slices(c)[1] and plan(t, c) is not None), None),
+                layouts_of((t,)))
+        if key is not None:
+            keep(READABLE, key, kept, MAX_PLANS)
+    return kept[0]
 
 
 def _box(dst: torch.Tensor, src: torch.Tensor) -> Box:
