@@ -202,3 +202,21 @@ def test_a_view_no_plan_reads_is_left_to_the_runtime(monkeypatch):
     assert torch_layouts.stats()["view_scatters"] == 1
     assert torch.equal(d.cpu()[1], values)
     view_copy.PLANS.clear()
+
+
+@pytest.mark.parametrize("raw_side", ["dst", "src"])
+def test_a_raw_device_buffer_is_left_to_the_runtime(raw_side):
+    """A device tensor with no layout (a raw buffer over an UntypedStorage, as DLPack's
+    host-order copies make) on either side of a view copy: the runtime copies it."""
+    x = torch.randn(4, 64, 96)
+    d = x.to("spyre")
+    storage = torch.UntypedStorage(64 * 96 * 4, device="spyre")
+    raw = torch.empty(0, device="spyre").set_(storage, 0, (64, 96))
+    if raw_side == "dst":
+        raw.copy_(d[1])
+        assert torch.equal(raw.cpu(), x[1])
+    else:
+        raw.copy_(x[2].to("spyre"))
+        d[1] = raw
+        x[1] = x[2]
+        assert torch.equal(d.cpu(), x)

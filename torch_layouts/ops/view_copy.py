@@ -12,8 +12,8 @@ into factors (its sticks in another order, or along another dim), the other's st
 same way and the copy is one box. A host side is staged through a fresh device tensor in those
 coordinates (one whole-buffer DMA); a source that no coordinates read together with the
 destination is first moved into coordinates that read the destination (``materialize``, also
-the ops' way into their coordinates). A tensor that no coordinates read leaves the copy to the
-runtime.
+the ops' way into their coordinates). A tensor that no coordinates read, or a raw device buffer
+with no layout, leaves the copy to the runtime.
 """
 
 from __future__ import annotations
@@ -79,12 +79,12 @@ def _readable(t: torch.Tensor) -> BoundLayout | None:
     """The first candidate coordinates that read ``t`` (None: none), kept per geometry."""
     key = plan_key("readable", (), (t,))
     kept = READABLE.get(key) if key is not None else None
-    if kept is None:
-        kept = (next((c for c in _candidates(t) if not real_slices(c)[1] and plan(t, c) is not None), None),
-                layouts_of((t,)))
-        if key is not None:
-            keep(READABLE, key, kept, MAX_PLANS)
-    return kept[0]
+    if kept is not None:
+        return kept[0]
+    found = next((c for c in _candidates(t) if not real_slices(c)[1] and plan(t, c) is not None), None)
+    if key is not None:
+        keep(READABLE, key, (found, layouts_of((t,))), MAX_PLANS)
+    return found
 
 
 def _box(dst: torch.Tensor, src: torch.Tensor) -> Box:
@@ -135,11 +135,9 @@ def copy_between(dst: torch.Tensor, src: torch.Tensor) -> bool:
     """
     key = plan_key("copy_", (), (dst, src))
     kept = PLANS.get(key) if key is not None else None
-    if kept is None:
-        kept = (_boxes(dst, src), layouts_of((dst, src)))
-        if key is not None:
-            keep(PLANS, key, kept, MAX_PLANS)
-    boxes = kept[0]
+    boxes = kept[0] if kept is not None else _boxes(dst, src)
+    if kept is None and key is not None:
+        keep(PLANS, key, (boxes, layouts_of((dst, src))), MAX_PLANS)
     if not boxes:
         return False
     sources = [raw_view(src, *read) for _, read, _ in boxes]
@@ -184,6 +182,8 @@ def copy_view(dst: torch.Tensor, src: torch.Tensor) -> bool:
     >>> x = torch.zeros(4, 64, 128).to("spyre")
     >>> x[1] = torch.ones(64, 128).to("spyre")  # one strided copy between the buffers
     """
+    if any(t.device.type != "cpu" and record_of(t) is None for t in (dst, src)):
+        return False  # a raw device buffer (no layout: DLPack's host-order copies): the runtime's copy
     if dst.device.type != "cpu" and src.device.type != "cpu":
         return copy_between(dst, src) or _copy_staged(dst, src)
     device = src if src.device.type != "cpu" else dst
