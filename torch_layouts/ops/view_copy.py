@@ -7,13 +7,13 @@ tensors are read as strided views of their raw buffers in one set of coordinates
 shape (``operands.plan``: the tensors' own coordinates first, then the Spyre layouts of that
 shape in each dim_order, up to rank 4), and the coordinates' real positions are copied a box at
 a time (runs of whole sticks, or a transpose; ``strided.on_executor`` picks the copy); the
-boxes are kept per geometry. Where one tensor reads coordinates without padding only with some coordinate dims split
-into factors (its sticks in another order, or along another dim), the other's strides split the
-same way and the copy is one box. A host side is staged through a fresh device tensor in those
-coordinates (one whole-buffer DMA); a source that no coordinates read together with the
-destination is first moved into coordinates that read the destination (``materialize``, also
-the ops' way into their coordinates). A tensor that no coordinates read, or a raw device buffer
-with no layout, leaves the copy to the runtime.
+boxes are kept per geometry. Where one tensor reads coordinates without padding only with some
+of their dims split into factors (its sticks in another order, or along another dim), the
+other's strides split the same way and the copy is one box. A host side is staged through a
+fresh device tensor in those coordinates (one whole-buffer DMA); a source that no coordinates
+read together with the destination is first moved into coordinates that read the destination
+(``materialize``, also the ops' way into their coordinates). A tensor that no coordinates read,
+or a raw device buffer with no layout, leaves the copy to the runtime.
 """
 
 from __future__ import annotations
@@ -88,6 +88,7 @@ def _readable(t: torch.Tensor) -> BoundLayout | None:
 
 
 def _box(dst: torch.Tensor, src: torch.Tensor) -> Box:
+    """The box copying CPU view ``src`` into CPU view ``dst`` of the two buffers."""
     return read_of(dst), read_of(src), on_executor(dst, src)
 
 
