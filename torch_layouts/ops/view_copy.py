@@ -183,8 +183,6 @@ def copy_view(dst: torch.Tensor, src: torch.Tensor) -> bool:
     >>> x = torch.zeros(4, 64, 128).to("spyre")
     >>> x[1] = torch.ones(64, 128).to("spyre")  # one strided copy between the buffers
     """
-    if any(t.device.type != "cpu" and record_of(t) is None for t in (dst, src)):
-        return False  # a raw device buffer (no layout: DLPack's host-order copies): the runtime's copy
     if dst.device.type != "cpu" and src.device.type != "cpu":
         return copy_between(dst, src) or _copy_staged(dst, src)
     device = src if src.device.type != "cpu" else dst
