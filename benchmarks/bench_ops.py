@@ -3,9 +3,10 @@
 Target for every op (issue 18): <= 1.05. Elementwise (``add``, in place and into a preallocated
 ``out=``; ``copy_`` into part of a buffer), matmul (2048x2048 float32, and a transformer's linear
 layer with its bias), reductions (``sum`` over rows and over the stick dim), ``softmax`` and
-``layer_norm`` (forward, and with their backward). Profiling 10 forward passes of a small model on the device, with Kineto (CPU +
-PrivateUse1 activities) and with the legacy profiler (``use_device="spyre"``), against the same
-passes unprofiled: <= 2. Run alone with ``python benchmarks/bench_ops.py [--threads N]`` (2 by default).
+``layer_norm`` (forward, and with their backward). Profiling 10 forward passes of a small model
+on the device, with Kineto (CPU + PrivateUse1 activities) and with the legacy profiler
+(``use_device="spyre"``), against the same passes unprofiled: <= 2. Run alone with
+``python benchmarks/bench_ops.py [--threads N]`` (2 by default).
 """
 
 from __future__ import annotations

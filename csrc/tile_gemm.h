@@ -7,9 +7,9 @@
 // (k tiles, stick)). A transposed operand is the same view with the groups swapped. The kernel
 // walks C in 12x16 register blocks (two 6x16 halves on AVX2): B's 16-column panels are read in
 // place where their columns are contiguous and their rows evenly spaced (a tile sticked on n),
-// else packed once; A is
-// packed per 144x256 block into cache (its tile rows are 128 bytes apart). AVX2/FMA only
-// (`tile_gemm_available`); callers keep a BLAS path for other hosts and dtypes.
+// else packed once; A is packed per 144x256 block into cache (its tile rows are 128 bytes
+// apart). AVX2/FMA only (`tile_gemm_available`); callers keep a BLAS path for other hosts and
+// dtypes.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -36,7 +36,8 @@ void tile_gemm(const GemmOperand& c, const GemmOperand& a, const GemmOperand& b,
 bool tile_gemm_available();
 
 // The kernels this CPU runs, best first: "avx512" (AVX-512F: a 16-float register per row of a
-// block), "avx2" (two 8-float registers per row). Both sum every product in the same order with one FMA each: they give the same bits.
+// block), "avx2" (two 8-float registers per row). Both sum every product in the same order with
+// one FMA each: they give the same bits.
 const std::vector<std::string>& tile_gemm_kernels();
 // Makes `kernel` (one of tile_gemm_kernels(), else ValueError) the one tile_gemm runs (process
 // wide; the best by default); returns the one it replaces.

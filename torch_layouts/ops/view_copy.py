@@ -25,8 +25,8 @@ import torch
 
 from .. import _C
 from ..core.layout import BoundLayout
-from .operands import (Read, coords_for, keep, layouts_of, new_tensor, ordered_coords, plan, plan_key, raw, raw_view,
-                       read_of, real_slices, record_of, view)
+from .operands import (Read, ViewPlan, coords_for, keep, layouts_of, new_tensor, ordered_coords, plan, plan_key,
+                       raw, raw_view, read_of, real_slices, record_of, view)
 from .strided import executor_copy, on_executor, strided_copy
 
 # A box: the reads of both buffers, and whether the executor copies it (``strided.on_executor``).
@@ -117,13 +117,19 @@ def _refined_box(dst: torch.Tensor, src: torch.Tensor, coords: BoundLayout) -> t
     d, s = plan(dst, coords, refine=True), plan(src, coords, refine=True)
     if d is None or s is None or (d.shape is None) == (s.shape is None):
         return None
-    fine, coarse = (d, s) if d.shape is not None else (s, d)
+    if d.shape is not None:
+        return (_box(d.read(dst, coords), _split(src, s, d, coords)),)
+    return (_box(_split(dst, d, s, coords), s.read(src, coords)),)
+
+
+def _split(t: torch.Tensor, coarse: ViewPlan, fine: ViewPlan, coords: BoundLayout) -> torch.Tensor:
+    """``t``'s view (plan ``coarse``, one stride per coordinate dim) shaped like ``fine``'s
+    factors: each factor steps its coordinate dim as many times as it does in the coordinates'
+    buffer (``fine.dst_strides``)."""
     unit = coords.layout.device_strides
     dims = [j for j, n in enumerate(fine.factors) for _ in range(n)]
-    split = tuple(coarse.strides[j] * (step // unit[j] if unit[j] else 0) for j, step in zip(dims, fine.dst_strides))
-    views = (raw_view(dst if fine is d else src, fine.shape, fine.strides, fine.offset),
-             raw_view(src if fine is d else dst, fine.shape, split, coarse.offset))
-    return (_box(*(views if fine is d else views[::-1])),)
+    strides = tuple(coarse.strides[j] * (step // unit[j] if unit[j] else 0) for j, step in zip(dims, fine.dst_strides))
+    return raw_view(t, fine.shape, strides, coarse.offset)
 
 
 def copy_between(dst: torch.Tensor, src: torch.Tensor) -> bool:
