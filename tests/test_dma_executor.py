@@ -87,6 +87,22 @@ def test_interleaves_and_transposes_of_long_rows(streaming: bool, esize: int, ro
     assert torch.equal(back, host.reshape(-1))
 
 
+@pytest.mark.parametrize("esize", [2, 4, 8])
+@pytest.mark.parametrize("rows, cols", [(64, 64), (130, 300), (257, 129), (64, 1000)])
+def test_square_transposes_turned_toward_the_far_side(streaming: bool, esize: int, rows: int, cols: int) -> None:
+    """Square transposes take tiles along the destination's rows, or along the source's where
+    those lie farther apart (NCHW -> NHWC): both orientations, ragged tiles, every unit width of
+    the block transposes, equal PyTorch's transpose bit for bit."""
+    dtype = BITS[esize]
+    host = torch.randint(-100, 100, (rows, cols), dtype=torch.int64).to(dtype)
+    packed = torch.empty(rows * cols, dtype=dtype)
+    _C._run_nests([((rows, cols), (1, rows), (cols, 1), 0, 0)], packed, host.reshape(-1))
+    assert torch.equal(packed, host.t().reshape(-1))
+    back = torch.empty_like(packed)
+    _C._run_nests([((rows, cols), (cols, 1), (1, rows), 0, 0)], back, packed)
+    assert torch.equal(back, host.reshape(-1))
+
+
 @pytest.mark.parametrize("lanes", [2, 4, 8])
 @pytest.mark.parametrize("rows, cols", [(4, 4), (5, 7), (64, 256), (67, 130), (256, 3)])
 def test_transposes_of_wide_units(streaming: bool, lanes: int, rows: int, cols: int) -> None:
