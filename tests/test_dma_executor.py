@@ -73,10 +73,11 @@ def test_nest_equals_pytorch_strided_copy(streaming: bool, case: tuple) -> None:
 
 
 @pytest.mark.parametrize("esize", [1, 2, 4, 8])
-@pytest.mark.parametrize("rows", [2, 4, 8, 32, 100])
+@pytest.mark.parametrize("rows", [2, 4, 8, 16, 32, 64, 100])
 def test_interleaves_and_transposes_of_long_rows(streaming: bool, esize: int, rows: int) -> None:
-    """rows x 4099 units transposed both ways: the interleave kernels (2 and 4 rows), the SIMD
-    blocks and their ragged edges, split across threads."""
+    """rows x 4099 units transposed both ways: the interleave kernels (2 and 4 rows), tiles of
+    all of a few far-apart rows (up to 64), the SIMD blocks and their ragged edges, split across
+    threads."""
     dtype, cols = BITS[esize], 4099
     host = torch.randint(-100, 100, (rows, cols), dtype=torch.int64).to(dtype)
     packed = torch.empty(rows * cols, dtype=dtype)
