@@ -226,11 +226,13 @@ void copy_nest(char* dst, const char* src, const Transfer& nest, int64_t esize) 
   // faster than 2 KiB tiles at 1 and 32 MiB, benchmarks/RESULTS.md). Where the source's rows lie
   // farther apart than the destination's (NCHW -> NHWC, kHWC8), the tile is turned the other way:
   // 64 source rows of 256 bytes, 128 units when streaming (each far row read in longer runs; 1.5-2x
-  // faster at 32 MiB). Below the streaming size, a side with few rows (64 or fewer) far apart and
-  // the other side's rows near (the H2D and D2H of blocked-channel formats: kCHW32, nChw16c, a
-  // dim_order change of float32) takes all of those rows and moves each in 1 KiB runs (1.3-1.7x
-  // faster at 1 and 4 MiB; streamed, the shorter tiles measured as fast). Work items are
-  // rectangles of tiles of about kParallelBytes.
+  // faster at 32 MiB). Below the streaming size, far-apart destination rows of 2/4/8-byte units
+  // are written in 1 KiB runs, 32 rows a tile (NHWC -> NCHW, kHWC8's D2H: 1.4x faster at 1 and
+  // 4 MiB); and a side with few rows (64 or fewer) far apart facing near rows on the other (the
+  // H2D and D2H of blocked-channel formats: kCHW32, nChw16c, a dim_order change of float32) takes
+  // all of those rows and moves each in 1 KiB runs (1.3-1.7x faster at 1 and 4 MiB). Streamed,
+  // the shorter tiles measured as fast or faster. Work items are rectangles of tiles of about
+  // kParallelBytes.
   const int64_t na = plan.a.size, nb = plan.b.size;
   const int64_t nd = static_cast<int64_t>(plan.outer.size());
   const int64_t outer = outer_count(plan);
@@ -249,7 +251,10 @@ void copy_nest(char* dst, const char* src, const Transfer& nest, int64_t esize) 
   const bool few_src = !stream && block_units && far_src && !far_dst && na <= 64 && nb >= 64;
   const bool few_dst = !stream && block_units && far_dst && !far_src && nb <= 64 && na >= 64;
   int64_t tb = std::min(nb, std::max(tb0, area / ta0)), ta = std::min(na, std::max(ta0, area / tb));
-  if (square) {
+  if (square && far_dst && !rows_far && !stream && block_units) {
+    tb = std::min<int64_t>(nb, 32);
+    ta = std::min(na, 1024 / unit);
+  } else if (square) {
     tb = std::min(nb, !rows_far ? 64 : stream ? 128 : 256 / unit);
     ta = std::min(na, rows_far ? 64 : 256 / unit);
   } else if (few_src) {
