@@ -141,6 +141,25 @@ def test_rows_continued_on_both_sides(streaming: bool, esize: int, na: int, nb: 
         assert torch.equal(dst, expected)
 
 
+@pytest.mark.parametrize("esize, na", [(1, 4), (1, 8), (1, 16), (2, 2), (2, 4), (2, 8), (4, 2), (4, 4), (8, 2)])
+def test_rows_continued_on_both_sides_in_row_wide_blocks(esize: int, na: int) -> None:
+    """Destination rows of 4, 8 or 16 bytes (CONV2D_FILTER's 4 output channels of a 3x3 kernel):
+    the second transpose, of row-wide units, with ragged blocks (9 rows, chunks of e not a
+    multiple of 4), equal PyTorch's strided copy bit for bit in both directions."""
+    dtype, nb, ne, outer = BITS[esize], 9, 1000, 2
+    ranges = (outer, nb, ne, na)
+    packed = (nb * ne * na, ne * na, na, 1)
+    rows = (na * ne * nb, 1, nb, ne * nb)
+    numel = outer * na * nb * ne
+    src = torch.randint(-100, 100, (numel,), dtype=torch.int64).to(dtype)
+    for dst_strides, src_strides in ((packed, rows), (rows, packed)):
+        dst = torch.full((numel,), 7, dtype=dtype)
+        expected = dst.clone()
+        expected.as_strided(ranges, dst_strides).copy_(src.as_strided(ranges, src_strides))
+        _C._run_nests([(ranges, dst_strides, src_strides, 0, 0)], dst, src)
+        assert torch.equal(dst, expected)
+
+
 @pytest.mark.parametrize("dtype, pad", [(torch.float32, float("nan")), (torch.float16, -0.0), (torch.bfloat16, 1.5),
                                         (torch.int8, -128), (torch.int32, -7), (torch.bool, True),
                                         (torch.float8_e4m3fn, -2.0), (torch.uint8, 200), (torch.int16, -3)])
