@@ -230,9 +230,9 @@ void copy_nest(char* dst, const char* src, const Transfer& nest, int64_t esize) 
   // are written in 1 KiB runs, 32 rows a tile (NHWC -> NCHW, kHWC8's D2H: 1.4x faster at 1 and
   // 4 MiB); and a side with few rows (64 or fewer) far apart facing near rows on the other (the
   // H2D and D2H of blocked-channel formats: kCHW32, nChw16c, a dim_order change of float32) takes
-  // all of those rows and moves each in 1 KiB runs (1.3-1.7x faster at 1 and 4 MiB). Streamed,
-  // the shorter tiles measured as fast or faster. Work items are rectangles of tiles of about
-  // kParallelBytes.
+  // all of those rows and moves each in 1 KiB runs (1.3-1.7x faster at 1 and 4 MiB; streamed, the
+  // H2D of 8 to 64 source rows too: kCDHW32 and kCHW32 1.1-1.4x faster at 32 MiB, the others as
+  // fast or faster with shorter tiles). Work items are rectangles of tiles of about kParallelBytes.
   const int64_t na = plan.a.size, nb = plan.b.size;
   const int64_t nd = static_cast<int64_t>(plan.outer.size());
   const int64_t outer = outer_count(plan);
@@ -248,7 +248,7 @@ void copy_nest(char* dst, const char* src, const Transfer& nest, int64_t esize) 
   const int64_t area = t * t * (far_src ? 1 : 4);
   const bool rows_far = std::abs(plan.a.src) > std::abs(plan.b.dst);  // the source's rows the farther apart
   const bool block_units = unit == 2 || unit == 4 || unit == 8;
-  const bool few_src = !stream && block_units && far_src && !far_dst && na <= 64 && nb >= 64;
+  const bool few_src = (!stream || na >= 8) && block_units && far_src && !far_dst && na <= 64 && nb >= 64;
   const bool few_dst = !stream && block_units && far_dst && !far_src && nb <= 64 && na >= 64;
   int64_t tb = std::min(nb, std::max(tb0, area / ta0)), ta = std::min(na, std::max(ta0, area / tb));
   if (square && far_dst && !rows_far && !stream && block_units) {
