@@ -37,6 +37,33 @@ def dense_strides(shape: list[int], pad: list[int]) -> list[int]:
     return strides[::-1]
 
 
+def check_rows_continued(dtype: torch.dtype, na: int, nb: int, ne: int, outer: int, gap: int) -> None:
+    """[outer][a][e][b] -> [outer][b][e][a] and back (``gap`` elements between outer positions)
+    equal PyTorch's strided copy bit for bit, the elements outside the nest untouched."""
+    ranges = (outer, nb, ne, na)
+    packed = (nb * ne * na + gap, ne * na, na, 1)  # [outer][b][e][a]
+    rows = (na * ne * nb + gap, 1, nb, ne * nb)  # [outer][a][e][b], strides in ranges' order
+    numel = outer * (na * nb * ne + gap)
+    src = torch.randint(-100, 100, (numel,), dtype=torch.int64).to(dtype)
+    for dst_strides, src_strides in ((packed, rows), (rows, packed)):
+        dst = torch.full((numel,), 7, dtype=dtype)
+        expected = dst.clone()
+        expected.as_strided(ranges, dst_strides).copy_(src.as_strided(ranges, src_strides))
+        _C._run_nests([(ranges, dst_strides, src_strides, 0, 0)], dst, src)
+        assert torch.equal(dst, expected)
+
+
+def check_transposed_both_ways(host: torch.Tensor) -> None:
+    """A rows x cols matrix into its transpose's buffer and back, bit for bit."""
+    rows, cols = host.shape
+    packed = torch.empty(rows * cols, dtype=host.dtype)
+    _C._run_nests([((rows, cols), (1, rows), (cols, 1), 0, 0)], packed, host.reshape(-1))
+    assert torch.equal(packed, host.t().reshape(-1))
+    back = torch.empty_like(packed)
+    _C._run_nests([((rows, cols), (cols, 1), (1, rows), 0, 0)], back, packed)
+    assert torch.equal(back, host.reshape(-1))
+
+
 @st.composite
 def copies(draw: st.DrawFn) -> tuple:
     """A src tensor of ``shape`` (rows padded), copied into a dst whose dims run in ``order``."""
@@ -78,14 +105,7 @@ def test_interleaves_and_transposes_of_long_rows(streaming: bool, esize: int, ro
     """rows x 4099 units transposed both ways: the interleave kernels (2 and 4 rows), tiles of
     all of a few far-apart rows (up to 64), the SIMD blocks and their ragged edges, split across
     threads."""
-    dtype, cols = BITS[esize], 4099
-    host = torch.randint(-100, 100, (rows, cols), dtype=torch.int64).to(dtype)
-    packed = torch.empty(rows * cols, dtype=dtype)
-    _C._run_nests([((rows, cols), (1, rows), (cols, 1), 0, 0)], packed, host.reshape(-1))
-    assert torch.equal(packed, host.t().reshape(-1))
-    back = torch.empty(rows * cols, dtype=dtype)
-    _C._run_nests([((rows, cols), (cols, 1), (1, rows), 0, 0)], back, packed)
-    assert torch.equal(back, host.reshape(-1))
+    check_transposed_both_ways(torch.randint(-100, 100, (rows, 4099), dtype=torch.int64).to(BITS[esize]))
 
 
 @pytest.mark.parametrize("esize", [2, 4, 8])
@@ -94,14 +114,7 @@ def test_square_transposes_turned_toward_the_far_side(streaming: bool, esize: in
     """Square transposes take tiles along the destination's rows, or along the source's where
     those lie farther apart (NCHW -> NHWC): both orientations, ragged tiles, every unit width of
     the block transposes, equal PyTorch's transpose bit for bit."""
-    dtype = BITS[esize]
-    host = torch.randint(-100, 100, (rows, cols), dtype=torch.int64).to(dtype)
-    packed = torch.empty(rows * cols, dtype=dtype)
-    _C._run_nests([((rows, cols), (1, rows), (cols, 1), 0, 0)], packed, host.reshape(-1))
-    assert torch.equal(packed, host.t().reshape(-1))
-    back = torch.empty_like(packed)
-    _C._run_nests([((rows, cols), (cols, 1), (1, rows), 0, 0)], back, packed)
-    assert torch.equal(back, host.reshape(-1))
+    check_transposed_both_ways(torch.randint(-100, 100, (rows, cols), dtype=torch.int64).to(BITS[esize]))
 
 
 @pytest.mark.parametrize("lanes", [2, 4, 8])
@@ -127,18 +140,7 @@ def test_rows_continued_on_both_sides(streaming: bool, esize: int, na: int, nb: 
     """A loop e that continues the destination's rows (a) and the source's rows (b) both, as in
     MACE's CONV2D_FILTER and oneDNN's OIhw16i16o: [outer][a][e][b] -> [outer][b][e][a] and back,
     several chunks of e per outer position, equal PyTorch's strided copy bit for bit."""
-    dtype = BITS[esize]
-    ranges = (outer, nb, ne, na)
-    packed = (nb * ne * na + gap, ne * na, na, 1)  # [outer][b][e][a]
-    rows = (na * ne * nb + gap, 1, nb, ne * nb)  # [outer][a][e][b], strides in ranges' order
-    numel = outer * (na * nb * ne + gap)
-    src = torch.randint(-100, 100, (numel,), dtype=torch.int64).to(dtype)
-    for dst_strides, src_strides in ((packed, rows), (rows, packed)):
-        dst = torch.full((numel,), 7, dtype=dtype)
-        expected = dst.clone()
-        expected.as_strided(ranges, dst_strides).copy_(src.as_strided(ranges, src_strides))
-        _C._run_nests([(ranges, dst_strides, src_strides, 0, 0)], dst, src)
-        assert torch.equal(dst, expected)
+    check_rows_continued(BITS[esize], na, nb, ne, outer, gap)
 
 
 @pytest.mark.parametrize("esize, na", [(1, 4), (1, 8), (1, 16), (2, 2), (2, 4), (2, 8), (4, 2), (4, 4), (8, 2)])
@@ -146,18 +148,7 @@ def test_rows_continued_on_both_sides_in_row_wide_blocks(esize: int, na: int) ->
     """Destination rows of 4, 8 or 16 bytes (CONV2D_FILTER's 4 output channels of a 3x3 kernel):
     the second transpose, of row-wide units, with ragged blocks (9 rows, chunks of e not a
     multiple of 4), equal PyTorch's strided copy bit for bit in both directions."""
-    dtype, nb, ne, outer = BITS[esize], 9, 1000, 2
-    ranges = (outer, nb, ne, na)
-    packed = (nb * ne * na, ne * na, na, 1)
-    rows = (na * ne * nb, 1, nb, ne * nb)
-    numel = outer * na * nb * ne
-    src = torch.randint(-100, 100, (numel,), dtype=torch.int64).to(dtype)
-    for dst_strides, src_strides in ((packed, rows), (rows, packed)):
-        dst = torch.full((numel,), 7, dtype=dtype)
-        expected = dst.clone()
-        expected.as_strided(ranges, dst_strides).copy_(src.as_strided(ranges, src_strides))
-        _C._run_nests([(ranges, dst_strides, src_strides, 0, 0)], dst, src)
-        assert torch.equal(dst, expected)
+    check_rows_continued(BITS[esize], na, nb=9, ne=1000, outer=2, gap=0)
 
 
 @pytest.mark.parametrize("dtype, pad", [(torch.float32, float("nan")), (torch.float16, -0.0), (torch.bfloat16, 1.5),
