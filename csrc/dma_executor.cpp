@@ -251,12 +251,15 @@ void copy_nest(char* dst, const char* src, const Transfer& nest, int64_t esize) 
   const bool few_src = (!stream || na >= 8) && block_units && far_src && !far_dst && na <= 64 && nb >= 64;
   const bool few_dst = !stream && block_units && far_dst && !far_src && nb <= 64 && na >= 64;
   int64_t tb = std::min(nb, std::max(tb0, area / ta0)), ta = std::min(na, std::max(ta0, area / tb));
-  if (square && far_dst && !rows_far && !stream && block_units) {
-    tb = std::min<int64_t>(nb, 32);
+  if (square && rows_far) {  // 64 far source rows, each in 256-byte runs (128 units streamed)
+    ta = std::min<int64_t>(na, 64);
+    tb = std::min(nb, stream ? 128 : 256 / unit);
+  } else if (square && far_dst && !stream && block_units) {  // 32 far destination rows in 1 KiB runs
     ta = std::min(na, 1024 / unit);
-  } else if (square) {
-    tb = std::min(nb, !rows_far ? 64 : stream ? 128 : 256 / unit);
-    ta = std::min(na, rows_far ? 64 : 256 / unit);
+    tb = std::min<int64_t>(nb, 32);
+  } else if (square) {  // 64 destination rows of 256 bytes
+    ta = std::min(na, 256 / unit);
+    tb = std::min<int64_t>(nb, 64);
   } else if (few_src) {
     ta = na;
     tb = std::max(tb, std::min(nb, 1024 / unit));
