@@ -18,6 +18,7 @@
 #include "layout_records.h"
 #include "runtime_stats.h"
 #include "tensor_impl.h"
+#include "view_copies.h"
 #include "view_offsets.h"
 
 namespace torch_layouts {
@@ -200,7 +201,8 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool /*non_b
   at::Tensor src = self.sizes() == dst.sizes() ? self : self.expand(dst.sizes());
   const bool src_dev = src.is_privateuseone(), dst_dev = dst.is_privateuseone();
   if (src.scalar_type() == dst.scalar_type() && dst.scalar_type() != at::kLong && dst.numel() >= kPlannedViewCopy &&
-      (part_view(src) || part_view(dst)) && copy_view_planned(src, dst)) {
+      (part_view(src) || part_view(dst)) && ((src_dev && dst_dev && replay_view_copy(dst, src)) ||
+                                              copy_view_planned(src, dst))) {
     if (src_dev && dst_dev) count(Counter::D2DBytes, dst.numel() * dst.element_size());  // staging counts the rest
     return dst;
   }

@@ -19,6 +19,7 @@
 #include "runtime_stats.h"
 #include "tensor_impl.h"
 #include "tile_gemm.h"
+#include "view_copies.h"
 #include "view_offsets.h"
 
 namespace py = pybind11;
@@ -95,6 +96,20 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("_set_layout_records", &set_layout_records);
   m.def("_set_converter", &set_converter);
   m.def("_set_view_copier", &set_view_copier);
+  m.def("_keep_view_copy", [](const at::Tensor& dst, const at::Tensor& src, const py::list& boxes) {
+    std::vector<ViewCopyBox> parsed;
+    for (const auto& item : boxes) {
+      auto t = py::cast<py::tuple>(item);
+      TORCH_CHECK_VALUE(t.size() == 6, "a view copy box is (sizes, dst_strides, src_strides, dst_offset, src_offset, "
+                        "executor)");
+      parsed.push_back(ViewCopyBox{py::cast<std::vector<int64_t>>(t[0]), py::cast<std::vector<int64_t>>(t[1]),
+                                   py::cast<std::vector<int64_t>>(t[2]), py::cast<int64_t>(t[3]),
+                                   py::cast<int64_t>(t[4]), py::cast<bool>(t[5])});
+    }
+    keep_view_copy(dst, src, std::move(parsed));
+  });
+  m.def("_kept_view_copies", &kept_view_copies);
+  m.def("_forget_view_copies", &forget_view_copies);
   m.def("_empty_with_layout", [](std::shared_ptr<BoundLayout> info, c10::DeviceIndex device) {
     return new_device_tensor(info, c10::Device(c10::DeviceType::PrivateUse1, device));
   });

@@ -194,14 +194,52 @@ def test_a_view_no_plan_reads_is_left_to_the_runtime(monkeypatch):
     """The copier answers False (nothing written) when no coordinates read both tensors;
     the runtime's element path then copies."""
     monkeypatch.setattr(view_copy, "_boxes", lambda dst, src: ())
-    view_copy.PLANS.clear()
+    view_copy.forget_plans()
     d = torch.zeros(4, 64, 64).to("spyre")
     values = torch.randn(64, 64)
     torch_layouts.reset_stats()
     d[1] = values.to("spyre")
     assert torch_layouts.stats()["view_scatters"] == 1
     assert torch.equal(d.cpu()[1], values)
-    view_copy.PLANS.clear()
+    view_copy.forget_plans()
+
+
+# Device-to-device copies into or out of part of a buffer: (destination, source) of one
+# geometry, the source's data fresh on each call.
+REPLAYED = [
+    ("select", lambda d, s: (d[1], s)),
+    ("slice", lambda d, s: (d[1, :, 32:64], s[:, 32:64])),
+    ("out of part", lambda d, s: (s, d[2])),
+    ("transposed source", lambda d, s: (d[1], s.transpose(0, 1).contiguous().transpose(0, 1))),
+]
+
+
+@pytest.mark.parametrize("views", [v for _, v in REPLAYED], ids=[n for n, _ in REPLAYED])
+def test_kept_plans_are_replayed_by_the_runtime(views):
+    """The first copy of a geometry is planned here; later ones are replayed by the runtime
+    without calling the planner, bit for bit as the CPU copies, wherever the data changes."""
+    calls = []
+
+    def counting(dst: torch.Tensor, src: torch.Tensor) -> bool:
+        calls.append(1)
+        return view_copy.copy_view(dst, src)
+
+    view_copy.forget_plans()
+    torch_layouts._C._set_view_copier(counting)
+    try:
+        for round_ in range(3):
+            x, y = torch.randn(4, 64, 96), torch.randn(64, 96)
+            d, s = x.to("spyre"), y.to("spyre")
+            dst, src = views(d, s)
+            want_dst, want_src = views(x, y)
+            dst.copy_(src)
+            want_dst.copy_(want_src)
+            assert torch.equal(bits(d.cpu()), bits(x)) and torch.equal(bits(s.cpu()), bits(y))
+            assert len(calls) == 1, f"round {round_}: the planner was called {len(calls)} times"
+        assert torch_layouts._C._kept_view_copies() >= 1
+    finally:
+        torch_layouts._C._set_view_copier(view_copy.copy_view)
+        view_copy.forget_plans()
 
 
 @pytest.mark.parametrize("raw_side", ["dst", "src"])

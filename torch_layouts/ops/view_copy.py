@@ -13,7 +13,10 @@ other's strides split the same way and the copy is one box. A host side is stage
 fresh device tensor in those coordinates (one whole-buffer DMA); a source that no coordinates
 read together with the destination is first moved into coordinates that read the destination
 (``materialize``, also the ops' way into their coordinates). A tensor that no coordinates read,
-or a raw device buffer with no layout, leaves the copy to the runtime.
+or a raw device buffer with no layout, leaves the copy to the runtime. The boxes of a copy
+between two device tensors are also kept by the runtime (``csrc/view_copies.cpp``), which
+replays later copies of that geometry without calling this module (buffers shared by both
+sides excepted).
 """
 
 from __future__ import annotations
@@ -145,6 +148,8 @@ def copy_between(dst: torch.Tensor, src: torch.Tensor) -> bool:
     boxes = kept[0] if kept is not None else _boxes(dst, src)
     if kept is None and key is not None:
         keep(PLANS, key, (boxes, layouts_of((dst, src))), MAX_PLANS)
+        if boxes:  # the runtime replays later copies of this geometry itself
+            _C._keep_view_copy(dst, src, [(d[0], d[1], s[1], d[2], s[2], executor) for d, s, executor in boxes])
     if not boxes:
         return False
     sources = [raw_view(src, *read) for _, read, _ in boxes]
@@ -202,6 +207,13 @@ def copy_view(dst: torch.Tensor, src: torch.Tensor) -> bool:
         return False
     dst.copy_(staged)
     return True
+
+
+def forget_plans() -> None:
+    """Forget every kept plan: this module's and the runtime's replays of them."""
+    PLANS.clear()
+    READABLE.clear()
+    _C._forget_view_copies()
 
 
 def register_all() -> None:

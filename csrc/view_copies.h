@@ -1,0 +1,36 @@
+// Kept plans of copies between parts of device buffers. ops/view_copy.py works a plan out once
+// per geometry of (destination, source) and keeps it here; the runtime then replays it on later
+// copies of that geometry without entering Python (docs/design.md, "Copies into and out of part
+// of a buffer").
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace torch_layouts {
+
+// One strided copy between the two raw buffers (elements of the tensors' dtype): sizes, each
+// side's strides and offset, and whether the DMA executor runs it (else PyTorch's copy_).
+struct ViewCopyBox {
+  std::vector<int64_t> sizes, dst_strides, src_strides;
+  int64_t dst_offset = 0, src_offset = 0;
+  bool executor = false;
+};
+
+// Keeps `boxes` as the plan of copies from `src`'s geometry into `dst`'s (both device tensors
+// with layouts); emptied when it holds kMaxViewCopies plans.
+void keep_view_copy(const at::Tensor& dst, const at::Tensor& src, std::vector<ViewCopyBox> boxes);
+
+// Replays the kept plan of (dst, src)'s geometry: false (nothing written) when none is kept or
+// both share a buffer (those copy through ops/view_copy.py, which reads every source first).
+bool replay_view_copy(const at::Tensor& dst, const at::Tensor& src);
+
+// How many plans are kept, and forgetting them all (ops/view_copy.forget_plans).
+int64_t kept_view_copies();
+void forget_view_copies();
+
+constexpr size_t kMaxViewCopies = 512;
+
+}  // namespace torch_layouts
