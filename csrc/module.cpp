@@ -120,17 +120,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     return py::cast(std::const_pointer_cast<BoundLayout>(layout));
   });
   m.def("_geometry_key", [](const at::Tensor& t) -> py::object {  // see ops/operands.geometry_key
-    LayoutPtr layout = t.is_privateuseone() ? layout_of(t) : nullptr;
-    if (!layout) return py::none();
-    auto ints = [](c10::IntArrayRef values) {
-      py::tuple out(values.size());
-      for (size_t i = 0; i < values.size(); ++i) out[i] = py::int_(values[i]);
-      return out;
-    };
-    py::handle dtype(reinterpret_cast<PyObject*>(torch::getTHPDtype(t.scalar_type())));
-    return py::make_tuple(static_cast<int>(t.device().index()), dtype, ints(t.sizes()), ints(t.strides()),
-                          t.storage_offset(), reinterpret_cast<intptr_t>(layout->layout->get()),
-                          ints(layout->base_size), ints(layout->base_stride));
+    std::vector<int64_t> key = geometry_key(t);
+    if (key.empty()) return py::none();
+    return py::tuple(py::cast(key));
   });
   m.def("_impl_carries_layout", [](const at::Tensor& t) {
     auto* impl = dynamic_cast<SpyreTensorImpl*>(t.unsafeGetTensorImpl());

@@ -59,6 +59,20 @@ LayoutPtr layout_of(const at::Tensor& tensor) {
   return nullptr;
 }
 
+std::vector<int64_t> geometry_key(const at::Tensor& tensor) {
+  LayoutPtr layout = tensor.is_privateuseone() ? layout_of(tensor) : nullptr;
+  if (!layout) return {};
+  std::vector<int64_t> key{tensor.device().index(), static_cast<int64_t>(tensor.scalar_type()), tensor.dim()};
+  key.insert(key.end(), tensor.sizes().begin(), tensor.sizes().end());
+  key.insert(key.end(), tensor.strides().begin(), tensor.strides().end());
+  key.push_back(tensor.storage_offset());
+  key.push_back(reinterpret_cast<intptr_t>(layout->layout->get()));
+  key.push_back(static_cast<int64_t>(layout->base_size.size()));
+  key.insert(key.end(), layout->base_size.begin(), layout->base_size.end());
+  key.insert(key.end(), layout->base_stride.begin(), layout->base_stride.end());
+  return key;
+}
+
 // A byte tensor spanning its whole storage from offset 0 that is not the layout's own base: the
 // storage itself (UntypedStorage.cpu(), copy_, clone), read and written raw, padding included.
 bool is_storage_bytes(const at::Tensor& tensor, const BoundLayout& layout) {

@@ -5,6 +5,7 @@
 #include <c10/core/TensorImpl.h>
 
 #include <memory>
+#include <vector>
 
 #include "bound_layout.h"
 
@@ -37,6 +38,11 @@ class SpyreTensorImpl final : public c10::TensorImpl {
 // The layout of a device tensor's buffer: carried by its impl, else recorded with
 // its storage; nullptr for raw device storage (bytes in host order).
 LayoutPtr layout_of(const at::Tensor& tensor);
+
+// What a kept plan for device tensor `tensor` depends on, as ints: its device, dtype, sizes,
+// strides, storage offset, its buffer's layout object (by address) and that layout's base size
+// and strides; empty when it carries no layout (ops/operands.geometry_key, csrc/view_copies.cpp).
+std::vector<int64_t> geometry_key(const at::Tensor& tensor);
 
 // The layout addressing this tensor's elements: the buffer's, or for a dtype view of another
 // element size the buffer's layout seen through that size (dtype_views.h); nullptr when the

@@ -4,7 +4,6 @@
 #include <mutex>
 #include <utility>
 
-#include "bound_layout.h"
 #include "dma_executor.h"
 #include "device_memory.h"
 #include "tensor_impl.h"
@@ -12,25 +11,11 @@
 namespace torch_layouts {
 namespace {
 
-// A copy's geometry as ints: per tensor its device, dtype, sizes, strides, offset, layout object
-// and base tensor (what ops/operands.geometry_key holds); empty when a tensor has no layout.
-std::vector<int64_t> geometry(const at::Tensor& dst, const at::Tensor& src, std::vector<LayoutPtr>* layouts) {
-  std::vector<int64_t> key;
-  for (const at::Tensor* t : {&dst, &src}) {
-    LayoutPtr layout = t->is_privateuseone() ? layout_of(*t) : nullptr;
-    if (!layout) return {};
-    key.push_back(t->device().index());
-    key.push_back(static_cast<int64_t>(t->scalar_type()));
-    key.push_back(t->dim());
-    key.insert(key.end(), t->sizes().begin(), t->sizes().end());
-    key.insert(key.end(), t->strides().begin(), t->strides().end());
-    key.push_back(t->storage_offset());
-    key.push_back(reinterpret_cast<intptr_t>(layout->layout->get()));
-    key.push_back(static_cast<int64_t>(layout->base_size.size()));
-    key.insert(key.end(), layout->base_size.begin(), layout->base_size.end());
-    key.insert(key.end(), layout->base_stride.begin(), layout->base_stride.end());
-    if (layouts) layouts->push_back(std::move(layout));
-  }
+// A copy's geometry: both tensors' geometry keys; empty when either has no layout.
+std::vector<int64_t> geometry(const at::Tensor& dst, const at::Tensor& src) {
+  std::vector<int64_t> key = geometry_key(dst), second = geometry_key(src);
+  if (key.empty() || second.empty()) return {};
+  key.insert(key.end(), second.begin(), second.end());
   return key;
 }
 
@@ -45,9 +30,10 @@ std::map<std::vector<int64_t>, std::shared_ptr<const Kept>> g_kept;
 }  // namespace
 
 void keep_view_copy(const at::Tensor& dst, const at::Tensor& src, std::vector<ViewCopyBox> boxes) {
-  auto kept = std::make_shared<Kept>();
-  std::vector<int64_t> key = geometry(dst, src, &kept->layouts);
+  std::vector<int64_t> key = geometry(dst, src);
   TORCH_CHECK_VALUE(!key.empty(), "a kept view copy needs two device tensors with layouts");
+  auto kept = std::make_shared<Kept>();
+  kept->layouts = {layout_of(dst), layout_of(src)};
   for (const ViewCopyBox& box : boxes) {
     TORCH_CHECK_VALUE(box.dst_strides.size() == box.sizes.size() && box.src_strides.size() == box.sizes.size(),
                       "a view copy box needs one stride per size on each side");
@@ -60,7 +46,7 @@ void keep_view_copy(const at::Tensor& dst, const at::Tensor& src, std::vector<Vi
 
 bool replay_view_copy(const at::Tensor& dst, const at::Tensor& src) {
   if (dst.storage().data() == src.storage().data()) return false;
-  const std::vector<int64_t> key = geometry(dst, src, nullptr);
+  const std::vector<int64_t> key = geometry(dst, src);
   if (key.empty()) return false;
   std::shared_ptr<const Kept> kept;
   {

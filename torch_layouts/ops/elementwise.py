@@ -239,7 +239,7 @@ def signature(spec: Spec, args: tuple | list, kwargs: dict, target: torch.Tensor
             parts.append(_key(a))
             continue
         geometry = geometry_key(a)  # None off the device or without a layout
-        if geometry is None or not geometry[2]:  # geometry[2]: the shape; () for 0-dim tensors
+        if geometry is None or a.dim() == 0:
             return None
         parts.append((*geometry, ptr is not None and a.untyped_storage().data_ptr() == ptr))
     return tuple(parts)

@@ -67,10 +67,10 @@ def record_of(x: torch.Tensor) -> _C.BoundLayout | None:
 
 
 def geometry_key(x: torch.Tensor) -> tuple | None:
-    """What a kernel's plan for device tensor ``x`` depends on: its device, dtype, shape, strides,
-    offset and layout record (the layout object's identity, the base tensor's size and strides);
-    None when ``x`` is not a device tensor carrying a layout. Plans keyed on it keep the layout
-    objects alive."""
+    """What a kernel's plan for device tensor ``x`` depends on, as a tuple of ints: its device,
+    dtype, shape, strides, offset and layout record (the layout object's identity, the base
+    tensor's size and strides; the runtime keys its replayed view copies the same way); None when
+    ``x`` is not a device tensor carrying a layout. Plans keyed on it keep the layout objects alive."""
     return _C._geometry_key(x)
 
 
