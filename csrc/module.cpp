@@ -12,6 +12,7 @@
 #include "dma_executor.h"
 #include "generator.h"
 #include "int64_format.h"
+#include "kernel_front.h"
 #include "layout_records.h"
 #include "pointwise.h"
 #include "row_kernels.h"
@@ -109,6 +110,25 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     keep_view_copy(dst, src, std::move(parsed));
   });
   m.def("_kept_view_copies", &kept_view_copies);
+  m.def("_register_kernel", &register_front, py::arg("name"), py::arg("fn"), py::arg("counted") = true);
+  m.def(
+      "_offer_recipe",
+      [](const std::vector<std::optional<at::Tensor>>& args, std::vector<int64_t> shape, const py::list& reads,
+         std::shared_ptr<BoundLayout> out, std::optional<std::pair<std::vector<int64_t>, int64_t>> target_read,
+         const std::string& compute) {
+        std::vector<RecipeRead> parsed;
+        for (const auto& item : reads) {
+          auto t = py::cast<py::tuple>(item);
+          TORCH_CHECK_VALUE(t.size() == 3, "a recipe read is (argument, strides, offset)");
+          parsed.push_back(RecipeRead{py::cast<int64_t>(t[0]), py::cast<std::vector<int64_t>>(t[1]), py::cast<int64_t>(t[2])});
+        }
+        return offer_recipe(args, std::move(shape), std::move(parsed), std::move(out), std::move(target_read), compute);
+      });
+  m.def("_kept_recipes", &kept_recipes);
+  m.def("_forget_recipes", &forget_recipes);
+  m.def("_kernel_counts", &kernel_counts);
+  m.def("_reset_kernel_counts", &reset_kernel_counts);
+  m.def("_set_strict", &set_strict);
   m.def("_forget_view_copies", &forget_view_copies);
   m.def("_empty_with_layout", [](std::shared_ptr<BoundLayout> info, c10::DeviceIndex device) {
     return new_device_tensor(info, c10::Device(c10::DeviceType::PrivateUse1, device));

@@ -1,7 +1,8 @@
 """Pointwise calls replay the recipe of an earlier call of the same geometry (``elementwise.Recipe``):
 a replayed call gives the result the general path gives, for new results, in-place ops, ``out=``
 tensors, broadcasting and padded layouts, and calls whose geometry differs (aliasing, another
-device, strict mode) do not replay a recipe they do not match."""
+device, strict mode) do not replay a recipe they do not match. Recipes of ops whose compute is
+their own CPU ``out=`` overload are replayed by the runtime's front without entering Python."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import torch
 
 import torch_layouts
 from ops_support import padding_holds_pad_value
-from torch_layouts import LayoutError, SpyreTensorLayout
+from torch_layouts import LayoutError, SpyreTensorLayout, _C
 from torch_layouts.ops import elementwise
 
 F16, F32 = torch.float16, torch.float32
@@ -35,7 +36,7 @@ CASES = [
 
 @pytest.mark.parametrize("_, fn, ashape, bshape", CASES, ids=[c[0] for c in CASES])
 def test_replayed_calls_match_the_cpu(_, fn, ashape, bshape):
-    elementwise.RECIPES.clear()
+    elementwise.forget_recipes()
     results = []
     for seed in range(3):  # the first call records, the others replay
         a, b = randn(*ashape, seed=seed), randn(*bshape, seed=seed + 10)
@@ -49,7 +50,7 @@ def test_replayed_calls_match_the_cpu(_, fn, ashape, bshape):
 
 
 def test_out_tensors_replay():
-    elementwise.RECIPES.clear()
+    elementwise.forget_recipes()
     for seed in range(3):
         a, b = randn(5, 70, seed=seed), randn(5, 70, seed=seed + 1)
         out = torch.empty(5, 70, device="spyre")
@@ -59,7 +60,7 @@ def test_out_tensors_replay():
 
 def test_an_aliased_operand_does_not_replay_the_unaliased_recipe():
     """``x.add_(y)`` then ``x.add_(x.view)``: same geometry, but the second reads its own target."""
-    elementwise.RECIPES.clear()
+    elementwise.forget_recipes()
     x, y = randn(64, 64), randn(64, 64, seed=1)
     dx = x.to("spyre")
     dx.add_(y.to("spyre").t())
@@ -70,7 +71,7 @@ def test_an_aliased_operand_does_not_replay_the_unaliased_recipe():
 
 
 def test_a_recipe_of_another_layout_is_not_replayed():
-    elementwise.RECIPES.clear()
+    elementwise.forget_recipes()
     a, b = randn(32, 64), randn(32, 64, seed=1)
     plain = a.to("spyre") + b.to("spyre")
     layout = SpyreTensorLayout((32, 64), F32, [1, 0])
@@ -81,7 +82,7 @@ def test_a_recipe_of_another_layout_is_not_replayed():
 
 
 def test_strict_mode_is_not_bypassed_by_a_recipe():
-    elementwise.RECIPES.clear()
+    elementwise.forget_recipes()
     a = randn(40, 64)
     b = a.to("spyre", device_layout=SpyreTensorLayout((40, 64), F32, [1, 0]))
     first = a.to("spyre") + b  # restickifies b: not recorded
@@ -91,8 +92,102 @@ def test_strict_mode_is_not_bypassed_by_a_recipe():
 
 
 def test_mixed_devices_are_still_rejected_after_a_recipe():
-    elementwise.RECIPES.clear()
+    elementwise.forget_recipes()
     a = randn(4, 64).to("spyre")
     a + a
     with pytest.raises(RuntimeError, match="same device"):
         a + randn(4, 64)
+
+
+# One row per case: id, function of (a, b, c) on either device (c: a preallocated result for
+# out=, or the target of an in-place op), dtype. Each op's compute is its own CPU out= overload.
+FRONT_CASES = [
+    ("add", lambda a, b, c: a + b, F32),
+    ("add-alpha", lambda a, b, c: torch.add(a, b, alpha=0.25), F32),
+    ("add-number", lambda a, b, c: a + 3, F32),
+    ("mul-number-half", lambda a, b, c: a * 0.1, F16),
+    ("mul-bias-broadcast", lambda a, b, c: a * b[0], F32),
+    ("sub-out", lambda a, b, c: torch.sub(a, b, alpha=2, out=c), F32),
+    ("div-floor", lambda a, b, c: torch.div(a, b, rounding_mode="floor"), F32),
+    ("add_-in-place", lambda a, b, c: c.add_(b, alpha=1e-3), F32),
+    ("mul_-number-in-place", lambda a, b, c: c.mul_(0.9), F16),
+    ("exp", lambda a, b, c: torch.exp(a), F32),
+    ("gelu-tanh", lambda a, b, c: torch.nn.functional.gelu(a, approximate="tanh"), F32),
+    ("maximum-half", lambda a, b, c: torch.maximum(a, b), F16),
+    ("clamp", lambda a, b, c: torch.clamp(a, -0.5, 0.5), F32),
+    ("addcmul-value", lambda a, b, c: torch.addcmul(c, a, b, value=0.5), F32),
+    ("lerp", lambda a, b, c: torch.lerp(a, b, 0.3), F32),
+    ("threshold_backward", lambda a, b, c: torch.ops.aten.threshold_backward(a, b, 0.0), F32),
+]
+
+
+def _calls_into_python(monkeypatch) -> list:
+    """A list that grows by one each time a pointwise call enters the Python kernel."""
+    calls = []
+    signature = elementwise.signature
+
+    def spy(*args, **kwargs):
+        calls.append(args[0].name)
+        return signature(*args, **kwargs)
+    monkeypatch.setattr(elementwise, "signature", spy)
+    return calls
+
+
+@pytest.mark.parametrize("_, fn, dtype", FRONT_CASES, ids=[c[0] for c in FRONT_CASES])
+def test_the_runtime_front_replays_recipes_bit_for_bit(_, fn, dtype, monkeypatch):
+    """The first call records (in Python); the next ones of that geometry never enter Python and
+    match the CPU bit for bit, the target's other elements and the padding untouched."""
+    elementwise.forget_recipes()
+    calls = _calls_into_python(monkeypatch)
+    entered = []
+    for seed in range(3):
+        a, b, c = (randn(16, 128, seed=seed + k, dtype=dtype) for k in (0, 10, 20))
+        dc = c.to("spyre")
+        out = fn(a.to("spyre"), b.to("spyre"), dc)
+        expected = fn(a, b, c)
+        assert out.dtype == expected.dtype and torch.equal(out.cpu(), expected)
+        assert torch.equal(dc.cpu(), c) and padding_holds_pad_value(out)
+        entered.append(len(calls))
+    assert _C._kept_recipes() >= 1
+    assert entered[0] >= 1 and entered[2] == entered[1] == entered[0], entered
+
+
+def test_the_front_keeps_recipes_apart_by_geometry_and_scalar_kind(monkeypatch):
+    """Calls differing in layout, in a number's kind, or in aliasing never replay each other's recipe."""
+    elementwise.forget_recipes()
+    a, b = randn(32, 64), randn(32, 64, seed=1)
+    da, db = a.to("spyre"), b.to("spyre")
+    layout = SpyreTensorLayout((32, 64), F32, [1, 0])
+    ta, tb = a.to("spyre", device_layout=layout), b.to("spyre", device_layout=layout)
+    for _ in range(2):
+        assert torch.equal((da + db).cpu(), a + b)
+        assert torch.equal((ta + tb).cpu(), a + b)
+        assert torch.equal((da + 2).cpu(), a + 2) and torch.equal((da + 2.5).cpu(), a + 2.5)
+    x = da.clone()
+    x.add_(db.t().t())
+    x.add_(x)  # the same geometry as the call before, but reading its own target
+    assert torch.equal(x.cpu(), (a + b) * 2)
+
+
+def test_the_front_replays_no_recipe_in_strict_mode():
+    elementwise.forget_recipes()
+    a, b = randn(40, 64), randn(40, 64, seed=1)
+    da, db = a.to("spyre"), b.to("spyre")
+    da + db
+    assert _C._kept_recipes() == 1
+    transposed = b.to("spyre", device_layout=SpyreTensorLayout((40, 64), F32, [1, 0]))
+    with torch_layouts.strict_layouts():
+        assert torch.equal((da + db).cpu(), a + b)
+        with pytest.raises(LayoutError):
+            da + transposed
+
+
+def test_a_recipe_is_offered_only_for_the_call_being_served():
+    """Outside a kernel the runtime's front serves, an offer is refused; replayed calls still count."""
+    a = randn(8, 64).to("spyre")
+    assert not _C._offer_recipe([a], [8, 64], [(0, [64, 1], 0)], None, None, "aten::add.out")
+    elementwise.forget_recipes()
+    torch_layouts.reset_stats()
+    for _ in range(3):
+        a * a
+    assert torch_layouts.stats()["kernel_calls"]["aten::mul.Tensor"] == 3

@@ -22,7 +22,10 @@ relayout loop nests (device to device).
 
 A call whose operands were all read in place leaves a ``Recipe`` (the coordinates and
 each operand's strided view) under its geometry (``signature``); later calls of the same
-geometry replay it without planning again.
+geometry replay it without planning again. When the op's compute is its own CPU ``out=``
+overload (``Spec.native``) and the coordinates have no padding, the recipe is also offered to
+the runtime's front (``csrc/kernel_front.cpp``), which then replays such calls without
+entering Python.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ from ..spyre import SpyreTensorLayout
 from . import rules
 from .operands import (coords_for, coords_with_dtype, default_coords, geometry_key, has_padding, is_whole_dense, keep,
                        layouts_of, new_tensor, operand_layout, ordered_coords, plan, raw, raw_view, real_slices,
-                       record_of, rowmajor, scalar_view, stick_dim, strides_in_order, view)
+                       record_of, rowmajor, runtime_record, scalar_view, stick_dim, strides_in_order, view)
 from .registry import check_cast, out_overload, register, write_out
 from .stats import count_kernel, count_restickify
 from .strided import strided_copy
@@ -58,6 +61,7 @@ class Spec(NamedTuple):
     compute: Callable[..., Any]
     operands: tuple[int, ...]  # argument positions of the operands (tensors or scalars)
     masks: tuple[int, ...] = ()  # bool operands: never promoted
+    native: str | None = None  # the CPU out= overload ``compute`` is, on the op's own arguments
 
 
 def _op(name: str) -> torch._ops.OpOverload:
@@ -272,8 +276,9 @@ def _replay(recipe: Recipe, spec: Spec, args: tuple | list, kwargs: dict, target
 
 
 def _record(key: tuple, spec: Spec, args: list, originals: list, positions: list[int], coords: BoundLayout,
-            result: torch.dtype, target: torch.Tensor | None, inplace: bool) -> None:
-    """Keep the recipe of a call whose operands were all read in place (see ``Recipe``)."""
+            result: torch.dtype, target: torch.Tensor | None, inplace: bool, front: bool) -> None:
+    """Keep the recipe of a call whose operands were all read in place (see ``Recipe``); with
+    ``front`` (the call is the registered kernel's), offer it to the runtime's front too."""
     reads = []
     for i in positions:
         if args[i] is not originals[i]:
@@ -292,16 +297,26 @@ def _record(key: tuple, spec: Spec, args: list, originals: list, positions: list
         p = plan(target, coords)
         target_read = (p.strides, p.offset)
     layouts = layouts_of([t for t in originals if isinstance(t, torch.Tensor)])
-    keep(RECIPES, key, Recipe(layouts, coords, tuple(reads), out_coords, target_read, not has_padding(coords)),
-         MAX_RECIPES)
+    recipe = keep(RECIPES, key, Recipe(layouts, coords, tuple(reads), out_coords, target_read,
+                                       not has_padding(coords)), MAX_RECIPES)
+    if front and spec.native is not None and recipe.unpadded:
+        _C._offer_recipe([t if isinstance(t, torch.Tensor) else None for t in originals], coords.shape, reads,
+                         None if out_coords is None else runtime_record(out_coords), target_read, "aten::" + spec.native)
+
+
+def forget_recipes() -> None:
+    """Drop every kept recipe (this module's and the runtime front's)."""
+    RECIPES.clear()
+    _C._forget_recipes()
 
 
 def run(spec: Spec, args: tuple | list, kwargs: dict, *, target: torch.Tensor | None = None,
-        out_dtype: torch.dtype | None = None, coords: BoundLayout | None = None) -> torch.Tensor:
+        out_dtype: torch.dtype | None = None, coords: BoundLayout | None = None, front: bool = False) -> torch.Tensor:
     """Run a pointwise op on device memory (see the module docstring); with a ``target``
     (``args[0]`` for an in-place op, else an ``out=`` tensor) the op writes into it. A call
     with the geometry of an earlier one whose operands were read in place replays its
-    ``Recipe``."""
+    ``Recipe``; ``front``: the call is the op's registered kernel's (its recipe may be offered
+    to the runtime's front)."""
     key = None
     if coords is None and not rules.is_strict():
         key = signature(spec, args, kwargs, target, out_dtype)
@@ -371,7 +386,7 @@ def run(spec: Spec, args: tuple | list, kwargs: dict, *, target: torch.Tensor | 
     elif whole:
         _C._fill_padding(out)
     if key is not None and len(shaped) == len(positions):
-        _record(key, spec, args, originals, positions, coords, result, target, inplace)
+        _record(key, spec, args, originals, positions, coords, result, target, inplace, front)
     return out
 
 
@@ -673,8 +688,25 @@ SPECS += [
     Spec("addcmul", _addcmul, (0, 1, 2)), Spec("addcdiv", _addcdiv, (0, 1, 2)),
     Spec("lerp.Scalar", _lerp, (0, 1)), Spec("lerp.Tensor", _lerp, (0, 1, 2)),
 ]
-SPECS += [Spec(name, _backward(getattr(A, name).grad_input), (0, 1)) for name in (
-    "threshold_backward", "gelu_backward", "sigmoid_backward", "tanh_backward", "silu_backward")]
+BACKWARD = ("threshold_backward", "gelu_backward", "sigmoid_backward", "tanh_backward", "silu_backward")
+SPECS += [Spec(name, _backward(getattr(A, name).grad_input), (0, 1)) for name in BACKWARD]
+
+# The specs whose ``compute`` is the CPU out= overload named here on the op's own arguments (a
+# Python number where the overload takes a tensor as PyTorch passes it, a wrapped 0-dim tensor):
+# the runtime's front replays their recipes itself.
+NATIVE = {
+    **{f"{op}.{ov}": f"{op}.out" for op in ("add", "sub", "mul", "div") for ov in ("Tensor", "Scalar")},
+    "div.Tensor_mode": "div.out_mode", "div.Scalar_mode": "div.out_mode",
+    **{name: f"{name}.out" for name in UNARY if name != "relu"},  # relu computes as clamp_min
+    "gelu": "gelu.out", "maximum": "maximum.out", "minimum": "minimum.out",
+    "pow.Tensor_Tensor": "pow.Tensor_Tensor_out", "pow.Tensor_Scalar": "pow.Tensor_Scalar_out",
+    "pow.Scalar": "pow.Scalar_out", "where.self": "where.self_out", "clamp": "clamp.out",
+    "clamp.Tensor": "clamp.Tensor_out", "clamp_min": "clamp_min.out", "clamp_min.Tensor": "clamp_min.Tensor_out",
+    "clamp_max": "clamp_max.out", "clamp_max.Tensor": "clamp_max.Tensor_out", "addcmul": "addcmul.out",
+    "addcdiv": "addcdiv.out", "lerp.Scalar": "lerp.Scalar_out", "lerp.Tensor": "lerp.Tensor_out",
+    **{name: f"{name}.grad_input" for name in BACKWARD},
+}
+SPECS = [spec._replace(native=NATIVE.get(spec.name)) for spec in SPECS]
 
 ADD = Spec("add.Tensor", _add, (0, 1))
 MUL = Spec("mul.Tensor", _binary(torch.mul), (0, 1))
@@ -694,17 +726,17 @@ INPLACE = {
 
 
 def _functional(spec: Spec) -> Callable[..., torch.Tensor]:
-    return lambda *args, **kwargs: run(spec, args, kwargs)
+    return lambda *args, **kwargs: run(spec, args, kwargs, front=True)
 
 
 def _inplace(spec: Spec) -> Callable[..., torch.Tensor]:
-    return lambda *args, **kwargs: run(spec, args, kwargs, target=args[0])
+    return lambda *args, **kwargs: run(spec, args, kwargs, target=args[0], front=True)
 
 
 def _out(spec: Spec, out_name: str) -> Callable[..., torch.Tensor]:
     def kernel(*args: Any, **kwargs: Any) -> torch.Tensor:
         target = kwargs.pop(out_name)
-        return run(spec, args, kwargs, target=target)
+        return run(spec, args, kwargs, target=target, front=True)
     return kernel
 
 

@@ -375,17 +375,22 @@ _RECORDS: dict[int, tuple[BoundLayout, _C.BoundLayout]] = {}  # id(coords) -> (c
 MAX_RECORDS = 4096
 
 
-def new_tensor(coords: BoundLayout, device: torch.device) -> torch.Tensor:
-    """A fresh device tensor in the coordinates' layout (padding set to the pad value).
+def runtime_record(coords: BoundLayout) -> _C.BoundLayout:
+    """The runtime's record of the coordinates' layout (what it allocates tensors of).
 
-    The runtime record is kept per coordinates *object* (the plans hand the same one back each
-    call), which skips ``bound_record``'s key on every attribute of the layout; the entry holds
-    the object, so its id stays its own."""
+    Kept per coordinates *object* (the plans hand the same one back each call), which skips
+    ``bound_record``'s key on every attribute of the layout; the entry holds the object, so its
+    id stays its own."""
     hit = _RECORDS.get(id(coords))
     if hit is None or hit[0] is not coords:
         record = layout_records.bound_record(coords.layout, coords.size, coords.stride)
         hit = keep(_RECORDS, id(coords), (coords, record), MAX_RECORDS)
-    return _C._empty_with_layout(hit[1], device.index)
+    return hit[1]
+
+
+def new_tensor(coords: BoundLayout, device: torch.device) -> torch.Tensor:
+    """A fresh device tensor in the coordinates' layout (padding set to the pad value)."""
+    return _C._empty_with_layout(runtime_record(coords), device.index)
 
 
 def scratch(shape: Sequence[int], dtype: torch.dtype, device: torch.device) -> torch.Tensor:

@@ -1,8 +1,10 @@
 """Registration of device kernels at the PrivateUse1 (``spyre``) dispatch key.
 
 Kernels are registered for ATen's own ops, so PyTorch's autograd formulas apply
-above them. Each call is counted in ``stats()["kernel_calls"]``. Every functional
-kernel also serves the op's ``out=`` overload (``register_out_variants``).
+above them, through the runtime's front (``csrc/kernel_front.cpp``): it calls the kernel
+with the arguments ``torch.library`` would pass, counts each call in
+``stats()["kernel_calls"]`` and replays the recipes kernels offer it (``elementwise``).
+Every functional kernel also serves the op's ``out=`` overload (``register_out_variants``).
 """
 
 from __future__ import annotations
@@ -14,9 +16,8 @@ from typing import Any
 
 import torch
 
-from .stats import count_kernel
+from .. import _C
 
-_LIB = torch.library.Library("aten", "IMPL")
 _kernels: dict[str, Callable[..., Any]] = {}  # overload name -> the kernel's function
 
 
@@ -25,15 +26,7 @@ def register(name: str, fn: Callable[..., Any], counted: bool = True) -> None:
     ``counted=False`` leaves the counting to ``fn`` (for kernels that may delegate)."""
     if name in _kernels:
         return
-    qualified = "aten::" + name
-
-    def kernel(*args: Any, **kwargs: Any) -> Any:
-        if counted:
-            count_kernel(qualified)
-        return fn(*args, **kwargs)
-
-    kernel.__name__ = f"spyre_{name.replace('.', '_')}"
-    _LIB.impl(name, kernel, "PrivateUse1")
+    _C._register_kernel(name, fn, counted)
     _kernels[name] = fn
 
 

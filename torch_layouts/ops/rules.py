@@ -23,6 +23,7 @@ from collections.abc import Iterator, Sequence
 
 import torch
 
+from .. import _C
 from ..core.layout import DeviceLayout, LayoutTemplate
 from ..runtime.tensor_methods import to_layout
 from . import operands
@@ -46,10 +47,12 @@ def strict_layouts(enabled: bool = True) -> Iterator[None]:
         raise TypeError(f"strict_layouts takes a bool, got {enabled!r}")
     previous = is_strict()
     _state.strict = enabled
+    _C._set_strict(enabled)  # the runtime's front replays no recipe either
     try:
         yield
     finally:
         _state.strict = previous
+        _C._set_strict(previous)
 
 
 def describe(t: object) -> str:

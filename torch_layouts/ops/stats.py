@@ -41,7 +41,9 @@ def stats() -> dict[str, Any]:
     """
     with _lock:
         out: dict[str, Any] = {"restickify_count": _restickify["count"], "restickify_bytes": _restickify["bytes"]}
-        calls = dict(sorted(_kernel_calls.items()))
+        calls = Counter(_kernel_calls)
+    calls.update(_C._kernel_counts())  # the kernels the runtime's front counts
+    calls = dict(sorted(calls.items()))
     out.update(_C._counters())
     out["kernel_calls"] = calls
     out["fallbacks"] = dict(sorted(_C._fallback_counts().items()))
@@ -53,6 +55,7 @@ def reset_stats() -> None:
     with _lock:
         _kernel_calls.clear()
         _restickify.update(count=0, bytes=0)
+    _C._reset_kernel_counts()
     _C._reset_stats()
 
 

@@ -1,0 +1,333 @@
+#include "kernel_front.h"
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/csrc/DynamicTypes.h>
+#include <torch/csrc/Exceptions.h>
+#include <torch/csrc/jit/python/pybind_utils.h>
+#include <torch/csrc/utils/tensor_layouts.h>
+#include <torch/csrc/utils/tensor_memoryformats.h>
+#include <torch/library.h>
+
+#include <atomic>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <utility>
+
+namespace py = pybind11;
+
+namespace torch_layouts {
+namespace {
+
+struct Recipe {
+  std::vector<int64_t> shape;
+  std::vector<RecipeRead> reads;
+  LayoutPtr out;                   // a new result's layout; nullptr: the target is written
+  bool target_read = false;        // out=: the target's view is (target_strides, target_offset)
+  std::vector<int64_t> target_strides;
+  int64_t target_offset = 0;
+  std::optional<c10::OperatorHandle> compute;  // the CPU out= overload
+  size_t compute_args = 0;         // arguments passed before the result's view
+  std::vector<bool> wrap;          // scalar arguments the compute takes as (wrapped-number) tensors
+  std::vector<LayoutPtr> layouts;  // the layout objects whose addresses are in the key stay theirs
+};
+
+// One front's call being served by its Python kernel on this thread (offer_recipe's target).
+struct Call {
+  const c10::OperatorHandle* op;
+  const std::vector<c10::IValue>* arguments;
+  int64_t target;
+  std::shared_ptr<Recipe> offered;
+};
+
+thread_local std::vector<Call*> t_calls;
+thread_local bool t_strict = false;
+
+std::mutex g_mutex;
+std::map<std::vector<int64_t>, std::shared_ptr<const Recipe>> g_recipes;
+
+// Each front's op name and call count; fronts are never unregistered.
+std::mutex g_fronts_mutex;
+std::deque<std::pair<std::string, std::atomic<int64_t>>> g_counts;
+
+// The argument an op writes (the self of an in-place op, the out= tensor), or -1.
+int64_t written_argument(const c10::FunctionSchema& schema) {
+  const auto& arguments = schema.arguments();
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    const c10::AliasInfo* alias = arguments[i].alias_info();
+    if (alias != nullptr && alias->isWrite()) return static_cast<int64_t>(i);
+  }
+  return -1;
+}
+
+// The call's geometry: the op, then per argument its geometry key (device tensors with layouts,
+// not 0-dim) and whether it shares the target's buffer, or its scalar kind (a wrapped number's
+// dtype) or string value;
+// empty when an argument is anything else (no recipe is kept or replayed for such calls).
+std::vector<int64_t> call_key(int64_t front, c10::ArrayRef<c10::IValue> args, int64_t target) {
+  std::vector<int64_t> key{front};
+  const void* target_data = target >= 0 && args[target].isTensor() && args[target].toTensor().defined()
+                                ? args[target].toTensor().storage().data()
+                                : nullptr;
+  for (const c10::IValue& a : args) {
+    if (a.isTensor()) {
+      const at::Tensor& t = a.toTensor();
+      if (t.defined() && t.unsafeGetTensorImpl()->is_wrapped_number()) {  // a Python number (the kernel's too)
+        key.push_back(-8);
+        key.push_back(static_cast<int64_t>(t.scalar_type()));
+        continue;
+      }
+      if (!t.defined() || !t.is_privateuseone() || t.dim() == 0) return {};
+      std::vector<int64_t> g = geometry_key(t);
+      if (g.empty()) return {};
+      key.push_back(-1);
+      key.push_back(static_cast<int64_t>(g.size()));
+      key.insert(key.end(), g.begin(), g.end());
+      key.push_back(target_data != nullptr && t.storage().data() == target_data);
+    } else if (a.isDouble()) {
+      key.push_back(-2);
+    } else if (a.isInt()) {
+      key.push_back(-3);
+    } else if (a.isBool()) {
+      key.push_back(-4);
+    } else if (a.isComplexDouble()) {
+      key.push_back(-5);
+    } else if (a.isNone()) {
+      key.push_back(-6);
+    } else if (a.isString()) {
+      const std::string& s = a.toStringRef();
+      key.push_back(-7);
+      key.push_back(static_cast<int64_t>(s.size()));
+      key.insert(key.end(), s.begin(), s.end());
+    } else {
+      return {};
+    }
+  }
+  return key;
+}
+
+// The recipe's result: a new tensor or the call's target, with its view pushed last on `compute`.
+c10::IValue replay(const Recipe& r, c10::ArrayRef<c10::IValue> args, int64_t target) {
+  std::vector<c10::IValue> compute(args.begin(), args.begin() + static_cast<int64_t>(r.compute_args));
+  for (size_t i = 0; i < r.compute_args; ++i) {
+    if (r.wrap[i]) {  // as PyTorch's argument parser passes a Python number to a Tensor parameter
+      at::Tensor scalar = at::scalar_to_tensor(compute[i].toScalar());
+      scalar.unsafeGetTensorImpl()->set_wrapped_number(true);
+      compute[i] = std::move(scalar);
+    }
+  }
+  for (const RecipeRead& read : r.reads) {
+    compute[read.arg] = raw_view(args[read.arg].toTensor(), r.shape, read.strides, read.offset);
+  }
+  at::Tensor result, view;
+  if (r.out) {
+    result = new_device_tensor(r.out, args[r.reads.front().arg].toTensor().device());
+    view = raw_view(result, r.shape, c10::contiguous_strides(r.shape), 0);
+  } else {
+    result = args[target].toTensor();
+    view = r.target_read ? raw_view(result, r.shape, r.target_strides, r.target_offset) : compute[target].toTensor();
+  }
+  compute.emplace_back(std::move(view));
+  r.compute->callBoxed(compute);
+  return result;
+}
+
+// The Python objects torch.library passes a kernel: positional arguments up to the last one not
+// at its default, keyword-only ones by name unless at their default; dtypes, layouts and memory
+// formats as their torch objects.
+std::pair<py::tuple, py::dict> python_arguments(const c10::FunctionSchema& schema,
+                                                const std::vector<c10::IValue>& args) {
+  const auto& formals = schema.arguments();
+  auto is_default = [&](size_t i) {
+    const auto& d = formals[i].default_value();
+    return d.has_value() && *d == args[i];
+  };
+  auto convert = [&](size_t i) -> py::object {
+    const c10::IValue& v = args[i];
+    if (v.isNone()) return py::none();
+    c10::TypePtr type = formals[i].real_type();
+    if (auto optional = type->cast<c10::OptionalType>()) type = optional->getElementType();
+    switch (type->kind()) {
+      case c10::TypeKind::ScalarTypeType:
+        return py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(torch::getTHPDtype(v.toScalarType())));
+      case c10::TypeKind::LayoutType:
+        return py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(torch::getTHPLayout(v.toLayout())));
+      case c10::TypeKind::MemoryFormatType:
+        return py::reinterpret_borrow<py::object>(torch::utils::getTHPMemoryFormat(v.toMemoryFormat()));
+      default:
+        return torch::jit::toPyObject(v);
+    }
+  };
+  size_t keyword_start = args.size();
+  while (keyword_start > 0 && formals[keyword_start - 1].kwarg_only()) --keyword_start;
+  size_t positional = keyword_start;
+  while (positional > 0 && is_default(positional - 1)) --positional;
+  py::tuple positional_args(positional);
+  for (size_t i = 0; i < positional; ++i) positional_args[i] = convert(i);
+  py::dict keywords;
+  for (size_t i = keyword_start; i < args.size(); ++i) {
+    if (!is_default(i)) keywords[py::str(formals[i].name())] = convert(i);
+  }
+  return {std::move(positional_args), std::move(keywords)};
+}
+
+class Front final : public c10::OperatorKernel {
+ public:
+  Front(int64_t id, std::atomic<int64_t>* count, py::object fn, bool counted)
+      : id_(id), count_(count), fn_(fn.release().ptr()), counted_(counted) {}
+
+  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+    const c10::FunctionSchema& schema = op.schema();
+    const size_t n = schema.arguments().size();
+    if (counted_) count_->fetch_add(1, std::memory_order_relaxed);
+    const int64_t target = written_argument(schema);
+    std::vector<int64_t> key = t_strict ? std::vector<int64_t>{} : call_key(id_, torch::jit::last(*stack, n), target);
+    if (!key.empty()) {
+      std::shared_ptr<const Recipe> recipe;
+      {
+        std::lock_guard<std::mutex> lock(g_mutex);
+        auto it = g_recipes.find(key);
+        if (it != g_recipes.end()) recipe = it->second;
+      }
+      if (recipe) {
+        c10::IValue result = replay(*recipe, torch::jit::last(*stack, n), target);
+        torch::jit::drop(*stack, n);
+        stack->push_back(std::move(result));
+        return;
+      }
+    }
+    std::vector<c10::IValue> arguments = torch::jit::pop(*stack, n);
+    py::gil_scoped_acquire gil;
+    auto [args, kwargs] = python_arguments(schema, arguments);
+    Call call{&op, &arguments, target, nullptr};
+    t_calls.push_back(&call);
+    PyObject* out = PyObject_Call(fn_, args.ptr(), kwargs.ptr());
+    t_calls.pop_back();
+    if (out == nullptr) throw python_error();
+    py::object result = py::reinterpret_steal<py::object>(out);
+    if (call.offered && !key.empty()) {
+      std::lock_guard<std::mutex> lock(g_mutex);
+      if (g_recipes.size() >= kMaxRecipes) g_recipes.clear();
+      g_recipes[std::move(key)] = std::move(call.offered);
+    }
+    const auto& returns = schema.returns();
+    if (returns.size() == 1) {
+      stack->push_back(torch::jit::toIValue(result, returns[0].real_type()));
+    } else if (!returns.empty()) {
+      py::sequence values = py::cast<py::sequence>(result);
+      TORCH_CHECK(values.size() == returns.size(), schema.name(), ": the kernel returned ", values.size(),
+                  " values, the schema has ", returns.size());
+      for (size_t i = 0; i < returns.size(); ++i) stack->push_back(torch::jit::toIValue(values[i], returns[i].real_type()));
+    }
+  }
+
+ private:
+  int64_t id_;
+  std::atomic<int64_t>* count_;  // its entry in g_counts
+  PyObject* fn_;  // owned for the life of the process (kernels are never unregistered)
+  bool counted_;
+};
+
+torch::Library& library() {
+  static auto* lib = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+  return *lib;
+}
+
+}  // namespace
+
+void register_front(const std::string& name, py::object fn, bool counted) {
+  int64_t id;
+  std::atomic<int64_t>* count;
+  {
+    std::lock_guard<std::mutex> lock(g_fronts_mutex);
+    id = static_cast<int64_t>(g_counts.size());
+    count = &g_counts.emplace_back(std::piecewise_construct, std::forward_as_tuple("aten::" + name),
+                                   std::forward_as_tuple(0)).second;
+  }
+  library().impl(name.c_str(),
+                 torch::CppFunction::makeFromBoxedFunctor(std::make_unique<Front>(id, count, std::move(fn), counted)));
+}
+
+bool offer_recipe(const std::vector<std::optional<at::Tensor>>& args, std::vector<int64_t> shape,
+                  std::vector<RecipeRead> reads, LayoutPtr out,
+                  std::optional<std::pair<std::vector<int64_t>, int64_t>> target_read, const std::string& compute) {
+  if (t_calls.empty() || reads.empty()) return false;
+  Call& call = *t_calls.back();
+  const std::vector<c10::IValue>& arguments = *call.arguments;
+  auto own = [&](int64_t i) {  // argument i is the call's own tensor
+    return i >= 0 && static_cast<size_t>(i) < args.size() && static_cast<size_t>(i) < arguments.size() &&
+           args[i].has_value() && arguments[i].isTensor() &&
+           arguments[i].toTensor().unsafeGetTensorImpl() == args[i]->unsafeGetTensorImpl();
+  };
+  bool reads_target = false;
+  for (const RecipeRead& read : reads) {
+    if (!own(read.arg) || read.strides.size() != shape.size()) return false;
+    reads_target |= read.arg == call.target;
+  }
+  // A new result for a functional call; the target's view for out=; the target read in place.
+  if (out ? call.target != -1 : call.target == -1 || (target_read.has_value() == reads_target)) return false;
+  const auto dot = compute.find('.');
+  auto handle = c10::Dispatcher::singleton().findSchema(
+      {compute.substr(0, dot), dot == std::string::npos ? "" : compute.substr(dot + 1)});
+  if (!handle) return false;
+  // The compute is an overload of the called op (in place: of its functional form).
+  std::string called = call.op->schema().name();
+  if (!called.empty() && called.back() == '_') called.pop_back();
+  if (handle->schema().name() != called) return false;
+  auto recipe = std::make_shared<Recipe>();
+  const auto& formals = handle->schema().arguments();
+  recipe->compute_args = formals.size() - 1;
+  if (recipe->compute_args > arguments.size()) return false;
+  for (const RecipeRead& read : reads) {
+    if (static_cast<size_t>(read.arg) >= recipe->compute_args) return false;
+  }
+  for (size_t i = 0; i < recipe->compute_args; ++i) {
+    const bool tensor = formals[i].real_type()->kind() == c10::TypeKind::TensorType;
+    const c10::IValue& a = arguments[i];
+    if (tensor != a.isTensor() && !(tensor && (a.isDouble() || a.isInt() || a.isBool()))) return false;
+    recipe->wrap.push_back(tensor && !a.isTensor());
+  }
+  recipe->compute = handle;
+  recipe->shape = std::move(shape);
+  recipe->reads = std::move(reads);
+  recipe->out = std::move(out);
+  if (target_read) {
+    TORCH_CHECK_VALUE(target_read->first.size() == recipe->shape.size(), "the target's read needs one stride per dim");
+    recipe->target_read = true;
+    recipe->target_strides = std::move(target_read->first);
+    recipe->target_offset = target_read->second;
+  }
+  for (const c10::IValue& a : arguments) {
+    if (a.isTensor() && a.toTensor().defined() && a.toTensor().is_privateuseone()) recipe->layouts.push_back(layout_of(a.toTensor()));
+  }
+  call.offered = std::move(recipe);
+  return true;
+}
+
+int64_t kept_recipes() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return static_cast<int64_t>(g_recipes.size());
+}
+
+void forget_recipes() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_recipes.clear();
+}
+
+std::map<std::string, int64_t> kernel_counts() {
+  std::lock_guard<std::mutex> lock(g_fronts_mutex);
+  std::map<std::string, int64_t> counts;
+  for (const auto& [name, count] : g_counts) {
+    if (int64_t c = count.load(std::memory_order_relaxed)) counts[name] += c;
+  }
+  return counts;
+}
+
+void reset_kernel_counts() {
+  std::lock_guard<std::mutex> lock(g_fronts_mutex);
+  for (auto& entry : g_counts) entry.second.store(0, std::memory_order_relaxed);
+}
+
+void set_strict(bool strict) { t_strict = strict; }
+
+}  // namespace torch_layouts
