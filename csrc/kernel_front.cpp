@@ -9,6 +9,7 @@
 #include <torch/library.h>
 
 #include <atomic>
+#include <cstring>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -20,17 +21,18 @@ namespace torch_layouts {
 namespace {
 
 struct Recipe {
-  std::vector<int64_t> shape;
+  bool clone = false;                  // a new tensor of `out` copied from the first argument (no compute)
   std::vector<RecipeRead> reads;
-  LayoutPtr out;                   // a new result's layout; nullptr: the target is written
-  bool target_read = false;        // out=: the target's view is (target_strides, target_offset)
-  std::vector<int64_t> target_strides;
-  int64_t target_offset = 0;
+  LayoutPtr out;                       // a new result's layout; nullptr: the target is written
+  std::optional<BufferView> result;    // the result's view; absent: the target's read (in place)
   std::optional<c10::OperatorHandle> compute;  // the CPU out= overload
-  size_t compute_args = 0;         // arguments passed before the result's view
-  std::vector<bool> wrap;          // scalar arguments the compute takes as (wrapped-number) tensors
-  std::vector<LayoutPtr> layouts;  // the layout objects whose addresses are in the key stay theirs
+  size_t compute_args = 0;             // arguments passed before the result's view
+  std::vector<bool> wrap;              // scalar arguments the compute takes as (wrapped-number) tensors
+  std::vector<std::pair<int64_t, c10::IValue>> overrides;
+  std::vector<LayoutPtr> layouts;      // the layout objects whose addresses are in the key stay theirs
 };
+
+at::Tensor view_of(const at::Tensor& t, const BufferView& v) { return raw_view(t, v.sizes, v.strides, v.offset); }
 
 // One front's call being served by its Python kernel on this thread (offer_recipe's target).
 struct Call {
@@ -61,44 +63,54 @@ int64_t written_argument(const c10::FunctionSchema& schema) {
 }
 
 // The call's geometry: the op, then per argument its geometry key (device tensors with layouts,
-// not 0-dim) and whether it shares the target's buffer, or its scalar kind (a wrapped number's
-// dtype) or string value;
-// empty when an argument is anything else (no recipe is kept or replayed for such calls).
-std::vector<int64_t> call_key(int64_t front, c10::ArrayRef<c10::IValue> args, int64_t target) {
+// not 0-dim) and whether it shares the target's buffer; a Scalar's kind (a wrapped number's
+// dtype), which the compute takes as it comes; any other value (dims, keepdim, a dtype, a memory
+// format, a rounding mode), which a recipe may depend on. Empty when an argument is anything else
+// (a CPU tensor, a list of tensors): no recipe is kept or replayed for such calls.
+std::vector<int64_t> call_key(int64_t front, const c10::FunctionSchema& schema, c10::ArrayRef<c10::IValue> args,
+                              int64_t target) {
   std::vector<int64_t> key{front};
   const void* target_data = target >= 0 && args[target].isTensor() && args[target].toTensor().defined()
                                 ? args[target].toTensor().storage().data()
                                 : nullptr;
-  for (const c10::IValue& a : args) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    const c10::IValue& a = args[i];
     if (a.isTensor()) {
       const at::Tensor& t = a.toTensor();
       if (t.defined() && t.unsafeGetTensorImpl()->is_wrapped_number()) {  // a Python number (the kernel's too)
-        key.push_back(-8);
-        key.push_back(static_cast<int64_t>(t.scalar_type()));
+        key.insert(key.end(), {-8, static_cast<int64_t>(t.scalar_type())});
         continue;
       }
       if (!t.defined() || !t.is_privateuseone() || t.dim() == 0) return {};
       std::vector<int64_t> g = geometry_key(t);
       if (g.empty()) return {};
-      key.push_back(-1);
-      key.push_back(static_cast<int64_t>(g.size()));
+      key.insert(key.end(), {-1, static_cast<int64_t>(g.size())});
       key.insert(key.end(), g.begin(), g.end());
       key.push_back(target_data != nullptr && t.storage().data() == target_data);
-    } else if (a.isDouble()) {
-      key.push_back(-2);
-    } else if (a.isInt()) {
-      key.push_back(-3);
-    } else if (a.isBool()) {
-      key.push_back(-4);
-    } else if (a.isComplexDouble()) {
-      key.push_back(-5);
-    } else if (a.isNone()) {
+      continue;
+    }
+    c10::TypePtr type = schema.arguments()[i].real_type();
+    if (auto optional = type->cast<c10::OptionalType>()) type = optional->getElementType();
+    const bool scalar = type->kind() == c10::TypeKind::NumberType;
+    if (a.isNone()) {
       key.push_back(-6);
+    } else if (scalar && (a.isDouble() || a.isInt() || a.isBool() || a.isComplexDouble())) {
+      key.push_back(a.isDouble() ? -2 : a.isInt() ? -3 : a.isBool() ? -4 : -5);
+    } else if (a.isInt() || a.isBool()) {
+      key.insert(key.end(), {-3, a.isBool() ? static_cast<int64_t>(a.toBool()) : a.toInt()});
+    } else if (a.isDouble()) {
+      const double d = a.toDouble();
+      int64_t bits;
+      std::memcpy(&bits, &d, sizeof(bits));
+      key.insert(key.end(), {-2, bits});
+    } else if (a.isIntList()) {
+      const auto list = a.toIntVector();
+      key.insert(key.end(), {-9, static_cast<int64_t>(list.size())});
+      key.insert(key.end(), list.begin(), list.end());
     } else if (a.isString()) {
-      const std::string& s = a.toStringRef();
-      key.push_back(-7);
-      key.push_back(static_cast<int64_t>(s.size()));
-      key.insert(key.end(), s.begin(), s.end());
+      const std::string& str = a.toStringRef();
+      key.insert(key.end(), {-7, static_cast<int64_t>(str.size())});
+      key.insert(key.end(), str.begin(), str.end());
     } else {
       return {};
     }
@@ -106,8 +118,12 @@ std::vector<int64_t> call_key(int64_t front, c10::ArrayRef<c10::IValue> args, in
   return key;
 }
 
-// The recipe's result: a new tensor or the call's target, with its view pushed last on `compute`.
+// The recipe's result: a new tensor or the call's target, its view passed last to the compute.
 c10::IValue replay(const Recipe& r, c10::ArrayRef<c10::IValue> args, int64_t target) {
+  if (r.clone) {
+    const at::Tensor& src = args[0].toTensor();
+    return new_device_tensor(r.out, src.device()).copy_(src);
+  }
   std::vector<c10::IValue> compute(args.begin(), args.begin() + static_cast<int64_t>(r.compute_args));
   for (size_t i = 0; i < r.compute_args; ++i) {
     if (r.wrap[i]) {  // as PyTorch's argument parser passes a Python number to a Tensor parameter
@@ -116,18 +132,11 @@ c10::IValue replay(const Recipe& r, c10::ArrayRef<c10::IValue> args, int64_t tar
       compute[i] = std::move(scalar);
     }
   }
-  for (const RecipeRead& read : r.reads) {
-    compute[read.arg] = raw_view(args[read.arg].toTensor(), r.shape, read.strides, read.offset);
-  }
-  at::Tensor result, view;
-  if (r.out) {
-    result = new_device_tensor(r.out, args[r.reads.front().arg].toTensor().device());
-    view = raw_view(result, r.shape, c10::contiguous_strides(r.shape), 0);
-  } else {
-    result = args[target].toTensor();
-    view = r.target_read ? raw_view(result, r.shape, r.target_strides, r.target_offset) : compute[target].toTensor();
-  }
-  compute.emplace_back(std::move(view));
+  for (const auto& [i, value] : r.overrides) compute[i] = value;
+  for (const RecipeRead& read : r.reads) compute[read.arg] = view_of(args[read.arg].toTensor(), read.view);
+  at::Tensor result = r.out ? new_device_tensor(r.out, args[r.reads.front().arg].toTensor().device())
+                            : args[target].toTensor();
+  compute.emplace_back(r.result ? view_of(result, *r.result) : compute[target].toTensor());
   r.compute->callBoxed(compute);
   return result;
 }
@@ -181,7 +190,7 @@ class Front final : public c10::OperatorKernel {
     const size_t n = schema.arguments().size();
     if (counted_) count_->fetch_add(1, std::memory_order_relaxed);
     const int64_t target = written_argument(schema);
-    std::vector<int64_t> key = t_strict ? std::vector<int64_t>{} : call_key(id_, torch::jit::last(*stack, n), target);
+    std::vector<int64_t> key = t_strict ? std::vector<int64_t>{} : call_key(id_, schema, torch::jit::last(*stack, n), target);
     if (!key.empty()) {
       std::shared_ptr<const Recipe> recipe;
       {
@@ -248,9 +257,9 @@ void register_front(const std::string& name, py::object fn, bool counted) {
                  torch::CppFunction::makeFromBoxedFunctor(std::make_unique<Front>(id, count, std::move(fn), counted)));
 }
 
-bool offer_recipe(const std::vector<std::optional<at::Tensor>>& args, std::vector<int64_t> shape,
-                  std::vector<RecipeRead> reads, LayoutPtr out,
-                  std::optional<std::pair<std::vector<int64_t>, int64_t>> target_read, const std::string& compute) {
+bool offer_recipe(const std::vector<std::optional<at::Tensor>>& args, std::vector<RecipeRead> reads, LayoutPtr out,
+                  std::optional<BufferView> result_view, const std::vector<std::pair<int64_t, py::object>>& overrides,
+                  const std::string& compute) {
   if (t_calls.empty() || reads.empty()) return false;
   Call& call = *t_calls.back();
   const std::vector<c10::IValue>& arguments = *call.arguments;
@@ -259,13 +268,17 @@ bool offer_recipe(const std::vector<std::optional<at::Tensor>>& args, std::vecto
            args[i].has_value() && arguments[i].isTensor() &&
            arguments[i].toTensor().unsafeGetTensorImpl() == args[i]->unsafeGetTensorImpl();
   };
+  auto well_formed = [](const BufferView& v) { return v.strides.size() == v.sizes.size(); };
   bool reads_target = false;
   for (const RecipeRead& read : reads) {
-    if (!own(read.arg) || read.strides.size() != shape.size()) return false;
+    if (!own(read.arg) || !well_formed(read.view)) return false;
     reads_target |= read.arg == call.target;
   }
-  // A new result for a functional call; the target's view for out=; the target read in place.
-  if (out ? call.target != -1 : call.target == -1 || (target_read.has_value() == reads_target)) return false;
+  if (result_view && !well_formed(*result_view)) return false;
+  // A new result for a functional call; the out= tensor's view; the target read in place.
+  if (out ? call.target != -1 || !result_view : call.target == -1 || result_view.has_value() == reads_target) {
+    return false;
+  }
   const auto dot = compute.find('.');
   auto handle = c10::Dispatcher::singleton().findSchema(
       {compute.substr(0, dot), dot == std::string::npos ? "" : compute.substr(dot + 1)});
@@ -281,6 +294,10 @@ bool offer_recipe(const std::vector<std::optional<at::Tensor>>& args, std::vecto
   for (const RecipeRead& read : reads) {
     if (static_cast<size_t>(read.arg) >= recipe->compute_args) return false;
   }
+  for (const auto& [i, value] : overrides) {
+    if (i < 0 || static_cast<size_t>(i) >= recipe->compute_args) return false;
+    recipe->overrides.emplace_back(i, torch::jit::toIValue(value, formals[i].real_type()));
+  }
   for (size_t i = 0; i < recipe->compute_args; ++i) {
     const bool tensor = formals[i].real_type()->kind() == c10::TypeKind::TensorType;
     const c10::IValue& a = arguments[i];
@@ -288,18 +305,28 @@ bool offer_recipe(const std::vector<std::optional<at::Tensor>>& args, std::vecto
     recipe->wrap.push_back(tensor && !a.isTensor());
   }
   recipe->compute = handle;
-  recipe->shape = std::move(shape);
   recipe->reads = std::move(reads);
   recipe->out = std::move(out);
-  if (target_read) {
-    TORCH_CHECK_VALUE(target_read->first.size() == recipe->shape.size(), "the target's read needs one stride per dim");
-    recipe->target_read = true;
-    recipe->target_strides = std::move(target_read->first);
-    recipe->target_offset = target_read->second;
-  }
+  recipe->result = std::move(result_view);
   for (const c10::IValue& a : arguments) {
     if (a.isTensor() && a.toTensor().defined() && a.toTensor().is_privateuseone()) recipe->layouts.push_back(layout_of(a.toTensor()));
   }
+  call.offered = std::move(recipe);
+  return true;
+}
+
+bool offer_clone_recipe(const at::Tensor& src, LayoutPtr out) {
+  if (t_calls.empty() || !out) return false;
+  Call& call = *t_calls.back();
+  const std::vector<c10::IValue>& arguments = *call.arguments;
+  if (call.op->schema().name() != "aten::clone" || arguments.empty() || !arguments[0].isTensor() ||
+      arguments[0].toTensor().unsafeGetTensorImpl() != src.unsafeGetTensorImpl()) {
+    return false;
+  }
+  auto recipe = std::make_shared<Recipe>();
+  recipe->clone = true;
+  recipe->out = std::move(out);
+  recipe->layouts.push_back(layout_of(src));
   call.offered = std::move(recipe);
   return true;
 }

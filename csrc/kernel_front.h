@@ -25,21 +25,32 @@ namespace torch_layouts {
 // the front counts each call in kernel_counts() (else `fn` counts its own).
 void register_front(const std::string& name, pybind11::object fn, bool counted);
 
-// One operand's read: argument position, strides and offset of its view in the recipe's shape.
+// A strided view of a device tensor's buffer.
+struct BufferView {
+  std::vector<int64_t> sizes, strides;
+  int64_t offset = 0;
+};
+
+// One operand's read: its argument position and its view.
 struct RecipeRead {
   int64_t arg;
-  std::vector<int64_t> strides;
-  int64_t offset;
+  BufferView view;
 };
 
 // A recipe offered by the Python kernel serving the innermost front call on this thread, for
-// that call's geometry. `args`: the kernel's positional arguments (each read's tensor must be
-// the call's own); `out`: the layout of a new result (nullptr: the call's target is written:
-// the first argument in place, or the out= tensor at `target_read`); `compute`: the CPU out=
-// overload ("aten::add.out") run on the views, the result's view last. Returns whether it was kept.
-bool offer_recipe(const std::vector<std::optional<at::Tensor>>& args, std::vector<int64_t> shape,
-                  std::vector<RecipeRead> reads, LayoutPtr out,
-                  std::optional<std::pair<std::vector<int64_t>, int64_t>> target_read, const std::string& compute);
+// that call's geometry: `compute` (a CPU out= overload of the called op, "aten::add.out") runs on
+// the call's own arguments, each read replaced by its view and each of `overrides` (argument
+// position, value) by its value, with the result's view last. The result is a new tensor of
+// `out`, or the call's target (nullptr): the first argument written in place through its read, or
+// the out= tensor; `result_view` views it (absent: in place). `args`: the kernel's positional
+// arguments (each read's tensor must be the call's own). Returns whether it was kept.
+bool offer_recipe(const std::vector<std::optional<at::Tensor>>& args, std::vector<RecipeRead> reads, LayoutPtr out,
+                  std::optional<BufferView> result_view,
+                  const std::vector<std::pair<int64_t, pybind11::object>>& overrides, const std::string& compute);
+
+// A recipe offered by `clone`'s kernel for the call it serves (`src` its argument): a new tensor
+// of `out` that the runtime copies `src` into (a kept view copy, csrc/view_copies.h).
+bool offer_clone_recipe(const at::Tensor& src, LayoutPtr out);
 
 // How many recipes are kept, and forgetting them (ops/elementwise.forget_recipes).
 int64_t kept_recipes();

@@ -113,17 +113,28 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("_register_kernel", &register_front, py::arg("name"), py::arg("fn"), py::arg("counted") = true);
   m.def(
       "_offer_recipe",
-      [](const std::vector<std::optional<at::Tensor>>& args, std::vector<int64_t> shape, const py::list& reads,
-         std::shared_ptr<BoundLayout> out, std::optional<std::pair<std::vector<int64_t>, int64_t>> target_read,
-         const std::string& compute) {
+      [](const std::vector<std::optional<at::Tensor>>& args, const py::list& reads, std::shared_ptr<BoundLayout> out,
+         std::optional<std::tuple<std::vector<int64_t>, std::vector<int64_t>, int64_t>> result_view,
+         const std::vector<std::pair<int64_t, py::object>>& overrides, const std::string& compute) {
+        auto view = [](std::tuple<std::vector<int64_t>, std::vector<int64_t>, int64_t> v) {
+          return BufferView{std::move(std::get<0>(v)), std::move(std::get<1>(v)), std::get<2>(v)};
+        };
         std::vector<RecipeRead> parsed;
         for (const auto& item : reads) {
           auto t = py::cast<py::tuple>(item);
-          TORCH_CHECK_VALUE(t.size() == 3, "a recipe read is (argument, strides, offset)");
-          parsed.push_back(RecipeRead{py::cast<int64_t>(t[0]), py::cast<std::vector<int64_t>>(t[1]), py::cast<int64_t>(t[2])});
+          TORCH_CHECK_VALUE(t.size() == 4, "a recipe read is (argument, sizes, strides, offset)");
+          parsed.push_back(RecipeRead{py::cast<int64_t>(t[0]), BufferView{py::cast<std::vector<int64_t>>(t[1]),
+                                      py::cast<std::vector<int64_t>>(t[2]), py::cast<int64_t>(t[3])}});
         }
-        return offer_recipe(args, std::move(shape), std::move(parsed), std::move(out), std::move(target_read), compute);
-      });
+        std::optional<BufferView> result;
+        if (result_view) result = view(std::move(*result_view));
+        return offer_recipe(args, std::move(parsed), std::move(out), std::move(result), overrides, compute);
+      },
+      py::arg("args"), py::arg("reads"), py::arg("out"), py::arg("result_view"), py::arg("overrides"),
+      py::arg("compute"));
+  m.def("_offer_clone_recipe", [](const at::Tensor& src, std::shared_ptr<BoundLayout> out) {
+    return offer_clone_recipe(src, std::move(out));
+  });
   m.def("_kept_recipes", &kept_recipes);
   m.def("_forget_recipes", &forget_recipes);
   m.def("_kernel_counts", &kernel_counts);

@@ -12,7 +12,7 @@ import torch
 import torch_layouts
 from ops_support import padding_holds_pad_value
 from torch_layouts import LayoutError, SpyreTensorLayout, _C
-from torch_layouts.ops import elementwise
+from torch_layouts.ops import elementwise, reductions
 
 F16, F32 = torch.float16, torch.float32
 
@@ -121,15 +121,16 @@ FRONT_CASES = [
 ]
 
 
-def _calls_into_python(monkeypatch) -> list:
-    """A list that grows by one each time a pointwise call enters the Python kernel."""
+def _calls_into_python(monkeypatch, module=elementwise, name: str = "signature") -> list:
+    """A list that grows by one each time a call enters the Python kernel (which calls
+    ``module.name`` first)."""
     calls = []
-    signature = elementwise.signature
+    original = getattr(module, name)
 
     def spy(*args, **kwargs):
-        calls.append(args[0].name)
-        return signature(*args, **kwargs)
-    monkeypatch.setattr(elementwise, "signature", spy)
+        calls.append(args)
+        return original(*args, **kwargs)
+    monkeypatch.setattr(module, name, spy)
     return calls
 
 
@@ -185,9 +186,57 @@ def test_the_front_replays_no_recipe_in_strict_mode():
 def test_a_recipe_is_offered_only_for_the_call_being_served():
     """Outside a kernel the runtime's front serves, an offer is refused; replayed calls still count."""
     a = randn(8, 64).to("spyre")
-    assert not _C._offer_recipe([a], [8, 64], [(0, [64, 1], 0)], None, None, "aten::add.out")
+    assert not _C._offer_recipe([a], [(0, [8, 64], [64, 1], 0)], None, ([8, 64], [64, 1], 0), [], "aten::add.out")
     elementwise.forget_recipes()
     torch_layouts.reset_stats()
     for _ in range(3):
         a * a
     assert torch_layouts.stats()["kernel_calls"]["aten::mul.Tensor"] == 3
+
+
+# One row per case: id, a function of one tensor on either device, the input shape, dtype, and how a
+# device input is made from the host one.
+REPLAYED_CASES = [
+    ("sum-rows", lambda x: x.sum(0), (1024, 256), F32, lambda t: t),
+    ("sum-keepdim-half", lambda x: x.sum(0, keepdim=True), (64, 128), F16, lambda t: t),
+    ("sum-middle-dim", lambda x: x.sum(1), (16, 64, 96), F32, lambda t: t),
+    ("sum-dtype", lambda x: x.sum(0, dtype=torch.float16), (64, 64), F16, lambda t: t),
+    ("amax", lambda x: x.amax(0), (128, 64), F32, lambda t: t),
+    ("amin-half", lambda x: x.amin(1, keepdim=True), (8, 32, 64), F16, lambda t: t),
+    ("clone", lambda x: x.clone(), (8, 128, 256), F32, lambda t: t),
+    ("clone-transposed", lambda x: x.clone(), (8, 128, 256), F32, lambda t: t.transpose(0, 1)),
+    ("contiguous-of-a-slice", lambda x: x.contiguous(), (3, 64, 4, 64), F32, lambda t: t[:, 1]),
+    ("clone-channels-last", lambda x: x.clone(memory_format=torch.channels_last), (2, 64, 4, 32), F32, lambda t: t),
+]
+
+
+@pytest.mark.parametrize("_, fn, shape, dtype, make", REPLAYED_CASES, ids=[c[0] for c in REPLAYED_CASES])
+def test_reductions_and_clones_replay_in_the_runtime_front(_, fn, shape, dtype, make, monkeypatch):
+    """After the first call of a geometry, sums, amax/amin over one dim and clones run without
+    entering Python, bit for bit the CPU's, in the layout the first call gave."""
+    elementwise.forget_recipes()
+    module = reductions if "clone" not in _ and "contiguous" not in _ else elementwise
+    calls = _calls_into_python(monkeypatch, module, "geometry_key")
+    entered, layouts = [], []
+    for seed in range(3):
+        x = randn(*shape, seed=seed, dtype=dtype)
+        out = fn(make(x.to("spyre")))
+        expected = fn(make(x))
+        assert out.dtype == expected.dtype and out.stride() == expected.stride()
+        assert torch.equal(out.cpu(), expected) and padding_holds_pad_value(out)
+        entered.append(len(calls))
+        layouts.append(out.device_tensor_layout())
+    assert entered[0] >= 1 and entered[2] == entered[1] == entered[0], entered
+    assert layouts[0] == layouts[1] == layouts[2]
+
+
+def test_a_reduction_recipe_is_not_replayed_for_other_dims_or_dtypes():
+    elementwise.forget_recipes()
+    x = randn(64, 96, 32)
+    dx = x.to("spyre")
+    for _ in range(2):
+        for dim in (0, 1):
+            for keepdim in (False, True):
+                assert torch.equal(dx.sum(dim, keepdim=keepdim).cpu(), x.sum(dim, keepdim=keepdim))
+        assert torch.equal(dx.sum(0, dtype=torch.int32).cpu(), x.sum(0, dtype=torch.int32))
+        assert torch.equal(dx.amax(0).cpu(), x.amax(0)) and torch.equal(dx.amin(0).cpu(), x.amin(0))

@@ -300,8 +300,12 @@ def _record(key: tuple, spec: Spec, args: list, originals: list, positions: list
     recipe = keep(RECIPES, key, Recipe(layouts, coords, tuple(reads), out_coords, target_read,
                                        not has_padding(coords)), MAX_RECIPES)
     if front and spec.native is not None and recipe.unpadded:
-        _C._offer_recipe([t if isinstance(t, torch.Tensor) else None for t in originals], coords.shape, reads,
-                         None if out_coords is None else runtime_record(out_coords), target_read, "aten::" + spec.native)
+        shape = coords.shape
+        result = ((shape, rowmajor(shape), 0) if out_coords is not None else
+                  None if target_read is None else (shape, *target_read))
+        _C._offer_recipe([t if isinstance(t, torch.Tensor) else None for t in originals],
+                         [(i, shape, strides, offset) for i, strides, offset in reads],
+                         None if out_coords is None else runtime_record(out_coords), result, [], "aten::" + spec.native)
 
 
 def forget_recipes() -> None:
@@ -462,7 +466,8 @@ def clone(x: torch.Tensor, *, memory_format: torch.memory_format | None = None) 
     Spyre dim_order where its own device dims cannot describe the copy); a view gets the
     layout of its shape with its buffer's dim_order, or the default layout.
     A copy that moves the stick to another dim (``k.transpose(-2, -1).contiguous()``) is
-    counted as a restickify. The result's coordinates are kept per geometry (``CLONES``)."""
+    counted as a restickify. The result's coordinates are kept per geometry (``CLONES``); a clone
+    copied by box reads is then replayed by the runtime's front (a new tensor, the kept copy)."""
     key = geometry_key(x)
     key = None if key is None else (key, memory_format)
     kept = CLONES.get(key) if key is not None else None
@@ -472,7 +477,9 @@ def clone(x: torch.Tensor, *, memory_format: torch.memory_format | None = None) 
     p = plan(x, coords)
     if p is not None and p.stick_ok:
         out = new_tensor(coords, x.device)
-        if copy_between(out, x):  # box reads kept per geometry
+        if copy_between(out, x):  # box reads kept per geometry, and by the runtime
+            if key is not None:  # the runtime's front then clones this geometry itself
+                _C._offer_clone_recipe(x, runtime_record(coords))
             return out
         return run(COPY, [x], {}, out_dtype=x.dtype, coords=coords)
     out = materialize(x, coords)

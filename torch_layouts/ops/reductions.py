@@ -29,7 +29,7 @@ from .elementwise import copy_real, move, restickify_to
 from ..core.layout import BoundLayout
 from .operands import (Read, coords_for, default_coords, geometry_key, has_padding, keep, layouts_of, new_tensor,
                        operand_layout, padded_copy, plan, plan_view, raw, raw_view, read_of, real_slices, reduced_dims,
-                       rowmajor, strides_in_order, view)
+                       rowmajor, runtime_record, strides_in_order, view)
 from .registry import register
 from .rows import ROW_DTYPES, Rows
 
@@ -315,7 +315,29 @@ def reduce(kind: str, x: torch.Tensor, dim: int | Sequence[int] | None, keepdim:
     if key is not None and x is original and masked_v is v:
         keep(PLANS, key, ReducePlan(out_dtype, coords, (tuple(v.stride()), v.storage_offset()), red, dims, count,
                                     row_sums, layouts_of([x])), MAX_PLANS)
+        if kind in NATIVE and not row_sums and len(red) == 1 and values.dtype == out_dtype:
+            _offer(kind, x, v, coords, dims, keepdim, red[0], values)
     return write_result(coords, dims, keepdim, values, x.device)
+
+
+NATIVE = {"sum": "aten::sum.IntList_out", "amax": "aten::amax.out", "amin": "aten::amin.out"}
+
+
+def _offer(kind: str, x: torch.Tensor, v: torch.Tensor, coords: BoundLayout, dims: tuple[int, ...], keepdim: bool,
+           red: int, values: torch.Tensor) -> None:
+    """Offer the runtime's front this call's recipe (``csrc/kernel_front.cpp``): the CPU reduction
+    of device dim ``red`` of the input's view written straight into the result's buffer. Only
+    where neither side has padding and the result's view is laid out as ``values`` (so the
+    CPU kernel walks the elements in the same order: the same bits)."""
+    w = write_plan(coords, dims, keepdim, values.dtype)
+    if w.mode == "move" or has_padding(coords) or has_padding(w.out_coords):
+        return
+    size = w.src.shape
+    strides, offset = w.read if w.mode == "strided" else (rowmajor(size), 0)
+    if tuple(values.shape) != tuple(size) or any(n != 1 and s != t for n, s, t in zip(size, strides, values.stride())):
+        return
+    _C._offer_recipe([x], [(0, tuple(v.shape), tuple(v.stride()), v.storage_offset())], runtime_record(w.out_coords),
+                     (size, strides, offset), [(1, [red]), (2, True)], NATIVE[kind])
 
 
 def sum_dim(x: torch.Tensor, dim: Sequence[int] | None = None, keepdim: bool = False, *,
