@@ -20,8 +20,9 @@ namespace py = pybind11;
 namespace torch_layouts {
 namespace {
 
-struct Recipe {
-  bool clone = false;                  // a new tensor of `out` copied from the first argument (no compute)
+// A pointwise op's or a reduction's recipe: the CPU out= overload on views of the buffers.
+class AtenRecipe final : public Replay {
+ public:
   std::vector<RecipeRead> reads;
   LayoutPtr out;                       // a new result's layout; nullptr: the target is written
   std::optional<BufferView> result;    // the result's view; absent: the target's read (in place)
@@ -29,24 +30,34 @@ struct Recipe {
   size_t compute_args = 0;             // arguments passed before the result's view
   std::vector<bool> wrap;              // scalar arguments the compute takes as (wrapped-number) tensors
   std::vector<std::pair<int64_t, c10::IValue>> overrides;
-  std::vector<LayoutPtr> layouts;      // the layout objects whose addresses are in the key stay theirs
+
+  void run(c10::ArrayRef<c10::IValue> args, int64_t target, std::vector<c10::IValue>& results) const override;
 };
 
-at::Tensor view_of(const at::Tensor& t, const BufferView& v) { return raw_view(t, v.sizes, v.strides, v.offset); }
+// clone's recipe: a new tensor of `out` that the runtime copies the argument into.
+class CloneRecipe final : public Replay {
+ public:
+  LayoutPtr out;
+
+  void run(c10::ArrayRef<c10::IValue> args, int64_t, std::vector<c10::IValue>& results) const override {
+    const at::Tensor& src = args[0].toTensor();
+    results.emplace_back(new_device_tensor(out, src.device()).copy_(src));
+  }
+};
 
 // One front's call being served by its Python kernel on this thread (offer_recipe's target).
 struct Call {
   const c10::OperatorHandle* op;
   const std::vector<c10::IValue>* arguments;
   int64_t target;
-  std::shared_ptr<Recipe> offered;
+  std::shared_ptr<const Replay> offered;
 };
 
 thread_local std::vector<Call*> t_calls;
 thread_local bool t_strict = false;
 
 std::mutex g_mutex;
-std::map<std::vector<int64_t>, std::shared_ptr<const Recipe>> g_recipes;
+std::map<std::vector<int64_t>, std::shared_ptr<const Replay>> g_recipes;
 
 // Each front's op name and call count; fronts are never unregistered.
 std::mutex g_fronts_mutex;
@@ -103,6 +114,10 @@ std::vector<int64_t> call_key(int64_t front, const c10::FunctionSchema& schema, 
       int64_t bits;
       std::memcpy(&bits, &d, sizeof(bits));
       key.insert(key.end(), {-2, bits});
+    } else if (a.isBoolList()) {
+      const auto list = a.toBoolList();
+      key.insert(key.end(), {-10, static_cast<int64_t>(list.size())});
+      for (bool b : list) key.push_back(b);
     } else if (a.isIntList()) {
       const auto list = a.toIntVector();
       key.insert(key.end(), {-9, static_cast<int64_t>(list.size())});
@@ -118,27 +133,31 @@ std::vector<int64_t> call_key(int64_t front, const c10::FunctionSchema& schema, 
   return key;
 }
 
-// The recipe's result: a new tensor or the call's target, its view passed last to the compute.
-c10::IValue replay(const Recipe& r, c10::ArrayRef<c10::IValue> args, int64_t target) {
-  if (r.clone) {
-    const at::Tensor& src = args[0].toTensor();
-    return new_device_tensor(r.out, src.device()).copy_(src);
-  }
-  std::vector<c10::IValue> compute(args.begin(), args.begin() + static_cast<int64_t>(r.compute_args));
-  for (size_t i = 0; i < r.compute_args; ++i) {
-    if (r.wrap[i]) {  // as PyTorch's argument parser passes a Python number to a Tensor parameter
-      at::Tensor scalar = at::scalar_to_tensor(compute[i].toScalar());
+// The result (a new tensor or the call's target) with its view passed last to the compute.
+void AtenRecipe::run(c10::ArrayRef<c10::IValue> args, int64_t target, std::vector<c10::IValue>& results) const {
+  std::vector<c10::IValue> stack(args.begin(), args.begin() + static_cast<int64_t>(compute_args));
+  for (size_t i = 0; i < compute_args; ++i) {
+    if (wrap[i]) {  // as PyTorch's argument parser passes a Python number to a Tensor parameter
+      at::Tensor scalar = at::scalar_to_tensor(stack[i].toScalar());
       scalar.unsafeGetTensorImpl()->set_wrapped_number(true);
-      compute[i] = std::move(scalar);
+      stack[i] = std::move(scalar);
     }
   }
-  for (const auto& [i, value] : r.overrides) compute[i] = value;
-  for (const RecipeRead& read : r.reads) compute[read.arg] = view_of(args[read.arg].toTensor(), read.view);
-  at::Tensor result = r.out ? new_device_tensor(r.out, args[r.reads.front().arg].toTensor().device())
-                            : args[target].toTensor();
-  compute.emplace_back(r.result ? view_of(result, *r.result) : compute[target].toTensor());
-  r.compute->callBoxed(compute);
-  return result;
+  for (const auto& [i, value] : overrides) stack[i] = value;
+  for (const RecipeRead& read : reads) stack[read.arg] = view_of(args[read.arg].toTensor(), read.view);
+  at::Tensor value = out ? new_device_tensor(out, args[reads.front().arg].toTensor().device()) : args[target].toTensor();
+  stack.emplace_back(result ? view_of(value, *result) : stack[target].toTensor());
+  compute->callBoxed(stack);
+  results.emplace_back(std::move(value));
+}
+
+// The replay holds the layout objects of the call's device tensors (their addresses are in its key).
+void hold_layouts(Replay& replay, const std::vector<c10::IValue>& arguments) {
+  for (const c10::IValue& a : arguments) {
+    if (a.isTensor() && a.toTensor().defined() && a.toTensor().is_privateuseone()) {
+      replay.layouts.push_back(layout_of(a.toTensor()));
+    }
+  }
 }
 
 // The Python objects torch.library passes a kernel: positional arguments up to the last one not
@@ -192,16 +211,17 @@ class Front final : public c10::OperatorKernel {
     const int64_t target = written_argument(schema);
     std::vector<int64_t> key = t_strict ? std::vector<int64_t>{} : call_key(id_, schema, torch::jit::last(*stack, n), target);
     if (!key.empty()) {
-      std::shared_ptr<const Recipe> recipe;
+      std::shared_ptr<const Replay> recipe;
       {
         std::lock_guard<std::mutex> lock(g_mutex);
         auto it = g_recipes.find(key);
         if (it != g_recipes.end()) recipe = it->second;
       }
       if (recipe) {
-        c10::IValue result = replay(*recipe, torch::jit::last(*stack, n), target);
+        std::vector<c10::IValue> results;
+        recipe->run(torch::jit::last(*stack, n), target, results);
         torch::jit::drop(*stack, n);
-        stack->push_back(std::move(result));
+        for (c10::IValue& r : results) stack->push_back(std::move(r));
         return;
       }
     }
@@ -287,7 +307,7 @@ bool offer_recipe(const std::vector<std::optional<at::Tensor>>& args, std::vecto
   std::string called = call.op->schema().name();
   if (!called.empty() && called.back() == '_') called.pop_back();
   if (handle->schema().name() != called) return false;
-  auto recipe = std::make_shared<Recipe>();
+  auto recipe = std::make_shared<AtenRecipe>();
   const auto& formals = handle->schema().arguments();
   recipe->compute_args = formals.size() - 1;
   if (recipe->compute_args > arguments.size()) return false;
@@ -308,26 +328,32 @@ bool offer_recipe(const std::vector<std::optional<at::Tensor>>& args, std::vecto
   recipe->reads = std::move(reads);
   recipe->out = std::move(out);
   recipe->result = std::move(result_view);
-  for (const c10::IValue& a : arguments) {
-    if (a.isTensor() && a.toTensor().defined() && a.toTensor().is_privateuseone()) recipe->layouts.push_back(layout_of(a.toTensor()));
-  }
+  hold_layouts(*recipe, arguments);
   call.offered = std::move(recipe);
   return true;
 }
 
 bool offer_clone_recipe(const at::Tensor& src, LayoutPtr out) {
-  if (t_calls.empty() || !out) return false;
+  if (!out) return false;
+  auto recipe = std::make_shared<CloneRecipe>();
+  recipe->out = std::move(out);
+  return offer_replay(std::move(recipe), "aten::clone", {{0, src}});
+}
+
+bool offer_replay(std::shared_ptr<Replay> replay, const std::string& op,
+                  const std::vector<std::pair<int64_t, at::Tensor>>& own) {
+  if (t_calls.empty()) return false;
   Call& call = *t_calls.back();
   const std::vector<c10::IValue>& arguments = *call.arguments;
-  if (call.op->schema().name() != "aten::clone" || arguments.empty() || !arguments[0].isTensor() ||
-      arguments[0].toTensor().unsafeGetTensorImpl() != src.unsafeGetTensorImpl()) {
-    return false;
+  if (call.op->schema().name() != op) return false;
+  for (const auto& [i, t] : own) {
+    if (i < 0 || static_cast<size_t>(i) >= arguments.size() || !arguments[i].isTensor() ||
+        arguments[i].toTensor().unsafeGetTensorImpl() != t.unsafeGetTensorImpl()) {
+      return false;
+    }
   }
-  auto recipe = std::make_shared<Recipe>();
-  recipe->clone = true;
-  recipe->out = std::move(out);
-  recipe->layouts.push_back(layout_of(src));
-  call.offered = std::move(recipe);
+  hold_layouts(*replay, arguments);
+  call.offered = std::move(replay);
   return true;
 }
 

@@ -31,6 +31,23 @@ struct BufferView {
   int64_t offset = 0;
 };
 
+// A replay kept for one call geometry: the call run from its arguments, without Python.
+class Replay {
+ public:
+  virtual ~Replay() = default;
+  // Appends the op's results (in its schema's order); `target`: the argument it writes, or -1.
+  virtual void run(c10::ArrayRef<c10::IValue> args, int64_t target, std::vector<c10::IValue>& results) const = 0;
+  std::vector<LayoutPtr> layouts;  // the layout objects whose addresses are in the key stay theirs
+};
+
+// Offers `replay` for the call the innermost front serves on this thread when that call is of
+// `op` ("aten::native_layer_norm") and each (position, tensor) of `own` is its own argument.
+bool offer_replay(std::shared_ptr<Replay> replay, const std::string& op,
+                  const std::vector<std::pair<int64_t, at::Tensor>>& own);
+
+// A strided CPU view of a device tensor's buffer.
+inline at::Tensor view_of(const at::Tensor& t, const BufferView& v) { return raw_view(t, v.sizes, v.strides, v.offset); }
+
 // One operand's read: its argument position and its view.
 struct RecipeRead {
   int64_t arg;

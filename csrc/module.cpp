@@ -17,6 +17,7 @@
 #include "pointwise.h"
 #include "row_kernels.h"
 #include "row_math.h"
+#include "row_recipes.h"
 #include "runtime_stats.h"
 #include "tensor_impl.h"
 #include "tile_gemm.h"
@@ -29,6 +30,31 @@ using namespace torch_layouts;
 using GemmGroups = std::tuple<std::vector<int64_t>, std::vector<int64_t>, std::vector<int64_t>>;
 
 namespace {
+
+// A (sizes, strides, offset) tuple as a BufferView.
+BufferView buffer_view(const py::handle& v) {
+  auto t = py::cast<py::tuple>(v);
+  TORCH_CHECK_VALUE(t.size() == 3, "a buffer view is (sizes, strides, offset)");
+  return BufferView{py::cast<std::vector<int64_t>>(t[0]), py::cast<std::vector<int64_t>>(t[1]), py::cast<int64_t>(t[2])};
+}
+
+std::optional<BufferView> optional_view(const py::object& v) {
+  if (v.is_none()) return std::nullopt;
+  return buffer_view(v);
+}
+
+// (layout record, [(target view, source view), ...]) as a Placed; None stays absent.
+std::optional<Placed> placed(const py::object& p) {
+  if (p.is_none()) return std::nullopt;
+  auto t = py::cast<py::tuple>(p);
+  TORCH_CHECK_VALUE(t.size() == 2, "a placement is (layout record, pieces)");
+  Placed out{py::cast<std::shared_ptr<BoundLayout>>(t[0]), {}};
+  for (const auto& piece : py::cast<py::list>(t[1])) {
+    auto pair = py::cast<py::tuple>(piece);
+    out.pieces.emplace_back(buffer_view(pair[0]), buffer_view(pair[1]));
+  }
+  return out;
+}
 
 std::shared_ptr<BoundLayout> make_bound_layout(py::object layout, std::vector<int64_t> base_size,
                                              std::vector<int64_t> base_stride, at::ScalarType dtype,
@@ -135,6 +161,35 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("_offer_clone_recipe", [](const at::Tensor& src, std::shared_ptr<BoundLayout> out) {
     return offer_clone_recipe(src, std::move(out));
   });
+  m.def("_offer_softmax", [](const std::string& op, const std::vector<std::pair<int64_t, at::Tensor>>& own,
+                             const py::list& rows, std::shared_ptr<BoundLayout> out, int64_t width, bool log,
+                             bool safe) {
+    std::vector<BufferView> views;
+    for (const auto& v : rows) views.push_back(buffer_view(v));
+    return offer_softmax(op, own, std::move(views), std::move(out), width, log, safe);
+  });
+  m.def("_offer_layer_norm", [](const at::Tensor& input, const std::optional<at::Tensor>& weight,
+                                const std::optional<at::Tensor>& bias, const py::object& input_rows,
+                                const py::object& weight_cols, const py::object& bias_cols,
+                                std::shared_ptr<BoundLayout> out, const py::object& out_rows, int64_t rows,
+                                int64_t width, const py::object& stats) {
+    std::optional<Placed> where = placed(stats);
+    TORCH_CHECK_VALUE(where.has_value(), "layer norm's offer needs where mean and rstd go");
+    return offer_layer_norm(input, weight, bias, buffer_view(input_rows), optional_view(weight_cols),
+                            optional_view(bias_cols), std::move(out), buffer_view(out_rows), rows, width,
+                            std::move(*where));
+  });
+  m.def("_offer_layer_norm_backward",
+        [](const std::vector<std::pair<int64_t, at::Tensor>>& own, const py::object& grad_rows,
+           const py::object& input_rows, const py::object& mean_values, const py::object& rstd_values,
+           const py::object& weight_cols, std::shared_ptr<BoundLayout> grad_input, const py::object& grad_input_rows,
+           const py::object& grad_weight, const py::object& grad_bias, int64_t length, int64_t width) {
+          return offer_layer_norm_backward(own, buffer_view(grad_rows), buffer_view(input_rows),
+                                           buffer_view(mean_values), buffer_view(rstd_values),
+                                           optional_view(weight_cols), std::move(grad_input),
+                                           optional_view(grad_input_rows), placed(grad_weight), placed(grad_bias),
+                                           length, width);
+        });
   m.def("_kept_recipes", &kept_recipes);
   m.def("_forget_recipes", &forget_recipes);
   m.def("_kernel_counts", &kernel_counts);

@@ -240,3 +240,60 @@ def test_a_reduction_recipe_is_not_replayed_for_other_dims_or_dtypes():
                 assert torch.equal(dx.sum(dim, keepdim=keepdim).cpu(), x.sum(dim, keepdim=keepdim))
         assert torch.equal(dx.sum(0, dtype=torch.int32).cpu(), x.sum(0, dtype=torch.int32))
         assert torch.equal(dx.amax(0).cpu(), x.amax(0)) and torch.equal(dx.amin(0).cpu(), x.amin(0))
+
+
+A = torch.ops.aten
+BF16 = torch.bfloat16
+
+
+def _layer_norm(x, w, b):
+    return A.native_layer_norm(x, [x.shape[-1]], w, b, 1e-5)
+
+
+def _layer_norm_backward(mask, affine=True):
+    def run(x, w, b, g):
+        w, b = (w, b) if affine else (None, None)
+        _, mean, rstd = _layer_norm(x, w, b)
+        return A.native_layer_norm_backward(g, x, [x.shape[-1]], mean, rstd, w, b, mask)
+    return run
+
+
+# One row per case: id, function of device tensors (x, w, b, g) returning the op's results, the
+# shape of x, dtype.
+ROW_CASES = [
+    ("softmax", lambda x, w, b, g: A._softmax(x, -1, False), (8, 4, 128, 128), F32),
+    ("log_softmax-bf16", lambda x, w, b, g: A._log_softmax(x, -1, False), (4, 32, 64), BF16),
+    ("softmax-dim0", lambda x, w, b, g: A._softmax(x, 0, False), (64, 96), F32),
+    ("safe_softmax", lambda x, w, b, g: A._safe_softmax(x.masked_fill(x > 1, float("-inf")), -1), (16, 64), F32),
+    ("softmax_backward", lambda x, w, b, g: A._softmax_backward_data(g, A._softmax(x, -1, False), -1, x.dtype),
+     (8, 128, 64), F32),
+    ("log_softmax_backward-half", lambda x, w, b, g: A._log_softmax_backward_data(
+        g, A._log_softmax(x, -1, False), -1, x.dtype), (8, 128), F16),
+    ("layer_norm", lambda x, w, b, g: _layer_norm(x, w, b), (8, 128, 256), F32),
+    ("layer_norm-no-affine-bf16", lambda x, w, b, g: _layer_norm(x, None, None), (4, 32, 64), BF16),
+    ("layer_norm_backward", _layer_norm_backward([True, True, True]), (8, 128, 256), F32),
+    ("layer_norm_backward-weight-only", _layer_norm_backward([False, True, False]), (2, 64, 128), F32),
+    ("layer_norm_backward-input-only", _layer_norm_backward([True, False, False], affine=False), (16, 64), BF16),
+]
+
+
+@pytest.mark.parametrize("_, fn, shape, dtype", ROW_CASES, ids=[c[0] for c in ROW_CASES])
+def test_row_kernels_replay_in_the_runtime_front(_, fn, shape, dtype, monkeypatch):
+    """A softmax or layer norm (forward or backward) of a geometry seen before runs without entering
+    Python and gives what the Python path gave, bit for bit, in the same layouts."""
+    from torch_layouts.ops import layer_norm, softmax
+    x, g = randn(*shape, dtype=dtype), randn(*shape, seed=1, dtype=dtype)
+    w, b = randn(shape[-1], seed=2, dtype=dtype), randn(shape[-1], seed=3, dtype=dtype)
+    inputs = [t.to("spyre") for t in (x, w, b, g)]
+    fn(*inputs)  # plans the geometry in Python
+    elementwise.forget_recipes()
+    first = fn(*inputs)  # the Python path again, which offers the runtime's front its replays
+    calls = [_calls_into_python(monkeypatch, module, "lookup") for module in (softmax, layer_norm)]
+    second = fn(*inputs)
+    assert not any(calls), "a replayed call entered Python"
+    first, second = [[r] if isinstance(r, torch.Tensor) else list(r) for r in (first, second)]
+    for p, q in zip(first, second):
+        assert (p is None) == (q is None)
+        if p is not None:
+            assert torch.equal(p.cpu(), q.cpu()) and p.device_tensor_layout() == q.device_tensor_layout()
+            assert padding_holds_pad_value(q)

@@ -249,8 +249,12 @@ def signature(spec: Spec, args: tuple | list, kwargs: dict, target: torch.Tensor
     return tuple(parts)
 
 
-def _replay(recipe: Recipe, spec: Spec, args: tuple | list, kwargs: dict, target: torch.Tensor | None
-            ) -> torch.Tensor:
+def _replay(recipe: Recipe, spec: Spec, args: tuple | list, kwargs: dict, target: torch.Tensor | None,
+            front: bool) -> torch.Tensor:
+    """Run a kept recipe (``front``: the call is the op's kernel's: the recipe is offered to the
+    runtime's front again, which had none for it)."""
+    if front:
+        _offer(recipe, spec, args)
     coords = recipe.coords
     views = list(args)
     for i, strides, offset in recipe.reads:
@@ -299,13 +303,22 @@ def _record(key: tuple, spec: Spec, args: list, originals: list, positions: list
     layouts = layouts_of([t for t in originals if isinstance(t, torch.Tensor)])
     recipe = keep(RECIPES, key, Recipe(layouts, coords, tuple(reads), out_coords, target_read,
                                        not has_padding(coords)), MAX_RECIPES)
-    if front and spec.native is not None and recipe.unpadded:
-        shape = coords.shape
-        result = ((shape, rowmajor(shape), 0) if out_coords is not None else
-                  None if target_read is None else (shape, *target_read))
-        _C._offer_recipe([t if isinstance(t, torch.Tensor) else None for t in originals],
-                         [(i, shape, strides, offset) for i, strides, offset in reads],
-                         None if out_coords is None else runtime_record(out_coords), result, [], "aten::" + spec.native)
+    if front:
+        _offer(recipe, spec, originals)
+
+
+def _offer(recipe: Recipe, spec: Spec, args: tuple | list) -> None:
+    """Offer the runtime's front the recipe of the call it is serving (``Spec.native`` ops on
+    coordinates without padding), so that it replays later calls of this geometry itself."""
+    if spec.native is None or not recipe.unpadded:
+        return
+    shape = recipe.coords.shape
+    result = ((shape, rowmajor(shape), 0) if recipe.out_coords is not None else
+              None if recipe.target_read is None else (shape, *recipe.target_read))
+    _C._offer_recipe([t if isinstance(t, torch.Tensor) else None for t in args],
+                     [(i, shape, strides, offset) for i, strides, offset in recipe.reads],
+                     None if recipe.out_coords is None else runtime_record(recipe.out_coords), result, [],
+                     "aten::" + spec.native)
 
 
 def forget_recipes() -> None:
@@ -326,7 +339,7 @@ def run(spec: Spec, args: tuple | list, kwargs: dict, *, target: torch.Tensor | 
         key = signature(spec, args, kwargs, target, out_dtype)
         recipe = RECIPES.get(key) if key is not None else None
         if recipe is not None:
-            return _replay(recipe, spec, args, kwargs, target)
+            return _replay(recipe, spec, args, kwargs, target, front)
     originals = list(args)
     args = list(args)
     inplace = target is not None and target is args[0]

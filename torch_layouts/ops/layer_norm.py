@@ -5,7 +5,9 @@ float32 scratch (like PyTorch's CPU kernels for float16/bfloat16) whose padding 
 before every sum. The forward's mean and rstd are reductions over the normalised dims,
 laid out as ``keepdim`` reductions (sparse when the stick dim is normalised); the backward
 reads them in place, broadcast along those dims. The weight and bias gradients are sums
-over the other dims, laid out like a reduction's result.
+over the other dims, laid out like a reduction's result. A call whose operands were read where
+they lie offers the runtime's front its replay (``csrc/row_recipes.cpp``): later calls of its
+geometry run the row kernels without Python.
 """
 
 from __future__ import annotations
@@ -18,10 +20,10 @@ import torch
 from .. import _C
 from .elementwise import operand_view
 from ..core.layout import BoundLayout
-from .operands import fill_pad, new_tensor, padded_copy, raw, reduced_dims
+from .operands import Read, fill_pad, new_tensor, padded_copy, raw, reduced_dims, runtime_record
 from .reductions import placement, readable, reduce_view, write_placed, write_result
 from .registry import register
-from .rows import ROW_DTYPES, Rows, lookup, remember, rows
+from .rows import PLANS, ROW_DTYPES, RowPlan, Rows, lookup, remember, rows
 from .softmax import acc_dtype, rsum, write_values
 
 
@@ -48,6 +50,7 @@ def native_layer_norm(x: torch.Tensor, normalized_shape: Sequence[int], weight: 
     params = tuple(p for p in (weight, bias) if p is not None)
     key, known = lookup("native_layer_norm", (normalized_shape, weight is not None, bias is not None), (x, *params))
     if known is not None:
+        _offer_forward(known, x, weight, bias, dims)  # the runtime's front had no replay for it
         views, out = known.replay((x, *params))
         return _fused_forward(known.coords, known.rows, views, out, weight is not None, bias is not None, dims, eps)
     named = [("input", x), ("normalized_shape", normalized_shape), ("weight", weight), ("bias", bias)]
@@ -60,7 +63,10 @@ def native_layer_norm(x: torch.Tensor, normalized_shape: Sequence[int], weight: 
         views = [shape.view(v), *(shape.view(operand_view("native_layer_norm", named, coords, i))
                                   for i in (2, 3) if named[i][1] is not None), shape.view(raw(out).view(coords.shape))]
         remember(key if x is given else None, coords, shape, views, (x, *params))
-        return _fused_forward(coords, shape, views, out, weight is not None, bias is not None, dims, eps)
+        result = _fused_forward(coords, shape, views, out, weight is not None, bias is not None, dims, eps)
+        if key is not None and key in PLANS:
+            _offer_forward(PLANS[key], x, weight, bias, dims)
+        return result
     t = padded_copy(v, coords, 0, acc_dtype(x.dtype))
     mean = rsum(t, red).div_(count)
     t.sub_(mean)
@@ -90,6 +96,55 @@ def _fused_forward(coords: BoundLayout, shape: Rows, views: list[torch.Tensor], 
     return out, stats[0], stats[1]
 
 
+def _columns(read: Read, rows: Rows) -> Read:
+    """A row view's values along one row (``Rows.per_column``'s view)."""
+    k = len(rows.order) - rows.width
+    return read[0][k:], read[1][k:], read[2]
+
+
+def _row_values(read: Read, rows: Rows) -> Read:
+    """A row view's one value per row (``Rows.per_row``'s view)."""
+    k = len(rows.order) - rows.width
+    return read[0][:k], read[1][:k], read[2]
+
+
+def _placed(coords: BoundLayout, dims: tuple[int, ...], keepdim: bool, dtype: torch.dtype, rows: Rows,
+            per_row: bool) -> tuple | None:
+    """Where ``write_placed`` puts a row kernel's vector, for the runtime's front (None: moved)."""
+    place = placement(coords, dims, keepdim, dtype, rows, per_row)
+    return None if place is None else (runtime_record(place.out_coords), list(place.pieces))
+
+
+def _offer_forward(kept: RowPlan, x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
+                   dims: tuple[int, ...]) -> None:
+    """Offer the runtime's front this forward's replay (``csrc/row_recipes.cpp``)."""
+    stats = _placed(kept.coords, dims, True, x.dtype, kept.rows, True)
+    if stats is None:
+        return
+    params = iter(kept.reads[1:-1])
+    weight_cols, bias_cols = (_columns(next(params), kept.rows) if p is not None else None for p in (weight, bias))
+    _C._offer_layer_norm(x, weight, bias, kept.reads[0], weight_cols, bias_cols, runtime_record(kept.coords),
+                         kept.reads[-1], kept.rows.count(kept.coords), kept.rows.width, stats)
+
+
+def _offer_backward(kept: RowPlan, tensors: tuple[torch.Tensor, ...], weight: torch.Tensor | None,
+                    bias: torch.Tensor | None, others: tuple[int, ...], output_mask: Sequence[bool]) -> None:
+    """Offer the runtime's front this backward's replay (``csrc/row_recipes.cpp``); ``tensors``:
+    grad, input, mean, rstd and the weight, if any, as ``native_layer_norm_backward`` got them."""
+    rows, reads = kept.rows, kept.reads
+    columns = []
+    for wanted, p in ((output_mask[1] and weight is not None, weight), (output_mask[2] and bias is not None, bias)):
+        columns.append(_placed(kept.coords, others, False, p.dtype, rows, False) if wanted else None)
+        if wanted and columns[-1] is None:
+            return
+    grad_input = bool(output_mask[0])
+    own = [(i, t) for i, t in zip((0, 1, 3, 4, 5), tensors)]
+    _C._offer_layer_norm_backward(own, reads[0], reads[1], _row_values(reads[2], rows), _row_values(reads[3], rows),
+                                  _columns(reads[4], rows) if weight is not None else None,
+                                  runtime_record(kept.coords) if grad_input else None,
+                                  reads[-1] if grad_input else None, *columns, rows.length(kept.coords), rows.width)
+
+
 def native_layer_norm_backward(grad: torch.Tensor, x: torch.Tensor, normalized_shape: Sequence[int],
                                mean: torch.Tensor, rstd: torch.Tensor, weight: torch.Tensor | None,
                                bias: torch.Tensor | None, output_mask: Sequence[bool]
@@ -111,6 +166,7 @@ def native_layer_norm_backward(grad: torch.Tensor, x: torch.Tensor, normalized_s
     tensors = (grad, x, mean, rstd) + ((weight,) if weight is not None else ())
     key, known = lookup(op, (normalized_shape, tuple(output_mask), bias is not None), tensors)
     if known is not None:
+        _offer_backward(known, tensors, weight, bias, others, output_mask)  # the front had no replay for it
         views, grad_input = known.replay(tensors, result=bool(output_mask[0]))
         return _fused_backward(known.coords, known.rows, views, grad_input, weight, bias, others, output_mask,
                                x.device)
@@ -127,7 +183,10 @@ def native_layer_norm_backward(grad: torch.Tensor, x: torch.Tensor, normalized_s
         if grad_input is not None:
             views.append(shape.view(raw(grad_input).view(coords.shape)))
         remember(key if x is given else None, coords, shape, views, tensors)
-        return _fused_backward(coords, shape, views, grad_input, weight, bias, others, output_mask, x.device)
+        result = _fused_backward(coords, shape, views, grad_input, weight, bias, others, output_mask, x.device)
+        if key is not None and key in PLANS:
+            _offer_backward(PLANS[key], tensors, weight, bias, others, output_mask)
+        return result
     acc = acc_dtype(x.dtype)
     g = padded_copy(operand_view(op, named, coords, 0), coords, 0, acc)
     r = operand_view(op, named, coords, 4).to(acc)

@@ -294,6 +294,7 @@ def reduce(kind: str, x: torch.Tensor, dim: int | Sequence[int] | None, keepdim:
         if kept is not None:
             v = raw_view(x, kept.coords.layout.device_size, *kept.read)
             values = _values(kind, v, kept.red, kept.row_sums, kept.count, x.device, kept.out_dtype, dtype)
+            _offer(kind, x, v, kept, keepdim, values)
             return write_result(kept.coords, kept.dims, keepdim, values, x.device)
     dims = normalize_dims(dim, x.dim())
     probe = torch.ones((1,) * x.dim(), dtype=x.dtype)  # the CPU's dtype rules (and errors) on one element
@@ -313,22 +314,24 @@ def reduce(kind: str, x: torch.Tensor, dim: int | Sequence[int] | None, keepdim:
     row_sums = kind in ("sum", "mean") and _row_sums_apply(masked_v, red, out_dtype)
     values = _values(kind, masked_v, red, row_sums, count, x.device, out_dtype, dtype)
     if key is not None and x is original and masked_v is v:
-        keep(PLANS, key, ReducePlan(out_dtype, coords, (tuple(v.stride()), v.storage_offset()), red, dims, count,
-                                    row_sums, layouts_of([x])), MAX_PLANS)
-        if kind in NATIVE and not row_sums and len(red) == 1 and values.dtype == out_dtype:
-            _offer(kind, x, v, coords, dims, keepdim, red[0], values)
+        kept = keep(PLANS, key, ReducePlan(out_dtype, coords, (tuple(v.stride()), v.storage_offset()), red, dims,
+                                           count, row_sums, layouts_of([x])), MAX_PLANS)
+        _offer(kind, x, v, kept, keepdim, values)
     return write_result(coords, dims, keepdim, values, x.device)
 
 
 NATIVE = {"sum": "aten::sum.IntList_out", "amax": "aten::amax.out", "amin": "aten::amin.out"}
 
 
-def _offer(kind: str, x: torch.Tensor, v: torch.Tensor, coords: BoundLayout, dims: tuple[int, ...], keepdim: bool,
-           red: int, values: torch.Tensor) -> None:
+def _offer(kind: str, x: torch.Tensor, v: torch.Tensor, kept: ReducePlan, keepdim: bool, values: torch.Tensor
+           ) -> None:
     """Offer the runtime's front this call's recipe (``csrc/kernel_front.cpp``): the CPU reduction
-    of device dim ``red`` of the input's view written straight into the result's buffer. Only
-    where neither side has padding and the result's view is laid out as ``values`` (so the
+    of the one reduced device dim of the input's view written straight into the result's buffer.
+    Only where neither side has padding and the result's view is laid out as ``values`` (so the
     CPU kernel walks the elements in the same order: the same bits)."""
+    if kind not in NATIVE or kept.row_sums or len(kept.red) != 1 or values.dtype != kept.out_dtype:
+        return
+    coords, dims = kept.coords, kept.dims
     w = write_plan(coords, dims, keepdim, values.dtype)
     if w.mode == "move" or has_padding(coords) or has_padding(w.out_coords):
         return
@@ -337,7 +340,7 @@ def _offer(kind: str, x: torch.Tensor, v: torch.Tensor, coords: BoundLayout, dim
     if tuple(values.shape) != tuple(size) or any(n != 1 and s != t for n, s, t in zip(size, strides, values.stride())):
         return
     _C._offer_recipe([x], [(0, tuple(v.shape), tuple(v.stride()), v.storage_offset())], runtime_record(w.out_coords),
-                     (size, strides, offset), [(1, [red]), (2, True)], NATIVE[kind])
+                     (size, strides, offset), [(1, list(kept.red)), (2, True)], NATIVE[kind])
 
 
 def sum_dim(x: torch.Tensor, dim: Sequence[int] | None = None, keepdim: bool = False, *,

@@ -5,7 +5,8 @@ the input is read in its own coordinates (``reductions.readable``), copied into 
 float32 scratch whose padding holds the reduction's neutral value (``-inf`` before a
 max, 0 before a sum), and the result is written back over the whole buffer before the
 padding is restored. Float16/bfloat16 inputs compute in float32, like PyTorch's CPU
-kernels.
+kernels. A call whose operands were read where they lie offers the runtime's front its replay
+(``csrc/row_recipes.cpp``): later calls of its geometry run the row kernel without Python.
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ import torch
 from .. import _C
 from .elementwise import convert, copy_real, operand_view, output
 from ..core.layout import BoundLayout
-from .operands import new_tensor, padded_copy, raw
+from .operands import new_tensor, padded_copy, raw, runtime_record
 from .reductions import LOW_PRECISION, readable
 from .registry import register
-from .rows import ROW_DTYPES, Rows, lookup, remember, rows
+from .rows import PLANS, ROW_DTYPES, RowPlan, Rows, lookup, remember, rows
 
 
 def acc_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -45,13 +46,21 @@ def write_values(coords: BoundLayout, values: torch.Tensor, dtype: torch.dtype, 
     return out
 
 
-def _softmax_any(x: torch.Tensor, dim: int, log: bool, safe: bool = False) -> torch.Tensor:
-    """Softmax (or log-softmax) along ``dim``; ``safe``: rows of only ``-inf`` give 0s."""
+def _offer(op: str, kept: RowPlan, tensors: tuple[torch.Tensor, ...], log: bool, safe: bool = False) -> None:
+    """Offer the runtime's front the replay of the call of ``op`` it serves (``tensors``: the
+    call's input, or its grad and output), so that it runs later calls of this geometry itself."""
+    _C._offer_softmax("aten::" + op, list(enumerate(tensors)), list(kept.reads), runtime_record(kept.coords),
+                      kept.rows.width, log, safe)
+
+
+def _softmax_any(op: str, x: torch.Tensor, dim: int, log: bool, safe: bool = False) -> torch.Tensor:
+    """Softmax (or log-softmax) along ``dim`` for ``op``'s kernel; ``safe``: rows of only ``-inf`` give 0s."""
     dim = dim % max(x.dim(), 1)
     if x.numel() == 0:
         return torch.empty_like(x)
     key, known = lookup("softmax", (dim, log, safe), (x,))
     if known is not None:
+        _offer(op, known, (x,), log, safe)
         (vx, vo), out = known.replay((x,))
         _C._rows_softmax(vx, vo, known.rows.width, log, safe)
         return out
@@ -59,7 +68,10 @@ def _softmax_any(x: torch.Tensor, dim: int, log: bool, safe: bool = False) -> to
     x, coords, v, red, _ = readable(x, (dim,) if x.dim() else ())
     shape = rows(coords, (dim,) if x.dim() else ())
     if shape is not None and x.dtype in ROW_DTYPES:
-        return _fused_softmax(x, coords, v, shape, log, safe, key if x is given else None)
+        out = _fused_softmax(x, coords, v, shape, log, safe, key if x is given else None)
+        if key in PLANS:
+            _offer(op, PLANS[key], (x,), log, safe)
+        return out
     t = padded_copy(v, coords, -math.inf, acc_dtype(x.dtype))
     top = _rmax(t, red)
     t.sub_(top)
@@ -84,18 +96,18 @@ def _fused_softmax(x: torch.Tensor, coords: BoundLayout, v: torch.Tensor, shape:
 
 
 def softmax(x: torch.Tensor, dim: int, half_to_float: bool) -> torch.Tensor:
-    return _softmax_any(convert(x, torch.float32) if half_to_float else x, dim, log=False)
+    return _softmax_any("_softmax", convert(x, torch.float32) if half_to_float else x, dim, log=False)
 
 
 def log_softmax(x: torch.Tensor, dim: int, half_to_float: bool) -> torch.Tensor:
-    return _softmax_any(convert(x, torch.float32) if half_to_float else x, dim, log=True)
+    return _softmax_any("_log_softmax", convert(x, torch.float32) if half_to_float else x, dim, log=True)
 
 
 def safe_softmax(x: torch.Tensor, dim: int, dtype: torch.dtype | None = None) -> torch.Tensor:
     """``_safe_softmax`` (attention's math path): softmax, 0 along rows of only ``-inf``."""
     if dtype is not None and dtype != x.dtype:
         x = convert(x, dtype)
-    return _softmax_any(x, dim, log=False, safe=True)
+    return _softmax_any("_safe_softmax", x, dim, log=False, safe=True)
 
 
 def _backward(op: str, grad: torch.Tensor, output_: torch.Tensor, dim: int, input_dtype: torch.dtype,
@@ -105,6 +117,7 @@ def _backward(op: str, grad: torch.Tensor, output_: torch.Tensor, dim: int, inpu
         return torch.empty_like(output_, dtype=input_dtype)
     key, known = lookup(op, (dim, input_dtype), (grad, output_))
     if known is not None:
+        _offer(op, known, (grad, output_), log)
         views, out = known.replay((grad, output_))
         _C._rows_softmax_backward(*views, known.rows.width, log)
         return out
@@ -117,6 +130,8 @@ def _backward(op: str, grad: torch.Tensor, output_: torch.Tensor, dim: int, inpu
         views = [shape.view(g), shape.view(o), shape.view(raw(out).view(coords.shape))]
         _C._rows_softmax_backward(*views, shape.width, log)
         remember(key if output_ is given else None, coords, shape, views, (grad, output_))
+        if key in PLANS:
+            _offer(op, PLANS[key], (grad, output_), log)
         return out
     acc = acc_dtype(output_.dtype)
     gf = padded_copy(g, coords, 0, acc)

@@ -1,0 +1,178 @@
+#include "row_recipes.h"
+
+#include <ATen/ATen.h>
+
+#include <string>
+
+#include "row_kernels.h"
+
+namespace torch_layouts {
+namespace {
+
+// A view's values as a contiguous float32 vector (ops/rows.Rows.per_row / per_column).
+at::Tensor values_of(const at::Tensor& t, const BufferView& v) {
+  return view_of(t, v).reshape(-1).to(at::kFloat).contiguous();
+}
+
+std::optional<at::Tensor> values_of(const c10::IValue& arg, const std::optional<BufferView>& v) {
+  if (!v) return std::nullopt;
+  return values_of(arg.toTensor(), *v);
+}
+
+// A new tensor holding `flat` where `p` places it (ops/reductions.write_placed).
+at::Tensor placed(const Placed& p, const at::Tensor& flat, c10::Device device) {
+  at::Tensor out = new_device_tensor(p.layout, device);
+  for (const auto& [target, source] : p.pieces) {
+    view_of(out, target).copy_(flat.as_strided(source.sizes, source.strides, source.offset));
+  }
+  return out;
+}
+
+// _softmax / _log_softmax / _safe_softmax: the input's row view, the result's layout and row view.
+class Softmax final : public Replay {
+ public:
+  BufferView input_rows, out_rows;
+  LayoutPtr out;
+  int64_t width = 0;
+  bool log = false, safe = false;
+
+  void run(c10::ArrayRef<c10::IValue> args, int64_t, std::vector<c10::IValue>& results) const override {
+    const at::Tensor& x = args[0].toTensor();
+    at::Tensor result = new_device_tensor(out, x.device());
+    rows_softmax(view_of(x, input_rows), view_of(result, out_rows), width, log, safe);
+    results.emplace_back(std::move(result));
+  }
+};
+
+// _softmax_backward_data / _log_softmax_backward_data: grad's and output's row views.
+class SoftmaxBackward final : public Replay {
+ public:
+  BufferView grad_rows, output_rows, out_rows;
+  LayoutPtr out;
+  int64_t width = 0;
+  bool log = false;
+
+  void run(c10::ArrayRef<c10::IValue> args, int64_t, std::vector<c10::IValue>& results) const override {
+    const at::Tensor& grad = args[0].toTensor();
+    at::Tensor result = new_device_tensor(out, grad.device());
+    rows_softmax_backward(view_of(grad, grad_rows), view_of(args[1].toTensor(), output_rows), view_of(result, out_rows),
+                          width, log);
+    results.emplace_back(std::move(result));
+  }
+};
+
+class LayerNorm final : public Replay {
+ public:
+  BufferView input_rows, out_rows;
+  std::optional<BufferView> weight_cols, bias_cols;
+  LayoutPtr out;
+  int64_t rows = 0, width = 0;
+  Placed stats;
+
+  void run(c10::ArrayRef<c10::IValue> args, int64_t, std::vector<c10::IValue>& results) const override {
+    const at::Tensor& x = args[0].toTensor();
+    at::Tensor result = new_device_tensor(out, x.device());
+    at::Tensor mean = at::empty({rows}, at::kFloat), rstd = at::empty({rows}, at::kFloat);
+    rows_layer_norm(view_of(x, input_rows), view_of(result, out_rows), values_of(args[2], weight_cols),
+                    values_of(args[3], bias_cols), args[4].toDouble(), mean, rstd, width);
+    results.emplace_back(std::move(result));
+    results.emplace_back(placed(stats, mean, x.device()));
+    results.emplace_back(placed(stats, rstd, x.device()));
+  }
+};
+
+class LayerNormBackward final : public Replay {
+ public:
+  BufferView grad_rows, input_rows, mean_values, rstd_values;
+  std::optional<BufferView> weight_cols, grad_input_rows;
+  LayoutPtr grad_input;
+  std::optional<Placed> grad_weight, grad_bias;
+  int64_t length = 0, width = 0;
+
+  void run(c10::ArrayRef<c10::IValue> args, int64_t, std::vector<c10::IValue>& results) const override {
+    const at::Tensor& grad = args[0].toTensor();
+    const at::Tensor& x = args[1].toTensor();
+    at::Tensor dx = grad_input ? new_device_tensor(grad_input, x.device()) : at::Tensor();
+    std::optional<at::Tensor> dgamma, dbeta;
+    if (grad_weight) dgamma = at::empty({length}, at::kFloat);
+    if (grad_bias) dbeta = at::empty({length}, at::kFloat);
+    rows_layer_norm_backward(view_of(grad, grad_rows), view_of(x, input_rows), values_of(args[3].toTensor(), mean_values),
+                             values_of(args[4].toTensor(), rstd_values), values_of(args[5], weight_cols),
+                             dx.defined() ? std::optional<at::Tensor>(view_of(dx, *grad_input_rows)) : std::nullopt,
+                             dgamma, dbeta, width);
+    results.emplace_back(std::move(dx));
+    results.emplace_back(grad_weight ? placed(*grad_weight, *dgamma, x.device()) : at::Tensor());
+    results.emplace_back(grad_bias ? placed(*grad_bias, *dbeta, x.device()) : at::Tensor());
+  }
+};
+
+}  // namespace
+
+bool offer_softmax(const std::string& op, const std::vector<std::pair<int64_t, at::Tensor>>& own,
+                   std::vector<BufferView> rows, LayoutPtr out, int64_t width, bool log, bool safe) {
+  const bool backward = own.size() == 2;
+  if (!out || own.empty() || own.size() > 2 || rows.size() != own.size() + 1) return false;
+  if (backward) {
+    auto r = std::make_shared<SoftmaxBackward>();
+    r->grad_rows = std::move(rows[0]);
+    r->output_rows = std::move(rows[1]);
+    r->out_rows = std::move(rows[2]);
+    r->out = std::move(out);
+    r->width = width;
+    r->log = log;
+    return offer_replay(std::move(r), op, own);
+  }
+  auto r = std::make_shared<Softmax>();
+  r->input_rows = std::move(rows[0]);
+  r->out_rows = std::move(rows[1]);
+  r->out = std::move(out);
+  r->width = width;
+  r->log = log;
+  r->safe = safe;
+  return offer_replay(std::move(r), op, own);
+}
+
+bool offer_layer_norm(const at::Tensor& input, const std::optional<at::Tensor>& weight,
+                      const std::optional<at::Tensor>& bias, BufferView input_rows, std::optional<BufferView> weight_cols,
+                      std::optional<BufferView> bias_cols, LayoutPtr out, BufferView out_rows, int64_t rows,
+                      int64_t width, Placed stats) {
+  if (!out || !stats.layout || weight.has_value() != weight_cols.has_value() || bias.has_value() != bias_cols.has_value()) {
+    return false;
+  }
+  auto r = std::make_shared<LayerNorm>();
+  r->input_rows = std::move(input_rows);
+  r->out_rows = std::move(out_rows);
+  r->weight_cols = std::move(weight_cols);
+  r->bias_cols = std::move(bias_cols);
+  r->out = std::move(out);
+  r->rows = rows;
+  r->width = width;
+  r->stats = std::move(stats);
+  std::vector<std::pair<int64_t, at::Tensor>> own{{0, input}};
+  if (weight) own.emplace_back(2, *weight);
+  if (bias) own.emplace_back(3, *bias);
+  return offer_replay(std::move(r), "aten::native_layer_norm", own);
+}
+
+bool offer_layer_norm_backward(const std::vector<std::pair<int64_t, at::Tensor>>& own, BufferView grad_rows,
+                               BufferView input_rows, BufferView mean_values, BufferView rstd_values,
+                               std::optional<BufferView> weight_cols, LayoutPtr grad_input,
+                               std::optional<BufferView> grad_input_rows, std::optional<Placed> grad_weight,
+                               std::optional<Placed> grad_bias, int64_t length, int64_t width) {
+  if (static_cast<bool>(grad_input) != grad_input_rows.has_value()) return false;
+  auto r = std::make_shared<LayerNormBackward>();
+  r->grad_rows = std::move(grad_rows);
+  r->input_rows = std::move(input_rows);
+  r->mean_values = std::move(mean_values);
+  r->rstd_values = std::move(rstd_values);
+  r->weight_cols = std::move(weight_cols);
+  r->grad_input = std::move(grad_input);
+  r->grad_input_rows = std::move(grad_input_rows);
+  r->grad_weight = std::move(grad_weight);
+  r->grad_bias = std::move(grad_bias);
+  r->length = length;
+  r->width = width;
+  return offer_replay(std::move(r), "aten::native_layer_norm_backward", own);
+}
+
+}  // namespace torch_layouts
