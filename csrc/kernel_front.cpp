@@ -62,6 +62,7 @@ std::map<std::vector<int64_t>, std::shared_ptr<const Replay>> g_recipes;
 // Each front's op name and call count; fronts are never unregistered.
 std::mutex g_fronts_mutex;
 std::deque<std::pair<std::string, std::atomic<int64_t>>> g_counts;
+std::atomic<int64_t> g_restickify_count{0}, g_restickify_bytes{0};
 
 // The argument an op writes (the self of an in-place op, the out= tensor), or -1.
 int64_t written_argument(const c10::FunctionSchema& schema) {
@@ -217,7 +218,7 @@ class Front final : public c10::OperatorKernel {
         auto it = g_recipes.find(key);
         if (it != g_recipes.end()) recipe = it->second;
       }
-      if (recipe) {
+      if (recipe && recipe->accepts(torch::jit::last(*stack, n))) {
         std::vector<c10::IValue> results;
         recipe->run(torch::jit::last(*stack, n), target, results);
         torch::jit::drop(*stack, n);
@@ -379,6 +380,17 @@ std::map<std::string, int64_t> kernel_counts() {
 void reset_kernel_counts() {
   std::lock_guard<std::mutex> lock(g_fronts_mutex);
   for (auto& entry : g_counts) entry.second.store(0, std::memory_order_relaxed);
+  g_restickify_count.store(0, std::memory_order_relaxed);
+  g_restickify_bytes.store(0, std::memory_order_relaxed);
+}
+
+void count_restickify(int64_t nbytes) {
+  g_restickify_count.fetch_add(1, std::memory_order_relaxed);
+  g_restickify_bytes.fetch_add(nbytes, std::memory_order_relaxed);
+}
+
+std::pair<int64_t, int64_t> restickify_counts() {
+  return {g_restickify_count.load(std::memory_order_relaxed), g_restickify_bytes.load(std::memory_order_relaxed)};
 }
 
 void set_strict(bool strict) { t_strict = strict; }

@@ -37,6 +37,8 @@ class Replay {
   virtual ~Replay() = default;
   // Appends the op's results (in its schema's order); `target`: the argument it writes, or -1.
   virtual void run(c10::ArrayRef<c10::IValue> args, int64_t target, std::vector<c10::IValue>& results) const = 0;
+  // Whether it serves a call of its key with these arguments (else the Python kernel does).
+  virtual bool accepts(c10::ArrayRef<c10::IValue> args) const { return true; }
   std::vector<LayoutPtr> layouts;  // the layout objects whose addresses are in the key stay theirs
 };
 
@@ -76,6 +78,10 @@ void forget_recipes();
 // Calls per op ("aten::add.Tensor") since the last reset (ops/stats.py merges them).
 std::map<std::string, int64_t> kernel_counts();
 void reset_kernel_counts();
+
+// Restickifies that replays did (an op's rule asks for them; ops/stats.py adds them to its own).
+void count_restickify(int64_t nbytes);
+std::pair<int64_t, int64_t> restickify_counts();  // (count, bytes)
 
 // Strict layouts on this thread (ops/rules.strict_layouts): no recipe is replayed.
 void set_strict(bool strict);

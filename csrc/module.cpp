@@ -10,6 +10,7 @@
 #include "device_guard.h"
 #include "device_memory.h"
 #include "dma_executor.h"
+#include "gemm_recipe.h"
 #include "generator.h"
 #include "int64_format.h"
 #include "kernel_front.h"
@@ -190,6 +191,27 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                                            optional_view(grad_input_rows), placed(grad_weight), placed(grad_bias),
                                            length, width);
         });
+  m.def("_offer_gemm", [](const std::string& op, const std::vector<std::pair<int64_t, at::Tensor>>& own,
+                          const py::tuple& a, const py::tuple& b, const py::object& bias,
+                          std::shared_ptr<BoundLayout> c, std::vector<int64_t> c_sizes, const GemmGroups& c_groups,
+                          int64_t m, int64_t n, int64_t k, double alpha, double beta,
+                          std::vector<int64_t> restickify_bytes) {
+    auto read = [](const py::tuple& t) {  // (argument, view, groups)
+      TORCH_CHECK_VALUE(t.size() == 3, "a GEMM operand is (argument, view, groups)");
+      auto groups = py::cast<GemmGroups>(t[2]);
+      return GemmRead{py::cast<int64_t>(t[0]), buffer_view(t[1]), std::get<0>(groups), std::get<1>(groups),
+                      std::get<2>(groups)};
+    };
+    std::optional<std::pair<int64_t, BufferView>> row;
+    if (!bias.is_none()) {
+      auto t = py::cast<py::tuple>(bias);
+      row.emplace(py::cast<int64_t>(t[0]), buffer_view(t[1]));
+    }
+    return offer_gemm(op, own, read(a), read(b), std::move(row), std::move(c), std::move(c_sizes),
+                      std::get<0>(c_groups), std::get<1>(c_groups), std::get<2>(c_groups), m, n, k, alpha, beta,
+                      std::move(restickify_bytes));
+  });
+  m.def("_restickify_counts", &restickify_counts);
   m.def("_kept_recipes", &kept_recipes);
   m.def("_forget_recipes", &forget_recipes);
   m.def("_kernel_counts", &kernel_counts);

@@ -297,3 +297,42 @@ def test_row_kernels_replay_in_the_runtime_front(_, fn, shape, dtype, monkeypatc
         if p is not None:
             assert torch.equal(p.cpu(), q.cpu()) and p.device_tensor_layout() == q.device_tensor_layout()
             assert padding_holds_pad_value(q)
+
+
+# One row per case: id, function of device tensors (a, b, c), shapes of a, b, c.
+GEMM_CASES = [
+    ("mm", lambda a, b, c: a @ b, (256, 128), (128, 96), (96,)),
+    ("bmm", lambda a, b, c: torch.bmm(a, b), (4, 64, 128), (4, 128, 64), (64,)),
+    ("addmm-bias-row", lambda a, b, c: torch.addmm(c, a, b), (256, 128), (128, 96), (96,)),
+    ("addmm-beta-alpha", lambda a, b, c: torch.addmm(c, a, b, beta=0.5, alpha=2.0), (256, 128), (128, 96), (96,)),
+    ("addmm-beta-0", lambda a, b, c: torch.addmm(c, a, b, beta=0), (64, 128), (128, 64), (64,)),
+    ("linear-restickified-weight", lambda a, b, c: torch.nn.functional.linear(a, b, c), (256, 128), (96, 128), (96,)),
+    ("transposed-a", lambda a, b, c: a.t() @ b, (128, 256), (128, 96), (96,)),
+]
+
+
+@pytest.mark.parametrize("_, fn, ashape, bshape, cshape", GEMM_CASES, ids=[c[0] for c in GEMM_CASES])
+def test_tile_gemm_calls_replay_in_the_runtime_front(_, fn, ashape, bshape, cshape, monkeypatch):
+    """A mm/bmm/addmm of a geometry seen before runs the tile GEMM without entering Python: the
+    Python path's bits and layout, and the restickifies its rule asks for counted again."""
+    from torch_layouts.ops import matmul
+    inputs = [randn(*s, seed=k).to("spyre") for k, s in enumerate((ashape, bshape, cshape))]
+    fn(*inputs)
+    elementwise.forget_recipes()
+    torch_layouts.reset_stats()
+    first = fn(*inputs)  # the Python path, which offers the runtime's front its replay
+    counted = torch_layouts.stats()["restickify_count"]
+    calls = _calls_into_python(monkeypatch, matmul, "_call_key")
+    torch_layouts.reset_stats()
+    second = fn(*inputs)
+    assert not calls, "a replayed call entered Python"
+    assert torch_layouts.stats()["restickify_count"] == counted
+    assert torch.equal(first.cpu(), second.cpu()) and first.device_tensor_layout() == second.device_tensor_layout()
+
+
+def test_an_addmm_replay_serves_only_its_own_beta_and_alpha():
+    a, b, c = randn(64, 128), randn(128, 64, seed=1), randn(64, seed=2)
+    da, db, dc = a.to("spyre"), b.to("spyre"), c.to("spyre")
+    for beta, alpha in ((1, 1), (1, 1), (0.5, 3.0), (0.0, 1.0), (1, 1)):
+        out = torch.addmm(dc, da, db, beta=beta, alpha=alpha)
+        assert torch.allclose(out.cpu(), torch.addmm(c, a, b, beta=beta, alpha=alpha), atol=1e-4)

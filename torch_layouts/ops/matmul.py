@@ -48,7 +48,8 @@ from . import rules
 from .. import _C
 from .elementwise import ADD, MUL, broadcast_shape, copy_real, fill_, materialize, operand_view, run
 from .operands import (Read, ViewPlan, default_coords, has_padding, in_place, is_whole_dense, keep, layouts_of,
-                       new_tensor, plan, plan_key, raw, raw_view, read_of, record_of, rowmajor, scratch, view)
+                       new_tensor, plan, plan_key, raw, raw_view, read_of, record_of, rowmajor, runtime_record, scratch,
+                       view)
 from .registry import register
 from .stats import count_restickify
 from .strided import strided_copy
@@ -235,6 +236,21 @@ def _remember(key: tuple | None, named: list[tuple[str, torch.Tensor]], tiles: l
                               _matrix_groups(len(c_coords.size), (1,) * len(c_coords.shape)), bias_read), MAX_PLANS)
 
 
+def _offer(op: str, kept: GemmPlan, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,
+           mnk: tuple[int, int, int], beta: float, alpha: float) -> None:
+    """Offer the runtime's front the replay of the ``mm``/``bmm``/``addmm`` call it serves
+    (``csrc/gemm_recipe.cpp``): later calls of this geometry run the tile GEMM without Python."""
+    if op not in ("mm", "bmm", "addmm"):
+        return
+    first = 1 if op == "addmm" else 0  # addmm(bias, mat1, mat2, beta, alpha)
+    own = [(first, a), (first + 1, b)] + ([(0, bias)] if bias is not None else [])
+    (a_read, a_groups), (b_read, b_groups) = kept.reads
+    row = None if kept.bias_read is None else (0, kept.bias_read)
+    _C._offer_gemm("aten::" + op, own, (first, a_read, a_groups), (first + 1, b_read, b_groups), row,
+                   runtime_record(kept.c_coords), kept.c_coords.shape, kept.c_groups, *mnk, alpha, beta,
+                   [e.nbytes for e in kept.effects])
+
+
 def _flipped(op: str, named: list[tuple[str, torch.Tensor]], i: int, coords: BoundLayout, requirement: str,
              effects: list[Effect] | None = None) -> Tiles | None:
     """An operand sticked on its rows (``weight.t()``, ``grad.t()``) as the transpose of its
@@ -267,6 +283,7 @@ def matmul(op: str, a: torch.Tensor, b: torch.Tensor, names: tuple[str, str] = (
     key = _call_key(op, a, b, bias, beta, alpha) if a.dtype == torch.float32 and TILE_GEMM else None
     kept = PLANS.get(key) if key is not None else None
     if kept is not None:
+        _offer(op, kept, a, b, bias, (m, n, k), beta, alpha)  # the runtime's front had no replay for it
         return kept.run(op, named, bias, (m, n, k), beta, alpha)
     dtype = a.dtype
     eps = elems_per_stick(dtype)
@@ -292,6 +309,8 @@ def matmul(op: str, a: torch.Tensor, b: torch.Tensor, names: tuple[str, str] = (
         live = bias is not None and beta != 0
         if not live or bias_row is not None and in_place([bias_row], [bias]):
             _remember(key, named, tiles, effects, c_coords, bias, read_of(bias_row) if live else None)
+            if key in PLANS:
+                _offer(op, PLANS[key], a, b, bias, (m, n, k), beta, alpha)
         return out
     dense_a = _operand(op, named, 0, a_coords, padded_k, a_rule).dense(a.device, batch)
     tiles_of_n = -(-n // eps)

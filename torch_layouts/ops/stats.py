@@ -39,8 +39,10 @@ def stats() -> dict[str, Any]:
     runtime's copies), ``kernel_calls`` (device kernels per op) and ``fallbacks`` (ops
     that ran on the CPU fallback, per op).
     """
+    replayed, replayed_bytes = _C._restickify_counts()  # those the runtime's front replayed
     with _lock:
-        out: dict[str, Any] = {"restickify_count": _restickify["count"], "restickify_bytes": _restickify["bytes"]}
+        out: dict[str, Any] = {"restickify_count": _restickify["count"] + replayed,
+                               "restickify_bytes": _restickify["bytes"] + replayed_bytes}
         calls = Counter(_kernel_calls)
     calls.update(_C._kernel_counts())  # the kernels the runtime's front counts
     calls = dict(sorted(calls.items()))
