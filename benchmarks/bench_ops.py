@@ -3,7 +3,8 @@
 Target for every op (issue 18): <= 1.05. Elementwise (``add``, in place and into a preallocated
 ``out=``; ``copy_`` into part of a buffer), matmul (2048x2048 float32, and a transformer's linear
 layer with its bias), reductions (``sum`` over rows and over the stick dim), ``softmax`` and
-``layer_norm`` (forward, and with their backward). Profiling 10 forward passes of a small model
+``layer_norm`` (forward, and with their backward); and some of them at the training step's shapes
+(1-2 MiB), where a call's fixed cost counts. Profiling 10 forward passes of a small model
 on the device, with Kineto (CPU + PrivateUse1 activities) and with the legacy profiler
 (``use_device="spyre"``), against the same passes unprofiled: <= 2. Run alone with
 ``python benchmarks/bench_ops.py [--threads N]`` (2 by default).
@@ -65,6 +66,17 @@ CASES = (
      _with_backward(lambda a: torch.softmax(a, -1)), 15, GOAL, False),
     ("layer_norm forward+backward", ((1024, 1024), (1024, 1024)), torch.float32, _with_backward(_layer_norm), 15,
      GOAL, False),
+    # The training step's shapes (benchmarks/bench_models.py): 1-2 MiB operands, where a call's
+    # fixed cost (dispatch, planning, allocation) weighs as much as its kernel.
+    ("add (step size)", ((1024, 256), (1024, 256)), torch.float32, lambda a, b: a + b, 30, GOAL, False),
+    ("mul by a number (step size)", ((1024, 256),), torch.float32, lambda a: a * 0.5, 30, GOAL, False),
+    ("sum(dim=0) (step size)", ((1024, 256),), torch.float32, lambda a: a.sum(dim=0), 30, GOAL, False),
+    ("clone (step size)", ((8, 128, 1024),), torch.float32, lambda a: a.clone(), 30, GOAL, False),
+    ("mm (step size)", ((1024, 256), (256, 256)), torch.float32, lambda a, b: a @ b, 15, GOAL, False),
+    ("softmax forward+backward (step size)", ((8, 4, 128, 128), (8, 4, 128, 128)), torch.float32,
+     _with_backward(lambda a: torch.softmax(a, -1)), 30, GOAL, False),
+    ("layer_norm forward+backward (step size)", ((8, 128, 256), (8, 128, 256)), torch.float32,
+     _with_backward(_layer_norm), 30, GOAL, False),
 )
 
 
