@@ -11,6 +11,7 @@
 #include "device_memory.h"
 #include "dma_executor.h"
 #include "gemm_recipe.h"
+#include "dropout_recipe.h"
 #include "generator.h"
 #include "int64_format.h"
 #include "kernel_front.h"
@@ -210,6 +211,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     return offer_gemm(op, own, read(a), read(b), std::move(row), std::move(c), std::move(c_sizes),
                       std::get<0>(c_groups), std::get<1>(c_groups), std::get<2>(c_groups), m, n, k, alpha, beta,
                       std::move(restickify_bytes));
+  });
+  m.def("_offer_dropout_backward", [](const at::Tensor& grad, const at::Tensor& mask, const py::object& grad_view,
+                                      const py::object& mask_view, std::shared_ptr<BoundLayout> out,
+                                      const py::object& out_view) {
+    return offer_dropout_backward(grad, mask, buffer_view(grad_view), buffer_view(mask_view), std::move(out),
+                                  buffer_view(out_view));
   });
   m.def("_restickify_counts", &restickify_counts);
   m.def("_kept_recipes", &kept_recipes);

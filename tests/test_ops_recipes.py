@@ -336,3 +336,20 @@ def test_an_addmm_replay_serves_only_its_own_beta_and_alpha():
     for beta, alpha in ((1, 1), (1, 1), (0.5, 3.0), (0.0, 1.0), (1, 1)):
         out = torch.addmm(dc, da, db, beta=beta, alpha=alpha)
         assert torch.allclose(out.cpu(), torch.addmm(c, a, b, beta=beta, alpha=alpha), atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [F32, F16])
+def test_dropout_backward_replays_in_the_runtime_front(dtype, monkeypatch):
+    """native_dropout_backward of a geometry seen before runs without Python: the Python path's bits."""
+    from torch_layouts.ops import dropout
+    x, g = randn(8, 128, 64, dtype=dtype).to("spyre"), randn(8, 128, 64, seed=1, dtype=dtype).to("spyre")
+    _, mask = torch.native_dropout(x, 0.25, True)
+    A.native_dropout_backward(g, mask, 1 / 0.75)
+    elementwise.forget_recipes()
+    first = A.native_dropout_backward(g, mask, 1 / 0.75)  # the Python path, which offers its replay
+    calls = _calls_into_python(monkeypatch, dropout, "run")
+    second = A.native_dropout_backward(g, mask, 1 / 0.75)
+    assert not calls, "a replayed call entered Python"
+    assert torch.equal(first.cpu(), second.cpu()) and first.device_tensor_layout() == second.device_tensor_layout()
+    expected = g.cpu() * mask.cpu() * (1 / 0.75)
+    assert torch.equal(second.cpu(), expected)

@@ -16,9 +16,9 @@ import torch
 
 from .. import _C
 from ..core.layout import BoundLayout
-from .elementwise import Spec, run
+from .elementwise import RECIPES, Spec, run, signature
 from .operands import (coords_for, has_padding, new_tensor, operand_layout, plan, raw, raw_view, real_slices,
-                       scratch, view)
+                       rowmajor, runtime_record, scratch, view)
 from .registry import register
 
 MASK64 = (1 << 64) - 1
@@ -94,8 +94,17 @@ def native_dropout(x: torch.Tensor, p: float, train: bool | None) -> tuple[torch
 
 
 def native_dropout_backward(grad: torch.Tensor, mask: torch.Tensor, scale: float) -> torch.Tensor:
-    """``grad * mask * scale``, reading the mask in place when it has ``grad``'s device dims."""
-    return run(SCALED, [grad, mask], {"scale": scale}, out_dtype=grad.dtype)
+    """``grad * mask * scale``, reading the mask in place when it has ``grad``'s device dims; the
+    recipe of such a call is offered to the runtime's front (``csrc/dropout_recipe.cpp``)."""
+    out = run(SCALED, [grad, mask], {"scale": scale}, out_dtype=grad.dtype)
+    key = signature(SCALED, [grad, mask], {"scale": scale}, None, grad.dtype)
+    recipe = RECIPES.get(key) if key is not None else None
+    if recipe is not None and recipe.unpadded and recipe.out_coords is not None:
+        shape = recipe.coords.shape
+        (_, grad_strides, grad_offset), (_, mask_strides, mask_offset) = recipe.reads
+        _C._offer_dropout_backward(grad, mask, (shape, grad_strides, grad_offset), (shape, mask_strides, mask_offset),
+                                   runtime_record(recipe.out_coords), (shape, rowmajor(shape), 0))
+    return out
 
 
 def register_all() -> None:
