@@ -1,11 +1,12 @@
 // The runtime's front of the Python device kernels (ops/registry.py registers them here).
 //
-// A call of a geometry the front has no recipe for runs the op's Python kernel, with the
-// arguments torch.library would pass it. A kernel that read every operand in place (ops/
-// elementwise.py) offers the front a recipe for its call: the strided view of each operand's
-// buffer and the CPU out= overload that computes on them. Later calls of that geometry (the op,
-// every argument's geometry key or scalar kind, which arguments share the target's buffer)
-// replay the recipe without entering Python (docs/design.md, "Replays").
+// A call of a geometry the front has no replay for runs the op's Python kernel, with the
+// arguments torch.library would pass it. A kernel that read every operand where it lies offers
+// the front a replay for its call (a pointwise op's or a reduction's CPU out= overload on views of
+// the buffers here; clone; the row kernels, row_recipes.h; the tile GEMM, gemm_recipe.h; dropout's
+// backward, dropout_recipe.h). Later calls of that geometry (the op, every tensor's geometry key
+// and whether it shares the target's buffer, every Scalar's kind, every other argument's value)
+// run the replay without entering Python (docs/design.md, "Replays: the kernels' front").
 #pragma once
 
 #include <ATen/ATen.h>

@@ -265,3 +265,42 @@ def test_a_raw_device_buffer_is_left_to_the_runtime(raw_side):
         d[1] = raw
         x[1] = x[2]
         assert torch.equal(d.cpu(), x)
+
+
+# One row per case: id, the cache's shape, dtype, dim_order (None: the default), a function of
+# (cache, position) giving the part written, and whether positions only step along an untiled dim.
+SHIFT_CASES = [
+    ("kv-cache-positions", (8, 64, 256), torch.float32, None, lambda c, t: c[:, t], True),
+    ("kv-cache-half-4d", (2, 8, 48, 128), torch.float16, None, lambda c, t: c[:, :, t], True),
+    ("batch-entries", (40, 64, 128), torch.float32, None, lambda c, t: c[t], True),
+    ("positions-dim-order", (16, 48, 128), torch.float32, [1, 0, 2], lambda c, t: c[:, t], True),
+    ("stick-dim-slices", (8, 64, 2048), torch.float32, None, lambda c, t: c[..., 64 * t:64 * t + 64], False),
+]
+
+
+@pytest.mark.parametrize("_, shape, dtype, dim_order, part_of, shifts", SHIFT_CASES, ids=[c[0] for c in SHIFT_CASES])
+@pytest.mark.parametrize("direction", ["write", "read"])
+def test_copies_at_new_positions_reuse_a_shifted_plan(_, shape, dtype, dim_order, part_of, shifts, direction,
+                                                      monkeypatch):
+    """Writes into (or reads out of) a buffer at a new position each step, as a KV cache does: bit
+    for bit the CPU's, and planned once where the positions step along an untiled dim."""
+    view_copy.forget_plans()
+    planned = []
+    boxes = view_copy._boxes
+    monkeypatch.setattr(view_copy, "_boxes", lambda *a: planned.append(1) or boxes(*a))
+    layout = None if dim_order is None else SpyreTensorLayout(shape, dtype, dim_order)
+    cache = torch.randn(shape).to(dtype)
+    device = cache.to("spyre", device_layout=layout) if layout is not None else cache.to("spyre")
+    positions = [0, 3, 1, 7, 2, 6]
+    for t in positions:
+        if direction == "write":
+            y = torch.randn(part_of(cache, t).shape).to(dtype)
+            part_of(device, t).copy_(y.to("spyre"))
+            part_of(cache, t).copy_(y)
+        else:
+            out = torch.empty(part_of(cache, t).shape, dtype=dtype).to("spyre")
+            out.copy_(part_of(device, t))
+            assert torch.equal(bits(out.cpu()), bits(part_of(cache, t)))
+    assert torch.equal(bits(device.cpu()), bits(cache)) and padding_holds_pad_value(device)
+    assert (len(planned) == 1) if shifts else (len(planned) == len(positions)), planned
+    view_copy.forget_plans()
