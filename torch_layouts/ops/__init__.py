@@ -15,6 +15,7 @@ so PyTorch's own autograd formulas run above them:
 * ``dropout`` -- ``native_dropout`` (drawing from the spyre generator) and its backward;
 * ``losses`` -- ``mse_loss`` (and backward);
 * ``view_backward`` -- ``select_backward``, ``slice_backward``;
+* ``indexing`` -- ``index_copy_``/``index_copy`` (a static KV cache's update), as copies into part of a buffer;
 * ``view_copy`` -- copies into or out of part of a device buffer (the runtime's hook for ``copy_``);
 * ``foreach`` -- the ``_foreach_*`` ops optimizers call, one CPU call on the raw buffers where they line up;
 * ``attention`` -- ``scaled_dot_product_attention``'s backend choice and fused kernel (and backward);
@@ -28,8 +29,8 @@ counted per op in ``stats()``.
 
 from __future__ import annotations
 
-from . import (attention, dropout, elementwise, foreach, layer_norm, losses, matmul, reductions, rnn, softmax,
-               view_backward, view_copy)
+from . import (attention, dropout, elementwise, foreach, indexing, layer_norm, losses, matmul, reductions, rnn,
+               softmax, view_backward, view_copy)
 from .registry import register_out_variants
 from .rules import LayoutError, restickify, strict_layouts
 from .stats import reset_stats, stats, warn_on_fallback
@@ -44,6 +45,7 @@ attention.register_all()
 dropout.register_all()
 losses.register_all()
 view_backward.register_all()
+indexing.register_all()
 foreach.register_all()
 view_copy.register_all()
 register_out_variants()

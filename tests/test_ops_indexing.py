@@ -1,0 +1,87 @@
+"""``index_copy_``/``index_copy`` on device memory (a static KV cache's update): bit for bit the
+CPU's, on the device (no CPU fallback), with the CPU's errors, and an update at a new position
+each step planned once."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import torch_layouts
+from torch_layouts.ops import view_copy
+
+F16, F32 = torch.float16, torch.float32
+
+
+def randn(*shape: int, seed: int = 0, dtype: torch.dtype = F32) -> torch.Tensor:
+    return torch.randn(shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
+
+
+# One row per case: id, the cache's shape, dtype, dim, and the index of each update in turn.
+CASES = [
+    ("decode-positions", (1, 4, 512, 64), F32, 2, [[0], [1], [2], [9], [3]]),
+    ("prefill-then-decode-half", (2, 8, 128, 64), F16, 2, [list(range(0, 40)), [40], [41], [42]]),
+    ("scattered-and-repeated", (4, 96, 128), F32, 1, [[5, 70, 6, 7, 5], [95, 0]]),
+    ("along-the-stick-dim", (64, 256), F32, 1, [[3, 4, 5], [100]]),
+    ("batch-rows", (16, 2048), F32, 0, [[2], [15, 1]]),
+    ("negative-dim", (2, 64, 128), F32, -2, [[10, 11], [63]]),
+]
+
+
+@pytest.mark.parametrize("_, shape, dtype, dim, updates", CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("index_on", ["cpu", "spyre"])
+def test_index_copy_matches_the_cpu(_, shape, dtype, dim, updates, index_on):
+    cache = randn(*shape, dtype=dtype)
+    device = cache.to("spyre")
+    torch_layouts.reset_stats()
+    for n, index in enumerate(updates):
+        sizes = list(shape)
+        sizes[dim] = len(index)
+        source = randn(*sizes, seed=n + 1, dtype=dtype)
+        idx = torch.tensor(index)
+        assert device.index_copy_(dim, idx.to(index_on), source.to("spyre")) is device
+        cache.index_copy_(dim, idx, source)
+        assert torch.equal(device.cpu(), cache)
+        fresh = torch.index_copy(device, dim, idx.to(index_on), source.to("spyre"))
+        assert torch.equal(fresh.cpu(), torch.index_copy(cache, dim, idx, source))
+        assert torch.equal(device.cpu(), cache)  # the functional form leaves self alone
+    assert not torch_layouts.stats()["fallbacks"]
+
+
+def test_an_update_at_a_new_position_each_step_is_planned_once(monkeypatch):
+    view_copy.forget_plans()
+    planned = []
+    boxes = view_copy._boxes
+    monkeypatch.setattr(view_copy, "_boxes", lambda *a: planned.append(1) or boxes(*a))
+    cache = torch.zeros(1, 8, 256, 256)
+    device = cache.to("spyre")
+    for t in range(12):
+        step = randn(1, 8, 1, 256, seed=t)
+        device.index_copy_(2, torch.tensor([t]), step.to("spyre"))
+        cache.index_copy_(2, torch.tensor([t]), step)
+    assert torch.equal(device.cpu(), cache) and len(planned) == 1
+    view_copy.forget_plans()
+
+
+# One row per case: id, a bad call of (self, source) with its index.
+ERRORS = [
+    ("index-out-of-range", lambda x, s: x.index_copy_(1, torch.tensor([64]), s[:, :1])),
+    ("negative-index", lambda x, s: x.index_copy_(1, torch.tensor([3, -1]), s[:, :2])),
+    ("count-mismatch", lambda x, s: x.index_copy_(1, torch.tensor([1, 2]), s[:, :1])),
+    ("dtype-mismatch", lambda x, s: x.index_copy_(1, torch.tensor([1]), s[:, :1].half())),
+    ("int32-index", lambda x, s: x.index_copy_(1, torch.tensor([1], dtype=torch.int32), s[:, :1])),
+    ("2-d-index", lambda x, s: x.index_copy_(1, torch.tensor([[1]]), s[:, :1])),
+    ("slice-shapes", lambda x, s: x.index_copy_(1, torch.tensor([1]), s[:2, :1])),
+]
+
+
+@pytest.mark.parametrize("_, bad", ERRORS, ids=[c[0] for c in ERRORS])
+def test_bad_calls_raise_the_cpus_errors_and_write_nothing(_, bad):
+    x, s = randn(4, 64, 96), randn(4, 3, 96, seed=1)
+    device = x.to("spyre")
+    with pytest.raises(Exception) as cpu:
+        bad(x.clone(), s)
+    with pytest.raises(type(cpu.value), match=str(cpu.value).replace("(", r"\(").replace(")", r"\)")
+                       .replace("[", r"\[").replace("]", r"\]")):
+        bad(device, s.to("spyre"))
+    assert torch.equal(device.cpu(), x)

@@ -1,0 +1,72 @@
+"""``index_copy_`` and ``index_copy`` on device memory (a static KV cache's update).
+
+Each run of consecutive indices is one copy from its slab of the source into the slab of
+``self`` it names (``narrow`` of both), which the runtime plans and replays like any copy into
+part of a buffer (``view_copy``): an update at a new position each step reuses the kept plan,
+shifted. The index is read on the host (a device index moves there first).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .registry import register, scalar_type_name
+
+
+def _runs(index: list[int]) -> list[tuple[int, int, int]]:
+    """(first position in the index, first target, count) for each run of consecutive targets."""
+    runs: list[tuple[int, int, int]] = []
+    for i, j in enumerate(index):
+        if runs and runs[-1][1] + runs[-1][2] == j:
+            runs[-1] = (runs[-1][0], runs[-1][1], runs[-1][2] + 1)
+        else:
+            runs.append((i, j, 1))
+    return runs
+
+
+def index_copy_(self: torch.Tensor, dim: int, index: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
+    """``self.index_copy_(dim, index, source)`` with ATen's checks: ``source``'s slice ``i``
+    along ``dim`` goes to ``self``'s slice ``index[i]`` (the last of repeated indices wins).
+
+    >>> cache = torch.zeros(1, 4, 512, 64).to("spyre")
+    >>> _ = cache.index_copy_(2, torch.tensor([7]), torch.ones(1, 4, 1, 64).to("spyre"))
+    """
+    if index.dim() > 1:
+        raise IndexError(f"index_copy_(): Index should have dimension 1 or 0 (got {index.dim()})")
+    if index.dtype != torch.int64:
+        raise RuntimeError(f"index_copy_(): Expected a long tensor for index, but got {scalar_type_name(index.dtype)}")
+    if source.dtype != self.dtype:
+        raise RuntimeError(f"index_copy_(): self and source expected to have the same dtype, but got (self) "
+                           f"{scalar_type_name(self.dtype)} and (source) {scalar_type_name(source.dtype)}")
+    dim = dim % max(self.dim(), 1)
+    if source.dim() == 0 and self.dim() == 1:
+        source = source.reshape(1)
+    targets = index.reshape(-1).cpu().tolist()
+    rows = source.shape[dim] if source.dim() else 1
+    if len(targets) != rows:
+        raise IndexError(f"index_copy_(): Number of indices ({len(targets)}) should be equal to source.size(dim) "
+                         f"({rows})")
+    if source.dim() != self.dim() or any(a != b for d, (a, b) in enumerate(zip(self.shape, source.shape)) if d != dim):
+        def slices(t: torch.Tensor) -> str:
+            return " ".join(str(n) for d, n in enumerate(t.shape) if d != dim)
+        raise RuntimeError(f"index_copy_(): Source/destination tensor must have same slice shapes. Destination slice "
+                           f"shape: {slices(self)} at dimension {dim} and source slice shape: {slices(source)} at "
+                           "dimension 0.")
+    size = self.shape[dim] if self.dim() else 1
+    for j in targets:
+        if not 0 <= j < size:
+            raise IndexError(f"index_copy_(): index {j} is out of bounds for dimension {dim} with size {size}")
+    if self.dim() == 0:
+        return self.copy_(source) if targets else self
+    for first, target, count in _runs(targets):
+        self.narrow(dim, target, count).copy_(source.narrow(dim, first, count))
+    return self
+
+
+def index_copy(self: torch.Tensor, dim: int, index: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
+    return index_copy_(self.clone(), dim, index, source)
+
+
+def register_all() -> None:
+    register("index_copy_", index_copy_)
+    register("index_copy", index_copy)
