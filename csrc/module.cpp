@@ -125,7 +125,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("_set_layout_records", &set_layout_records);
   m.def("_set_converter", &set_converter);
   m.def("_set_view_copier", &set_view_copier);
-  m.def("_keep_view_copy", [](const at::Tensor& dst, const at::Tensor& src, const py::list& boxes) {
+  m.def("_keep_view_copy", [](const at::Tensor& dst, const at::Tensor& src, const py::list& boxes,
+                              std::optional<std::pair<UntiledDims, UntiledDims>> untiled) {
     std::vector<ViewCopyBox> parsed;
     for (const auto& item : boxes) {
       auto t = py::cast<py::tuple>(item);
@@ -135,8 +136,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                                    py::cast<std::vector<int64_t>>(t[2]), py::cast<int64_t>(t[3]),
                                    py::cast<int64_t>(t[4]), py::cast<bool>(t[5])});
     }
-    keep_view_copy(dst, src, std::move(parsed));
-  });
+    keep_view_copy(dst, src, std::move(parsed), std::move(untiled));
+  }, py::arg("dst"), py::arg("src"), py::arg("boxes"), py::arg("untiled") = py::none());
   m.def("_kept_view_copies", &kept_view_copies);
   m.def("_register_kernel", &register_front, py::arg("name"), py::arg("fn"), py::arg("counted") = true);
   m.def(

@@ -19,17 +19,73 @@ std::vector<int64_t> geometry(const at::Tensor& dst, const at::Tensor& src) {
   return key;
 }
 
+// A copy's geometry leaving out both storage offsets (geometry_key's offset follows the strides).
+std::vector<int64_t> offsetless(const at::Tensor& dst, const at::Tensor& src) {
+  std::vector<int64_t> key;
+  for (const at::Tensor* t : {&dst, &src}) {
+    std::vector<int64_t> g = geometry_key(*t);
+    if (g.empty()) return {};
+    g.erase(g.begin() + 3 + 2 * t->dim());
+    key.insert(key.end(), g.begin(), g.end());
+  }
+  return key;
+}
+
 struct Kept {
   std::vector<ViewCopyBox> boxes;
   std::vector<LayoutPtr> layouts;  // the layout objects whose addresses are in the key stay theirs
+  int64_t dst_offset = 0, src_offset = 0;  // the storage offsets it was planned at
+  UntiledDims dst_untiled, src_untiled;
 };
 
 std::mutex g_mutex;
-std::map<std::vector<int64_t>, std::shared_ptr<const Kept>> g_kept;
+std::map<std::vector<int64_t>, std::shared_ptr<const Kept>> g_kept, g_shiftable;
+
+// How far (device elements) every element of `t` lies from the same element of the view at
+// storage offset `offset`: whole steps along an untiled dim of the base that no dim of the view
+// spans (the new index within the dim) move every element by that many device strides.
+std::optional<int64_t> device_shift(const at::Tensor& t, int64_t offset, const UntiledDims& untiled) {
+  const int64_t delta = t.storage_offset() - offset;
+  if (delta == 0) return 0;
+  LayoutPtr layout = layout_of(t);
+  if (!layout) return std::nullopt;
+  const std::vector<int64_t>& size = layout->base_size;
+  const std::vector<int64_t>& stride = layout->base_stride;
+  for (const auto& [h, device_stride] : untiled) {
+    if (h < 0 || h >= static_cast<int64_t>(size.size()) || size[h] <= 1 || delta % stride[h] != 0) continue;
+    bool spans = false;
+    for (int64_t j = 0; j < t.dim() && !spans; ++j) {
+      if (t.size(j) <= 1) continue;
+      bool other = false;
+      for (size_t b = 0; b < size.size(); ++b) other |= static_cast<int64_t>(b) != h && size[b] > 1 && stride[b] == t.stride(j);
+      spans = !other;
+    }
+    if (spans) continue;
+    const int64_t before = offset / stride[h] % size[h], after = t.storage_offset() / stride[h] % size[h];
+    if (after - before == delta / stride[h]) return (after - before) * device_stride;
+  }
+  return std::nullopt;
+}
+
+void run_boxes(const at::Tensor& dst, const at::Tensor& src, const std::vector<ViewCopyBox>& boxes, int64_t dst_shift,
+               int64_t src_shift) {
+  const int64_t esize = dst.element_size();
+  for (const ViewCopyBox& box : boxes) {
+    const int64_t dst_offset = box.dst_offset + dst_shift, src_offset = box.src_offset + src_shift;
+    if (box.executor) {
+      run_nests({Transfer{box.sizes, box.dst_strides, box.src_strides, dst_offset, src_offset}},
+                dst.storage().mutable_data(), device_nbytes(dst.storage()) / esize, src.storage().data(),
+                device_nbytes(src.storage()) / esize, esize);
+    } else {
+      raw_view(dst, box.sizes, box.dst_strides, dst_offset).copy_(raw_view(src, box.sizes, box.src_strides, src_offset));
+    }
+  }
+}
 
 }  // namespace
 
-void keep_view_copy(const at::Tensor& dst, const at::Tensor& src, std::vector<ViewCopyBox> boxes) {
+void keep_view_copy(const at::Tensor& dst, const at::Tensor& src, std::vector<ViewCopyBox> boxes,
+                    std::optional<std::pair<UntiledDims, UntiledDims>> untiled) {
   std::vector<int64_t> key = geometry(dst, src);
   TORCH_CHECK_VALUE(!key.empty(), "a kept view copy needs two device tensors with layouts");
   auto kept = std::make_shared<Kept>();
@@ -39,8 +95,18 @@ void keep_view_copy(const at::Tensor& dst, const at::Tensor& src, std::vector<Vi
                       "a view copy box needs one stride per size on each side");
   }
   kept->boxes = std::move(boxes);
+  kept->dst_offset = dst.storage_offset();
+  kept->src_offset = src.storage_offset();
+  if (untiled) {
+    kept->dst_untiled = std::move(untiled->first);
+    kept->src_untiled = std::move(untiled->second);
+  }
+  const bool shiftable = !kept->dst_untiled.empty() || !kept->src_untiled.empty();
   std::lock_guard<std::mutex> lock(g_mutex);
-  if (g_kept.size() >= kMaxViewCopies) g_kept.clear();
+  for (auto* map : {&g_kept, &g_shiftable}) {
+    if (map->size() >= kMaxViewCopies) map->clear();
+  }
+  if (shiftable) g_shiftable[offsetless(dst, src)] = kept;
   g_kept[std::move(key)] = std::move(kept);
 }
 
@@ -48,24 +114,26 @@ bool replay_view_copy(const at::Tensor& dst, const at::Tensor& src) {
   if (dst.storage().data() == src.storage().data()) return false;
   const std::vector<int64_t> key = geometry(dst, src);
   if (key.empty()) return false;
-  std::shared_ptr<const Kept> kept;
+  std::shared_ptr<const Kept> kept, shiftable;
   {
     std::lock_guard<std::mutex> lock(g_mutex);
     auto it = g_kept.find(key);
-    if (it == g_kept.end()) return false;
-    kept = it->second;
-  }
-  const int64_t esize = dst.element_size();
-  for (const ViewCopyBox& box : kept->boxes) {
-    if (box.executor) {
-      run_nests({Transfer{box.sizes, box.dst_strides, box.src_strides, box.dst_offset, box.src_offset}},
-                dst.storage().mutable_data(), device_nbytes(dst.storage()) / esize, src.storage().data(),
-                device_nbytes(src.storage()) / esize, esize);
+    if (it != g_kept.end()) {
+      kept = it->second;
     } else {
-      raw_view(dst, box.sizes, box.dst_strides, box.dst_offset)
-          .copy_(raw_view(src, box.sizes, box.src_strides, box.src_offset));
+      auto near = g_shiftable.find(offsetless(dst, src));
+      if (near != g_shiftable.end()) shiftable = near->second;
     }
   }
+  if (kept) {
+    run_boxes(dst, src, kept->boxes, 0, 0);
+    return true;
+  }
+  if (!shiftable) return false;
+  const std::optional<int64_t> dst_shift = device_shift(dst, shiftable->dst_offset, shiftable->dst_untiled);
+  const std::optional<int64_t> src_shift = device_shift(src, shiftable->src_offset, shiftable->src_untiled);
+  if (!dst_shift || !src_shift) return false;
+  run_boxes(dst, src, shiftable->boxes, *dst_shift, *src_shift);
   return true;
 }
 
@@ -77,6 +145,7 @@ int64_t kept_view_copies() {
 void forget_view_copies() {
   std::lock_guard<std::mutex> lock(g_mutex);
   g_kept.clear();
+  g_shiftable.clear();
 }
 
 }  // namespace torch_layouts

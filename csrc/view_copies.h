@@ -7,6 +7,8 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <optional>
+#include <utility>
 #include <vector>
 
 namespace torch_layouts {
@@ -19,12 +21,20 @@ struct ViewCopyBox {
   bool executor = false;
 };
 
-// Keeps `boxes` as the plan of copies from `src`'s geometry into `dst`'s (both device tensors
-// with layouts); emptied when it holds kMaxViewCopies plans.
-void keep_view_copy(const at::Tensor& dst, const at::Tensor& src, std::vector<ViewCopyBox> boxes);
+// The host dims of a tensor's base that are a device dim of their own without padding: (host dim,
+// device stride). Moving a view along one moves every element by whole device strides.
+using UntiledDims = std::vector<std::pair<int64_t, int64_t>>;
 
-// Replays the kept plan of (dst, src)'s geometry: false (nothing written) when none is kept or
-// both share a buffer (those copy through ops/view_copy.py, which reads every source first).
+// Keeps `boxes` as the plan of copies from `src`'s geometry into `dst`'s (both device tensors
+// with layouts); emptied when it holds kMaxViewCopies plans. With each side's untiled dims, the
+// plan also serves copies that differ from it only in storage offsets stepping along those dims
+// (a KV cache written at a new position each step), its boxes moved by the steps' device distance.
+void keep_view_copy(const at::Tensor& dst, const at::Tensor& src, std::vector<ViewCopyBox> boxes,
+                    std::optional<std::pair<UntiledDims, UntiledDims>> untiled = std::nullopt);
+
+// Replays the kept plan of (dst, src)'s geometry, or a kept plan shifted to it: false (nothing
+// written) when none serves or both share a buffer (those copy through ops/view_copy.py, which
+// reads every source first).
 bool replay_view_copy(const at::Tensor& dst, const at::Tensor& src);
 
 // How many plans are kept, and forgetting them all (ops/view_copy.forget_plans).

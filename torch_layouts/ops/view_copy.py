@@ -157,8 +157,9 @@ def copy_between(dst: torch.Tensor, src: torch.Tensor) -> bool:
             _remember_offsets(dst, src, boxes)
     if kept is None and key is not None:
         keep(PLANS, key, (boxes, layouts_of((dst, src))), MAX_PLANS)
-        if boxes:  # the runtime replays later copies of this geometry itself
-            _C._keep_view_copy(dst, src, [(d[0], d[1], s[1], d[2], s[2], executor) for d, s, executor in boxes])
+        if boxes:  # the runtime replays later copies of this geometry, or shifted along untiled dims, itself
+            _C._keep_view_copy(dst, src, [(d[0], d[1], s[1], d[2], s[2], executor) for d, s, executor in boxes],
+                               (_untiled_of(dst), _untiled_of(src)))
     if not boxes:
         return False
     sources = [raw_view(src, *read) for _, read, _ in boxes]
@@ -223,6 +224,12 @@ def _untiled(layout: object, size: tuple[int, ...], stride: tuple[int, ...]) -> 
         if len(g.host_dims) == 1 and len(g.digits) == 1 and not g.pad and g.digits[0].size == g.size:
             untiled[g.host_dims[0]] = g.digits[0].device_stride
     return untiled
+
+
+def _untiled_of(t: torch.Tensor) -> list[tuple[int, int]]:
+    """``_untiled`` of ``t``'s base as (host dim, device stride) pairs (the runtime's shifts)."""
+    info = record_of(t)
+    return [] if info is None else list(_untiled(info.layout, tuple(info.base_size), tuple(info.base_stride)).items())
 
 
 def _device_shift(t: torch.Tensor, offset: int) -> int | None:
