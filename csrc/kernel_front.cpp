@@ -346,7 +346,9 @@ bool offer_replay(std::shared_ptr<Replay> replay, const std::string& op,
   if (t_calls.empty()) return false;
   Call& call = *t_calls.back();
   const std::vector<c10::IValue>& arguments = *call.arguments;
-  if (call.op->schema().name() != op) return false;
+  // A replay makes new results: never for a call that writes an argument (an out= overload
+  // served by the functional kernel, ops/registry.register_out_variants).
+  if (call.op->schema().name() != op || call.target != -1) return false;
   for (const auto& [i, t] : own) {
     if (i < 0 || static_cast<size_t>(i) >= arguments.size() || !arguments[i].isTensor() ||
         arguments[i].toTensor().unsafeGetTensorImpl() != t.unsafeGetTensorImpl()) {

@@ -44,7 +44,8 @@ class Replay {
 };
 
 // Offers `replay` for the call the innermost front serves on this thread when that call is of
-// `op` ("aten::native_layer_norm") and each (position, tensor) of `own` is its own argument.
+// `op` ("aten::native_layer_norm"), writes none of its arguments (the replay makes new results)
+// and each (position, tensor) of `own` is its own argument.
 bool offer_replay(std::shared_ptr<Replay> replay, const std::string& op,
                   const std::vector<std::pair<int64_t, at::Tensor>>& own);
 

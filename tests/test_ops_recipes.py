@@ -353,3 +353,30 @@ def test_dropout_backward_replays_in_the_runtime_front(dtype, monkeypatch):
     assert torch.equal(first.cpu(), second.cpu()) and first.device_tensor_layout() == second.device_tensor_layout()
     expected = g.cpu() * mask.cpu() * (1 / 0.75)
     assert torch.equal(second.cpu(), expected)
+
+
+# One row per case: id, an out= call of an op whose functional kernel offers a replay, its CPU twin.
+OUT_CASES = [
+    ("mm.out", lambda a, b, o: torch.mm(a, b, out=o)),
+    ("bmm.out", lambda a, b, o: torch.bmm(a.unsqueeze(0), b.unsqueeze(0), out=o.unsqueeze(0))),
+    ("addmm.out", lambda a, b, o: torch.addmm(b[0], a, b, out=o)),
+    ("clone.out", lambda a, b, o: A.clone.out(a, out=o)),
+    ("_softmax.out", lambda a, b, o: A._softmax.out(a, -1, False, out=o)),
+    ("_softmax_backward_data.out", lambda a, b, o: A._softmax_backward_data.out(b, a, -1, a.dtype, grad_input=o)),
+    ("sum.IntList_out", lambda a, b, o: torch.sum(a, 0, keepdim=True, out=o[:1])),
+    ("add.out", lambda a, b, o: torch.add(a, b, out=o)),
+]
+
+
+@pytest.mark.parametrize("_, fn", OUT_CASES, ids=[c[0] for c in OUT_CASES])
+def test_out_calls_write_their_out_tensor_every_time(_, fn):
+    """An out= overload served by its functional kernel is never given the functional's replay
+    (which would return a new tensor and leave ``out`` as it was)."""
+    for seed in range(3):
+        a, b = randn(64, 64, seed=seed), randn(64, 64, seed=seed + 10)
+        out = torch.empty(64, 64).to("spyre")
+        fn(a.to("spyre"), b.to("spyre"), out)
+        expected = torch.empty(64, 64)
+        fn(a, b, expected)
+        rows = 1 if _ == "sum.IntList_out" else 64  # the sum writes the first row
+        assert torch.allclose(out.cpu()[:rows], expected[:rows], atol=1e-5, rtol=1e-5), seed
