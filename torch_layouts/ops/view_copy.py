@@ -18,7 +18,8 @@ between two device tensors are also kept by the runtime (``csrc/view_copies.cpp`
 replays later copies of that geometry without calling this module (buffers shared by both
 sides excepted). A copy whose tensors differ from a planned one only in storage offsets that
 step along untiled dims of their bases (a KV cache written at a new position each step) reuses
-that plan's boxes, moved by the device distance of those steps, instead of planning again.
+that plan's boxes, moved by the device distance of those steps, instead of planning again: the
+runtime shifts its kept plans, and this module asks it first for the copies it makes itself.
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ import torch
 
 from .. import _C
 from ..core.layout import BoundLayout
-from .operands import (Read, ViewPlan, coords_for, geometry_key, keep, layouts_of, new_tensor, ordered_coords, plan,
-                       plan_key, raw, raw_view, read_of, real_slices, record_of, view)
+from .operands import (Read, ViewPlan, coords_for, keep, layouts_of, new_tensor, ordered_coords, plan, plan_key,
+                       raw, raw_view, read_of, real_slices, record_of, view)
 from .strided import executor_copy, on_executor, strided_copy
 
 # A box: the reads of both buffers, and whether the executor copies it (``strided.on_executor``).
@@ -148,13 +149,9 @@ def copy_between(dst: torch.Tensor, src: torch.Tensor) -> bool:
     """
     key = plan_key("copy_", (), (dst, src))
     kept = PLANS.get(key) if key is not None else None
-    if kept is not None:
-        boxes = kept[0]
-    else:
-        boxes = _shifted(dst, src)
-        if boxes is None:
-            boxes = _boxes(dst, src)
-            _remember_offsets(dst, src, boxes)
+    if kept is None and _C._replay_view_copy(dst, src):  # the runtime's kept plan, or one it shifts to this copy
+        return True
+    boxes = kept[0] if kept is not None else _boxes(dst, src)
     if kept is None and key is not None:
         keep(PLANS, key, (boxes, layouts_of((dst, src))), MAX_PLANS)
         if boxes:  # the runtime replays later copies of this geometry, or shifted along untiled dims, itself
@@ -169,44 +166,6 @@ def copy_between(dst: torch.Tensor, src: torch.Tensor) -> bool:
         target = raw_view(dst, *read)
         executor_copy(target, source) if executor else target.copy_(source)
     return True
-
-
-# Per geometry of (dst, src) leaving out their storage offsets: the offsets and boxes of one copy,
-# which a copy differing from it only by whole steps along untiled dims reuses, shifted (a KV
-# cache written at a new position each step plans once); and the layout objects in the key.
-SHIFTABLE: dict[tuple, tuple[int, int, tuple[Box, ...], tuple]] = {}
-
-
-def _offsetless_key(dst: torch.Tensor, src: torch.Tensor) -> tuple | None:
-    parts = []
-    for t in (dst, src):
-        g = geometry_key(t)
-        if g is None:
-            return None
-        i = 3 + 2 * t.dim()  # geometry_key's storage offset
-        parts.append(g[:i] + g[i + 1:])
-    return tuple(parts)
-
-
-def _remember_offsets(dst: torch.Tensor, src: torch.Tensor, boxes: tuple[Box, ...]) -> None:
-    key = _offsetless_key(dst, src)
-    if key is not None and boxes:
-        keep(SHIFTABLE, key, (dst.storage_offset(), src.storage_offset(), boxes, layouts_of((dst, src))), MAX_PLANS)
-
-
-def _shifted(dst: torch.Tensor, src: torch.Tensor) -> tuple[Box, ...] | None:
-    """The boxes of a kept copy whose tensors differ from these only in storage offsets that move
-    every element of each by one device distance (``_device_shift``), moved by those distances;
-    None when there is none."""
-    key = _offsetless_key(dst, src)
-    kept = SHIFTABLE.get(key) if key is not None else None
-    if kept is None:
-        return None
-    dst_offset, src_offset, boxes, _ = kept
-    d, s = _device_shift(dst, dst_offset), _device_shift(src, src_offset)
-    if d is None or s is None:
-        return None
-    return tuple(((dr[0], dr[1], dr[2] + d), (sr[0], sr[1], sr[2] + s), executor) for dr, sr, executor in boxes)
 
 
 @functools.lru_cache(maxsize=256)
@@ -227,35 +186,10 @@ def _untiled(layout: object, size: tuple[int, ...], stride: tuple[int, ...]) -> 
 
 
 def _untiled_of(t: torch.Tensor) -> list[tuple[int, int]]:
-    """``_untiled`` of ``t``'s base as (host dim, device stride) pairs (the runtime's shifts)."""
+    """``_untiled`` of ``t``'s base as (host dim, device stride) pairs: the dims along which the
+    runtime shifts a kept copy to another storage offset (``csrc/view_copies.cpp``)."""
     info = record_of(t)
     return [] if info is None else list(_untiled(info.layout, tuple(info.base_size), tuple(info.base_stride)).items())
-
-
-def _device_shift(t: torch.Tensor, offset: int) -> int | None:
-    """How far (in device elements) every element of ``t`` lies from the same element of the view
-    at storage offset ``offset``: where the offsets differ by whole steps along an untiled dim of
-    the base that no dim of the view spans, that many of its device strides; else None.
-
-    >>> cache = torch.zeros(8, 512, 256).to("spyre")  # positions on the outermost device dim
-    >>> _device_shift(cache[:, 5], cache[:, 4].storage_offset())
-    2048
-    """
-    delta = t.storage_offset() - offset
-    if delta == 0:
-        return 0
-    info = record_of(t)
-    if info is None:
-        return None
-    size, stride = tuple(info.base_size), tuple(info.base_stride)
-    for h, device_stride in _untiled(info.layout, size, stride).items():
-        others = {stride[b] for b in range(len(size)) if b != h and size[b] > 1}
-        if size[h] <= 1 or delta % stride[h] or any(n > 1 and st not in others for n, st in zip(t.shape, t.stride())):
-            continue
-        before, after = offset // stride[h] % size[h], t.storage_offset() // stride[h] % size[h]
-        if after - before == delta // stride[h]:
-            return (after - before) * device_stride
-    return None
 
 
 def _is_whole(t: torch.Tensor) -> bool:
@@ -310,7 +244,6 @@ def forget_plans() -> None:
     """Forget every kept plan: this module's and the runtime's replays of them."""
     PLANS.clear()
     READABLE.clear()
-    SHIFTABLE.clear()
     _C._forget_view_copies()
 
 
