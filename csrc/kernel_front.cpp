@@ -152,6 +152,12 @@ void AtenRecipe::run(c10::ArrayRef<c10::IValue> args, int64_t target, std::vecto
   results.emplace_back(std::move(value));
 }
 
+// Whether `t` is the call's argument i (the same tensor).
+bool is_argument(const std::vector<c10::IValue>& arguments, int64_t i, const at::Tensor& t) {
+  return i >= 0 && static_cast<size_t>(i) < arguments.size() && arguments[i].isTensor() &&
+         arguments[i].toTensor().unsafeGetTensorImpl() == t.unsafeGetTensorImpl();
+}
+
 // The replay holds the layout objects of the call's device tensors (their addresses are in its key).
 void hold_layouts(Replay& replay, const std::vector<c10::IValue>& arguments) {
   for (const c10::IValue& a : arguments) {
@@ -284,10 +290,8 @@ bool offer_recipe(const std::vector<std::optional<at::Tensor>>& args, std::vecto
   if (t_calls.empty() || reads.empty()) return false;
   Call& call = *t_calls.back();
   const std::vector<c10::IValue>& arguments = *call.arguments;
-  auto own = [&](int64_t i) {  // argument i is the call's own tensor
-    return i >= 0 && static_cast<size_t>(i) < args.size() && static_cast<size_t>(i) < arguments.size() &&
-           args[i].has_value() && arguments[i].isTensor() &&
-           arguments[i].toTensor().unsafeGetTensorImpl() == args[i]->unsafeGetTensorImpl();
+  auto own = [&](int64_t i) {  // the kernel's argument i is the call's own tensor
+    return i >= 0 && static_cast<size_t>(i) < args.size() && args[i].has_value() && is_argument(arguments, i, *args[i]);
   };
   auto well_formed = [](const BufferView& v) { return v.strides.size() == v.sizes.size(); };
   bool reads_target = false;
@@ -350,10 +354,7 @@ bool offer_replay(std::shared_ptr<Replay> replay, const std::string& op,
   // served by the functional kernel, ops/registry.register_out_variants).
   if (call.op->schema().name() != op || call.target != -1) return false;
   for (const auto& [i, t] : own) {
-    if (i < 0 || static_cast<size_t>(i) >= arguments.size() || !arguments[i].isTensor() ||
-        arguments[i].toTensor().unsafeGetTensorImpl() != t.unsafeGetTensorImpl()) {
-      return false;
-    }
+    if (!is_argument(arguments, i, t)) return false;
   }
   hold_layouts(*replay, arguments);
   call.offered = std::move(replay);
