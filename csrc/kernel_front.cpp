@@ -93,7 +93,11 @@ std::vector<int64_t> call_key(int64_t front, const c10::FunctionSchema& schema, 
         key.insert(key.end(), {-8, static_cast<int64_t>(t.scalar_type())});
         continue;
       }
-      if (!t.defined() || !t.is_privateuseone() || t.dim() == 0) return {};
+      if (!t.defined()) {  // an absent optional tensor as autograd passes it: the kernel gets None
+        key.push_back(-6);
+        continue;
+      }
+      if (!t.is_privateuseone() || t.dim() == 0) return {};
       std::vector<int64_t> g = geometry_key(t);
       if (g.empty()) return {};
       key.insert(key.end(), {-1, static_cast<int64_t>(g.size())});

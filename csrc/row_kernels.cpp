@@ -37,33 +37,51 @@ struct Operand {
   int64_t run_stride;                 // between elements of a run
 };
 
-// The rows of one or more views of one shape (see row_kernels.h).
+// The rows of one or more views of one shape (see row_kernels.h), in the order the kernels
+// visit them: the outer dims as coalesced, except that a dim along which every operand's rows
+// continue each other's runs (a stick tile's rows) goes innermost, so that a block of rows is
+// one stretch of each run. Row r of that order is host row index(r) (per-row results).
 struct Rows {
   std::vector<int64_t> outer_size;
+  std::vector<int64_t> index_stride;  // the host row index's stride per outer dim
+  bool host_order = true;             // whether row r is host row r
   int64_t rows = 1, len = 1, run_len = 1;
   std::vector<Operand> ops;
 
-  // f(r, offset of row first + r in op, elements) for r < count: the first row's outer
+  // f(r, offset of row first + r along `strides`) for r < count: the first row's outer
   // coordinates by division, the others by stepping them (no division per row).
   template <typename F>
-  void row_offsets(const Operand& op, int64_t first, int64_t count, F f) const {
+  void offsets(const std::vector<int64_t>& strides, int64_t first, int64_t count, F f) const {
     const size_t nd = outer_size.size();
     c10::SmallVector<int64_t, 8> idx(nd);
     int64_t off = 0;
     for (size_t d = nd, row = first; d-- > 0;) {
       idx[d] = static_cast<int64_t>(row) % outer_size[d];
-      off += idx[d] * op.outer_stride[d];
+      off += idx[d] * strides[d];
       row /= outer_size[d];
     }
     for (int64_t r = 0; r < count; ++r) {
       f(r, off);
       for (size_t d = nd; d-- > 0;) {
-        off += op.outer_stride[d];
+        off += strides[d];
         if (++idx[d] < outer_size[d]) break;
-        off -= op.outer_stride[d] * outer_size[d];
+        off -= strides[d] * outer_size[d];
         idx[d] = 0;
       }
     }
+  }
+
+  // f(r, element offset of row first + r in op) for r < count.
+  template <typename F>
+  void row_offsets(const Operand& op, int64_t first, int64_t count, F f) const {
+    offsets(op.outer_stride, first, count, f);
+  }
+
+  // f(r, host row index of row first + r) for r < count.
+  template <typename F>
+  void host_rows(int64_t first, int64_t count, F f) const {
+    if (!host_order) return offsets(index_stride, first, count, f);
+    for (int64_t r = 0; r < count; ++r) f(r, first + r);
   }
 };
 
@@ -106,13 +124,32 @@ Rows make_rows(const std::vector<at::Tensor>& views, const std::vector<const cha
     TORCH_CHECK_VALUE(v.sizes() == first.sizes(), names[k], " has shape ", v.sizes(), ", expected ", first.sizes());
   }
   Rows g;
-  const std::vector<Dim> outer = coalesce(views, 0, first.dim() - width);
+  std::vector<Dim> outer = coalesce(views, 0, first.dim() - width);
   std::vector<Dim> row = coalesce(views, first.dim() - width, first.dim());
   if (row.empty()) row.push_back({1, std::vector<int64_t>(views.size(), 1)});
-  for (const Dim& d : outer) {
-    g.outer_size.push_back(d.size);
-    g.rows *= d.size;
+  std::vector<int64_t> index_stride(outer.size());
+  for (size_t d = outer.size(); d-- > 0;) {
+    index_stride[d] = g.rows;
+    g.rows *= outer[d].size;
   }
+  // The dim whose rows continue each other's runs in every view goes innermost.
+  auto adjacent_rows = [&](const Dim& d) {
+    for (size_t k = 0; k < views.size(); ++k) {
+      if (d.strides[k] != row.back().size * row.back().strides[k]) return false;
+    }
+    return true;
+  };
+  if (!outer.empty() && !adjacent_rows(outer.back())) {
+    for (size_t d = 0; d + 1 < outer.size(); ++d) {
+      if (!adjacent_rows(outer[d])) continue;
+      std::rotate(outer.begin() + d, outer.begin() + d + 1, outer.end());
+      std::rotate(index_stride.begin() + d, index_stride.begin() + d + 1, index_stride.end());
+      g.host_order = false;
+      break;
+    }
+  }
+  for (const Dim& d : outer) g.outer_size.push_back(d.size);
+  g.index_stride = std::move(index_stride);
   g.run_len = row.back().size;
   g.len = 1;
   for (const Dim& d : row) g.len *= d.size;
@@ -362,8 +399,13 @@ void rows_layer_norm(const at::Tensor& x, const at::Tensor& out, const std::opti
   const RowMath& m = math();
   for_blocks(g, p, [&](int64_t, int64_t first, int64_t count, float* const* bufs) {
     gather_inputs(g, p, {0}, first, count, bufs, m);
+    float mean_rows[kMaxBlockRows], rstd_rows[kMaxBlockRows];
     m.layer_norm(p.shape, count, BlockRows(g, p, 0, first, count, bufs).row, BlockRows(g, p, 1, first, count, bufs).row,
-                 w, b, static_cast<float>(eps), mu + first, rs + first);
+                 w, b, static_cast<float>(eps), mean_rows, rstd_rows);
+    g.host_rows(first, count, [&](int64_t r, int64_t row) {
+      mu[row] = mean_rows[r];
+      rs[row] = rstd_rows[r];
+    });
     scatter_output(g, p, 1, first, count, bufs, m);
   });
 }
@@ -393,10 +435,15 @@ void rows_layer_norm_backward(const at::Tensor& grad, const at::Tensor& x, const
   const RowMath& m = math();
   for_blocks(g, p, [&](int64_t c, int64_t first, int64_t count, float* const* bufs) {
     gather_inputs(g, p, {0, 1}, first, count, bufs, m);
+    float mean_rows[kMaxBlockRows], rstd_rows[kMaxBlockRows];
+    g.host_rows(first, count, [&](int64_t r, int64_t row) {
+      mean_rows[r] = mu[row];
+      rstd_rows[r] = rs[row];
+    });
     m.layer_norm_backward(p.shape, count, BlockRows(g, p, 0, first, count, bufs).row,
                           BlockRows(g, p, 1, first, count, bufs).row,
-                          dx ? BlockRows(g, p, 2, first, count, bufs).row : Row{nullptr, nullptr}, mu + first,
-                          rs + first, w,
+                          dx ? BlockRows(g, p, 2, first, count, bufs).row : Row{nullptr, nullptr}, mean_rows,
+                          rstd_rows, w,
                           gamma_acc ? gamma_acc + c * g.len : nullptr, beta_acc ? beta_acc + c * g.len : nullptr);
     if (dx) scatter_output(g, p, 2, first, count, bufs, m);
   });
@@ -417,25 +464,28 @@ void rows_sum(const at::Tensor& x, const at::Tensor& out, int64_t width) {
   const Operand& op = g.ops[0];
   const RowMath& m = math();
   const bool direct = op.run_stride == 1 && op.dtype != at::kBFloat16;
-  std::fill(sums, sums + g.rows, 0.0f);  // rows of no elements sum to 0
+  if (g.len == 0) std::fill(sums, sums + g.rows, 0.0f);  // rows of no elements sum to 0
   for_chunks(g, [&](int64_t, int64_t begin, int64_t rows) {
     std::vector<float> scratch(direct ? 0 : g.run_len);
     std::vector<int64_t> base(std::min(rows, kSumRows));
     std::vector<const char*> runs(base.size());
+    std::vector<float> block_sums(base.size());
     for (int64_t first = begin; first < begin + rows; first += kSumRows) {
       const int64_t count = std::min(kSumRows, begin + rows - first);
       g.row_offsets(op, first, count, [&](int64_t r, int64_t off) { base[r] = off; });
+      std::fill(block_sums.begin(), block_sums.end(), 0.0f);
       for (const int64_t run : op.run_offset) {
         for (int64_t r = 0; r < count; ++r) runs[r] = op.data + (base[r] + run) * op.esize;
         if (direct) {
-          m.add_run_sums(sums + first, runs.data(), count, g.run_len, op.dtype == at::kHalf);
+          m.add_run_sums(block_sums.data(), runs.data(), count, g.run_len, op.dtype == at::kHalf);
           continue;
         }
         for (int64_t r = 0; r < count; ++r) {
           load(scratch.data(), runs[r], g.run_len, op.run_stride, op.dtype, m);
-          sums[first + r] += m.sum(scratch.data(), g.run_len);
+          block_sums[r] += m.sum(scratch.data(), g.run_len);
         }
       }
+      g.host_rows(first, count, [&](int64_t r, int64_t row) { sums[row] = block_sums[r]; });
     }
   });
 }

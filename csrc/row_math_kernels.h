@@ -182,14 +182,74 @@ void layer_norm_runs(RowShape s, int64_t count, Row x, Row out, const float* w, 
   });
 }
 
+// The input gradient of layer norm's backward from the rows' sums of g * w (sa) and of
+// g * w * xhat (sb), each still a vector to add up; nothing where out has no rows.
+template <int64_t R>
+void layer_norm_backward_input(RowShape s, int64_t count, Row g, Row x, Row out, const float* mean,
+                               const float* rstd, const float* w, S::V* sa, S::V* sb) {
+  if (R) s.run = R;
+  using V = S::V;
+  if (!out.base) return;
+  const float n = static_cast<float>(s.runs * s.run);
+  for (int64_t k = 0; k < count; ++k) {
+    sa[k] = S::splat(S::hsum(sa[k]) / n);
+    sb[k] = S::splat(S::hsum(sb[k]) / n);
+  }
+  each_run(s, count, [&](int64_t k, int64_t j) {
+    const float *gp = ptr(g, k, j), *xp = ptr(x, k, j), *wj = w ? w + j * s.run : nullptr;
+    float* op = ptr(out, k, j);
+    const V mk = S::splat(mean[k]), rk = S::splat(rstd[k]), a = sa[k], c = sb[k];
+    chunks(s.run, [&](int64_t i, int64_t r) {
+      const V gv = S::ld(gp + i, r, 0), xhat = S::mul(S::sub(S::ld(xp + i, r, 0), mk), rk);
+      const V gw = wj ? S::mul(gv, S::ld(wj + i, r, 0)) : gv;
+      S::st(op + i, r, S::mul(rk, S::fnmadd(xhat, c, S::sub(gw, a))));
+    });
+  });
+}
+
 template <int64_t R>
 void layer_norm_backward_runs(RowShape s, int64_t count, Row g, Row x, Row out, const float* mean,
                               const float* rstd, const float* w, float* dgamma, float* dbeta) {
   if (R) s.run = R;
   using V = S::V;
-  const float n = static_cast<float>(s.runs * s.run);
   V sa[kMaxBlockRows], sb[kMaxBlockRows];
   for (int64_t k = 0; k < count; ++k) sa[k] = sb[k] = S::zeros();
+  if constexpr (R != 0 && R % S::kLanes == 0) {
+    if (dgamma || dbeta) {  // a run's column sums stay in registers over the block's rows
+      constexpr int64_t kC = R / S::kLanes;
+      for (int64_t j = 0; j < s.runs; ++j) {
+        const float* wj = w ? w + j * R : nullptr;
+        float *dg = dgamma ? dgamma + j * R : nullptr, *db = dbeta ? dbeta + j * R : nullptr;
+        V gsum[kC], bsum[kC];
+        for (int64_t c = 0; c < kC; ++c) {
+          gsum[c] = dg ? S::ld(dg + c * S::kLanes, S::kLanes, 0) : S::zeros();
+          bsum[c] = db ? S::ld(db + c * S::kLanes, S::kLanes, 0) : S::zeros();
+        }
+        for (int64_t k = 0; k < count; ++k) {
+          const float *gp = ptr(g, k, j), *xp = ptr(x, k, j);
+          const V mk = S::splat(mean[k]), rk = S::splat(rstd[k]);
+          V a = sa[k], c2 = sb[k];
+          for (int64_t c = 0; c < kC; ++c) {
+            const int64_t i = c * S::kLanes;
+            const V gv = S::ld(gp + i, S::kLanes, 0), xhat = S::mul(S::sub(S::ld(xp + i, S::kLanes, 0), mk), rk);
+            gsum[c] = S::fmadd(gv, xhat, gsum[c]);
+            bsum[c] = S::add(gv, bsum[c]);
+            if (!out.base) continue;
+            const V gw = wj ? S::mul(gv, S::ld(wj + i, S::kLanes, 0)) : gv;
+            a = S::add(a, gw);
+            c2 = S::fmadd(gw, xhat, c2);
+          }
+          sa[k] = a;
+          sb[k] = c2;
+        }
+        for (int64_t c = 0; c < kC; ++c) {
+          if (dg) S::st(dg + c * S::kLanes, S::kLanes, gsum[c]);
+          if (db) S::st(db + c * S::kLanes, S::kLanes, bsum[c]);
+        }
+      }
+      return layer_norm_backward_input<R>(s, count, g, x, out, mean, rstd, w, sa, sb);
+    }
+  }
   each_run(s, count, [&](int64_t k, int64_t j) {
     const float *gp = ptr(g, k, j), *xp = ptr(x, k, j), *wj = w ? w + j * s.run : nullptr;
     float *dg = dgamma ? dgamma + j * s.run : nullptr, *db = dbeta ? dbeta + j * s.run : nullptr;
@@ -206,21 +266,7 @@ void layer_norm_backward_runs(RowShape s, int64_t count, Row g, Row x, Row out, 
     sa[k] = a;
     sb[k] = c;
   });
-  if (!out.base) return;
-  for (int64_t k = 0; k < count; ++k) {
-    sa[k] = S::splat(S::hsum(sa[k]) / n);
-    sb[k] = S::splat(S::hsum(sb[k]) / n);
-  }
-  each_run(s, count, [&](int64_t k, int64_t j) {
-    const float *gp = ptr(g, k, j), *xp = ptr(x, k, j), *wj = w ? w + j * s.run : nullptr;
-    float* op = ptr(out, k, j);
-    const V mk = S::splat(mean[k]), rk = S::splat(rstd[k]), a = sa[k], c = sb[k];
-    chunks(s.run, [&](int64_t i, int64_t r) {
-      const V gv = S::ld(gp + i, r, 0), xhat = S::mul(S::sub(S::ld(xp + i, r, 0), mk), rk);
-      const V gw = wj ? S::mul(gv, S::ld(wj + i, r, 0)) : gv;
-      S::st(op + i, r, S::mul(rk, S::fnmadd(xhat, c, S::sub(gw, a))));
-    });
-  });
+  layer_norm_backward_input<R>(s, count, g, x, out, mean, rstd, w, sa, sb);
 }
 
 // Runs of R floats known at compile time where a run is a float32 stick (32) or a float16 one

@@ -299,6 +299,44 @@ def test_row_kernels_replay_in_the_runtime_front(_, fn, shape, dtype, monkeypatc
             assert padding_holds_pad_value(q)
 
 
+# Autograd's calls: an absent optional tensor (layer norm's weight or bias) reaches the front as an
+# undefined tensor, not None. One row per case: id, weight?, bias?
+AUTOGRAD_CASES = [
+    ("layer_norm-no-affine", False, False),
+    ("layer_norm-weight-only", True, False),
+    ("layer_norm-affine", True, True),
+]
+
+
+@pytest.mark.parametrize("_, weight, bias", AUTOGRAD_CASES, ids=[c[0] for c in AUTOGRAD_CASES])
+def test_backward_calls_from_autograd_replay_in_the_runtime_front(_, weight, bias, monkeypatch):
+    """A layer norm's forward and backward run by autograd replay from the second step on,
+    with the gradients of the Python path, bit for bit."""
+    from torch_layouts.ops import layer_norm
+    x, g = randn(8, 128, 64), randn(8, 128, 64, seed=1)
+    dx, dg = x.to("spyre"), g.to("spyre")
+    params = [randn(64, seed=2 + k).to("spyre").requires_grad_() if want else None
+              for k, want in enumerate((weight, bias))]
+
+    def step() -> list[torch.Tensor]:
+        leaf = dx.clone().requires_grad_()
+        torch.nn.functional.layer_norm(leaf, (64,), *params).backward(dg)
+        grads = [leaf.grad] + [p.grad.clone() for p in params if p is not None]
+        for p in params:
+            if p is not None:
+                p.grad = None
+        return grads
+
+    step()  # plans the geometries in Python
+    elementwise.forget_recipes()
+    first = step()  # the Python path again, which offers the runtime's front its replays
+    calls = _calls_into_python(monkeypatch, layer_norm, "lookup")
+    second = step()
+    assert not calls, f"{len(calls)} autograd calls entered Python"
+    for p, q in zip(first, second, strict=True):
+        assert torch.equal(p.cpu(), q.cpu()) and p.device_tensor_layout() == q.device_tensor_layout()
+
+
 # One row per case: id, function of device tensors (a, b, c), shapes of a, b, c.
 GEMM_CASES = [
     ("mm", lambda a, b, c: a @ b, (256, 128), (128, 96), (96,)),
