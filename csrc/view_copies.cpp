@@ -38,8 +38,14 @@ struct Kept {
   UntiledDims dst_untiled, src_untiled;
 };
 
+// The coordinates a host side is staged through, per geometry of the device side.
+struct Staging {
+  LayoutPtr staged, device;  // the staging tensors' layout; the device side's (its address is in the key)
+};
+
 std::mutex g_mutex;
 std::map<std::vector<int64_t>, std::shared_ptr<const Kept>> g_kept, g_shiftable;
+std::map<std::vector<int64_t>, Staging> g_staging;
 
 // How far (device elements) every element of `t` lies from the same element of the view at
 // storage offset `offset`: whole steps along an untiled dim of the base that no dim of the view
@@ -137,6 +143,35 @@ bool replay_view_copy(const at::Tensor& dst, const at::Tensor& src) {
   return true;
 }
 
+void keep_staging(const at::Tensor& device, const at::Tensor& staged) {
+  std::vector<int64_t> key = geometry_key(device);
+  LayoutPtr layout = layout_of(staged);
+  TORCH_CHECK_VALUE(!key.empty() && layout && staged.sizes() == device.sizes(),
+                    "a staging needs a device tensor with a layout and a staged tensor of its shape");
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (g_staging.size() >= kMaxViewCopies) g_staging.clear();
+  g_staging[std::move(key)] = Staging{std::move(layout), layout_of(device)};
+}
+
+bool replay_staged_copy(const at::Tensor& dst, const at::Tensor& src) {
+  const bool to_device = dst.is_privateuseone();
+  const at::Tensor& device = to_device ? dst : src;
+  const std::vector<int64_t> key = geometry_key(device);
+  if (key.empty()) return false;
+  LayoutPtr layout;
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    auto it = g_staging.find(key);
+    if (it == g_staging.end()) return false;
+    layout = it->second.staged;
+  }
+  at::Tensor staged = new_device_tensor(layout, device.device());
+  if (to_device) return replay_view_copy(dst, staged.copy_(src));
+  if (!replay_view_copy(staged, src)) return false;
+  dst.copy_(staged);
+  return true;
+}
+
 int64_t kept_view_copies() {
   std::lock_guard<std::mutex> lock(g_mutex);
   return static_cast<int64_t>(g_kept.size());
@@ -146,6 +181,7 @@ void forget_view_copies() {
   std::lock_guard<std::mutex> lock(g_mutex);
   g_kept.clear();
   g_shiftable.clear();
+  g_staging.clear();
 }
 
 }  // namespace torch_layouts

@@ -37,6 +37,16 @@ void keep_view_copy(const at::Tensor& dst, const at::Tensor& src, std::vector<Vi
 // reads every source first).
 bool replay_view_copy(const at::Tensor& dst, const at::Tensor& src);
 
+// Keeps the coordinates (`staged`'s layout) that ops/view_copy.py stages a host side through for
+// copies between the host and `device` (part of a device buffer), per geometry of `device`.
+void keep_staging(const at::Tensor& device, const at::Tensor& staged);
+
+// A copy between the host and part of a device buffer of a kept staging's geometry, without
+// Python: the host side into (or out of) a new tensor in the staging coordinates (one
+// whole-buffer DMA) and the kept plan between it and the device side; false (nothing written
+// to dst) where either is not kept.
+bool replay_staged_copy(const at::Tensor& dst, const at::Tensor& src);
+
 // How many plans are kept, and forgetting them all (ops/view_copy.forget_plans).
 int64_t kept_view_copies();
 void forget_view_copies();

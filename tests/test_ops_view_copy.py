@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import torch_layouts
 from ops_support import padding_holds_pad_value
-from torch_layouts import SpyreTensorLayout
+from torch_layouts import SpyreTensorLayout, _C
 from torch_layouts.core.dtypes import data_format
 from torch_layouts.ops import view_copy
 
@@ -130,15 +130,61 @@ def test_planned_view_copies(kind, order, src_order, direction):
     assert stats["view_scatters"] == stats["view_gathers"] == 0
 
 
-def test_copies_from_2048_elements_are_planned_and_smaller_ones_take_the_element_path():
+def test_host_copies_from_2048_elements_and_device_copies_of_any_size_are_planned():
+    """Host copies into part of a buffer take the element path below 2048 elements; copies within
+    the device are planned at any size, and kept: a repeat runs in the runtime."""
     d = torch.zeros(4, 64, 64).to("spyre")
-    big, small = torch.randn(64, 64), torch.randn(4, 64)
+    big, small, tiny = torch.randn(64, 64), torch.randn(4, 64), torch.randn(3, 5)
     torch_layouts.reset_stats()
-    d[1] = big.to("spyre")  # 4096 elements
+    d[1] = big  # 4096 elements from the host
     assert torch_layouts.stats()["view_scatters"] == 0
-    d[2, :4] = small.to("spyre")  # 256 elements
+    d[2, :4] = small  # 256 elements from the host
     assert torch_layouts.stats()["view_scatters"] == 1
-    assert torch.equal(d.cpu()[1], big) and torch.equal(d.cpu()[2, :4], small)
+    view_copy.forget_plans()
+    d[3, 1:4, 2:7] = tiny.to("spyre")  # 15 elements within the device: planned in Python
+    assert view_copy.PLANS and _C._kept_view_copies() >= 1
+    view_copy.PLANS.clear()
+    d[3, 1:4, 2:7] = tiny.to("spyre")  # the runtime's kept plan
+    assert not view_copy.PLANS, "a repeated copy within the device was planned again"
+    assert torch_layouts.stats()["view_scatters"] == 1
+    expected = torch.zeros(4, 64, 64)
+    expected[1], expected[2, :4], expected[3, 1:4, 2:7] = big, small, tiny
+    assert torch.equal(d.cpu(), expected)
+
+
+# Copies between the host and part of a device buffer, as (id, device base shape, part of it).
+HOST_CASES = [
+    ("row of a 3-D buffer", (4, 64, 128), lambda t: t[1]),
+    ("token column of a KV cache", (2, 256, 16, 128), lambda t: t[:, 7]),
+    ("stick-aligned slice of the stick dim", (64, 256), lambda t: t[:, 64:192]),
+]
+
+
+@pytest.mark.parametrize("_, shape, part", HOST_CASES, ids=[c[0] for c in HOST_CASES])
+def test_host_copies_into_and_out_of_part_of_a_buffer_are_staged_by_the_runtime(_, shape, part):
+    """The second copy of a geometry between the host and part of a device buffer runs in the
+    runtime (the kept staging coordinates and plan), with the Python path's results."""
+    base = torch.randn(shape)
+    d = base.to("spyre")
+    calls = []
+
+    def spy(dst: torch.Tensor, src: torch.Tensor) -> bool:
+        calls.append((dst.device.type, src.device.type))
+        return view_copy.copy_view(dst, src)
+
+    _C._set_view_copier(spy)
+    try:
+        for step in range(3):
+            values = torch.randn(part(base).shape)
+            part(d).copy_(values)
+            part(base).copy_(values)
+            out = torch.empty(part(base).shape)
+            out.copy_(part(d))
+            assert torch.equal(out, values) and torch.equal(d.cpu(), base)
+            assert len(calls) == 2, f"copies with the host entered Python {len(calls)} times by step {step}"
+    finally:
+        _C._set_view_copier(view_copy.copy_view)
+    assert padding_holds_pad_value(d)
 
 
 def test_a_source_that_is_part_of_a_buffer_sticked_elsewhere():

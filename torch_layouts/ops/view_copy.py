@@ -1,8 +1,9 @@
 """Copies into or out of part of a device buffer, planned as strided copies between buffers.
 
 ``x[1].copy_(y)``, ``x[:, :k] = y``, ``host.copy_(x[1])``: the runtime hands every such copy
-of 2048 elements or more (same dtype, not int64) to ``copy_view`` (``csrc/kernels_copy.cpp``;
-smaller ones stay on its element path, which computes each element's device offset). Both
+(same dtype, not int64) within the device, and from or to the host from 2048 elements, to
+``copy_view`` (``csrc/kernels_copy.cpp``; smaller host copies stay on its element path, which
+computes each element's device offset). Both
 tensors are read as strided views of their raw buffers in one set of coordinates of the copy's
 shape (``operands.plan``: the tensors' own coordinates first, then the Spyre layouts of that
 shape in each dim_order, up to rank 4), and the coordinates' real positions are copied a box at
@@ -233,11 +234,12 @@ def copy_view(dst: torch.Tensor, src: torch.Tensor) -> bool:
         return False
     staged = new_tensor(coords, device.device)
     if src.device.type == "cpu":  # host -> part of a device buffer
-        return copy_between(dst, staged.copy_(src))
-    if not copy_between(staged, src):  # part of a device buffer -> host
-        return False
-    dst.copy_(staged)
-    return True
+        copied = copy_between(dst, staged.copy_(src))
+    elif copied := copy_between(staged, src):  # part of a device buffer -> host
+        dst.copy_(staged)
+    if copied:  # the runtime stages later copies of this geometry itself
+        _C._keep_staging(device, staged)
+    return copied
 
 
 def forget_plans() -> None:
