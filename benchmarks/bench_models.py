@@ -1,8 +1,9 @@
-"""A real model's training step on the device against the same step on CPU tensors.
+"""Real models' training steps on the device against the same steps on CPU tensors.
 
 A 2-layer ``nn.TransformerEncoder`` (d_model 256, 4 heads, ffn 1024, fp32, batch_first, batch
-8x128): forward, MSE loss, backward and an optimizer step (SGD and Adam), on spyre and on the
-CPU, interleaved in one process. Target: <= 1.1. Each figure's note counts what one device step
+8x128): forward, MSE loss, backward and an optimizer step (SGD and Adam); and the demo's small
+models (``python -m torch_layouts demo``: an MLP, an attention block) with their losses and SGD;
+on spyre and on the CPU, interleaved in one process. Target: <= 1.1. Each figure's note counts what one device step
 does besides device kernels: restickifies and CPU-fallback calls per op (``torch_layouts.stats``).
 Run alone with ``python benchmarks/bench_models.py [--threads N]``.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import json
 import sys
 from collections.abc import Callable
@@ -23,6 +25,7 @@ if __package__ in (None, ""):  # run as a script: make the repository and this f
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch_layouts  # noqa: E402
+from torch_layouts.cli.demo import demo_models  # noqa: E402
 
 try:
     from .common import Figure, compare
@@ -41,12 +44,12 @@ def encoder() -> nn.TransformerEncoder:
     return nn.TransformerEncoder(layer, LAYERS)
 
 
-def training_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor
+def training_step(model: nn.Module, optimizer: torch.optim.Optimizer, loss: Callable[[nn.Module], torch.Tensor]
                   ) -> Callable[[], None]:
-    """One step: forward, MSE loss, backward, optimizer step."""
+    """One step: forward and loss, backward, optimizer step."""
     def step() -> None:
         optimizer.zero_grad(set_to_none=True)
-        nn.functional.mse_loss(model(x), y).backward()
+        loss(model).backward()
         optimizer.step()
     return step
 
@@ -66,23 +69,37 @@ def steps(optimizer: str) -> tuple[Callable[[], None], Callable[[], None]]:
     device = copy.deepcopy(cpu).to("spyre")
     x, y = torch.randn(BATCH, TOKENS, D_MODEL), torch.randn(BATCH, TOKENS, D_MODEL)
     make = OPTIMIZERS[optimizer]
-    return (training_step(device, make(device.parameters()), x.to("spyre"), y.to("spyre")),
-            training_step(cpu, make(cpu.parameters()), x, y))
+    dx, dy = x.to("spyre"), y.to("spyre")
+    return (training_step(device, make(device.parameters()), lambda m: nn.functional.mse_loss(m(dx), dy)),
+            training_step(cpu, make(cpu.parameters()), lambda m: nn.functional.mse_loss(m(x), y)))
+
+
+def demo_steps() -> list[tuple[str, Callable[[], None], Callable[[], None]]]:
+    """(name, device step, CPU step) of each of the demo's models (``cli/demo.demo_models``), SGD."""
+    out = []
+    for name, cpu, loss in demo_models():
+        device = copy.deepcopy(cpu).to("spyre")
+        out.append((name, *(training_step(model, torch.optim.SGD(model.parameters(), lr=0.1),
+                                          functools.partial(loss, device=where))
+                             for model, where in ((device, "spyre"), (cpu, "cpu")))))
+    return out
+
+
+def _figure(name: str, device_step: Callable[[], None], cpu_step: Callable[[], None], repeat: int) -> Figure:
+    device_step(), cpu_step()
+    counts = step_counts(device_step)
+    fallbacks = sum(counts["fallbacks"].values())
+    note = (f"{counts['restickify']} restickifies, {fallbacks} CPU-fallback calls per step"
+            + (f" ({', '.join(f'{op} x{n}' for op, n in counts['fallbacks'].items())})" if fallbacks else ""))
+    return compare(f"{name} training step on spyre / CPU", 1.1, device_step, cpu_step, "same step on CPU", repeat,
+                   note=note)
 
 
 def run(repeat: int = 10) -> list[Figure]:
-    """One figure per optimizer: the device training step over the CPU one."""
-    figures = []
-    for name in OPTIMIZERS:
-        device_step, cpu_step = steps(name)
-        device_step(), cpu_step()
-        counts = step_counts(device_step)
-        fallbacks = sum(counts["fallbacks"].values())
-        note = (f"{counts['restickify']} restickifies, {fallbacks} CPU-fallback calls per step"
-                + (f" ({', '.join(f'{op} x{n}' for op, n in counts['fallbacks'].items())})" if fallbacks else ""))
-        figures.append(compare(f"TransformerEncoder training step ({name}) on spyre / CPU", 1.1, device_step,
-                               cpu_step, "same step on CPU", repeat, note=note))
-    return figures
+    """One figure per optimizer for the TransformerEncoder, and one per demo model (SGD): the
+    device training step over the CPU one."""
+    figures = [_figure(f"TransformerEncoder ({name})", *steps(name), repeat) for name in OPTIMIZERS]
+    return figures + [_figure(f"demo {name}", device, cpu, 5 * repeat) for name, device, cpu in demo_steps()]
 
 
 if __name__ == "__main__":

@@ -10,8 +10,8 @@ threads at 1 and 32 MiB plus one 512 MiB case; ``--full`` every size (1, 32, 512
 and all threads; ``--threads`` picks the thread counts. Other figures are (time of our
 operation) / (time of its baseline), both measured in this process, interleaved; `min` is the
 ratio of best times, `median` of median times. A figure meets its goal when its ratios of best
-times are at or below it. Models (bench_models): a TransformerEncoder training step on spyre
-against the same step on CPU tensors (goal 1.1).
+times are at or below it. Models (bench_models): a TransformerEncoder training step and the
+demo's small models' steps on spyre against the same steps on CPU tensors (goal 1.1).
 """
 
 from __future__ import annotations

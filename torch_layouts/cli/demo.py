@@ -172,6 +172,9 @@ def stage_layouts(check: Checks, corrupt: bool) -> dict[str, DeviceLayout]:
     return {name: y.device_tensor_layout() for name, y in ys.items()}
 
 
+Loss = Callable[[torch.nn.Module, str], torch.Tensor]  # a model's loss on its inputs moved to a device
+
+
 def _train_step(model: torch.nn.Module, loss_fn: Callable[[torch.nn.Module], torch.Tensor]) -> torch.Tensor:
     loss = loss_fn(model)
     loss.backward()
@@ -181,8 +184,7 @@ def _train_step(model: torch.nn.Module, loss_fn: Callable[[torch.nn.Module], tor
     return loss.detach()
 
 
-def _compare_models(name: str, cpu_model: torch.nn.Module, loss_fn: Callable[[torch.nn.Module, str], torch.Tensor],
-                    check: Checks) -> None:
+def _compare_models(name: str, cpu_model: torch.nn.Module, loss_fn: Loss, check: Checks) -> None:
     dev_model = copy.deepcopy(cpu_model).to("spyre")
     first = next(dev_model.parameters())
     print(f"\n  {name}: first weight {list(first.shape)} in {first.device_tensor_layout()}")
@@ -198,9 +200,12 @@ def _compare_models(name: str, cpu_model: torch.nn.Module, loss_fn: Callable[[to
           all(d.device.type == "spyre" and d.grad.device.type == "spyre" for (_, d), _ in pairs))
 
 
-def stage_models(check: Checks) -> None:
-    """Step 3: one training step of small models on the device against the CPU."""
-    print("\n== 3. Models on the device (forward, backward, SGD step) against the CPU ==")
+def demo_models() -> list[tuple[str, torch.nn.Module, Loss]]:
+    """The demo's small models on the CPU, each with its loss on inputs moved to a device.
+
+    >>> name, model, loss = demo_models()[0]
+    >>> loss(model, "cpu").backward()
+    """
     torch.manual_seed(0)
     x, target = torch.randn(32, 64), torch.randint(0, 10, (32,))
     x_layout = SpyreTensorLayout((32, 64), torch.float32, [1, 0])  # the batch dim in the sticks
@@ -210,8 +215,6 @@ def stage_models(check: Checks) -> None:
         return torch.nn.functional.cross_entropy(model(inp), target.to(device))
 
     mlp = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 10))
-    _compare_models("2-layer MLP (input in Spyre dim_order [1, 0])", mlp, mlp_loss, check)
-
     q = torch.randn(2, 6, 16)
 
     def attention_loss(model: torch.nn.Module, device: str) -> torch.Tensor:
@@ -220,7 +223,15 @@ def stage_models(check: Checks) -> None:
         return out.square().mean()
 
     attention = torch.nn.MultiheadAttention(16, 2, batch_first=True)
-    _compare_models("attention block (nn.MultiheadAttention, 2 heads)", attention, attention_loss, check)
+    return [("2-layer MLP (input in Spyre dim_order [1, 0])", mlp, mlp_loss),
+            ("attention block (nn.MultiheadAttention, 2 heads)", attention, attention_loss)]
+
+
+def stage_models(check: Checks) -> None:
+    """Step 3: one training step of small models on the device against the CPU."""
+    print("\n== 3. Models on the device (forward, backward, SGD step) against the CPU ==")
+    for name, model, loss in demo_models():
+        _compare_models(name, model, loss, check)
     counts = _C._fallback_counts()
     print(f"\n  ops run through the CPU fallback: {sum(counts.values())} calls of {len(counts)} ops")
 
