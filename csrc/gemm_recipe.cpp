@@ -25,7 +25,9 @@ class Gemm final : public Replay {
   void run(c10::ArrayRef<c10::IValue> args, int64_t, std::vector<c10::IValue>& results) const override {
     for (int64_t nbytes : restickify_bytes) count_restickify(nbytes);
     auto operand = [&](const GemmRead& r) {
-      return GemmOperand{view_of(args[r.arg].toTensor(), r.view), r.batch, r.rows, r.cols};
+      const at::Tensor& t = args[r.arg].toTensor();
+      const at::Tensor source = r.staged ? new_device_tensor(r.staged, t.device()).copy_(t) : t;
+      return GemmOperand{view_of(source, r.view), r.batch, r.rows, r.cols};
     };
     const at::Tensor& first = args[a.arg].toTensor();
     at::Tensor out = new_device_tensor(c, first.device());

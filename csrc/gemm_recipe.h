@@ -1,5 +1,6 @@
 // The tile GEMM's replay in the runtime's front (csrc/kernel_front.h): ops/matmul.py offers, for a
-// mm / bmm / addmm whose plan read A, B (and a bias row) where they lie, their views and dim groups,
+// mm / bmm / addmm whose plan read A, B (and a bias row) where they lie (A and B, or copied whole
+// into coordinates that read them), their views and dim groups,
 // C's layout and groups and the restickifies the rule counts; later calls of that geometry run
 // tile_gemm (tile_gemm.h) on those views without Python.
 #pragma once
@@ -13,11 +14,14 @@
 
 namespace torch_layouts {
 
-// An operand of a kept GEMM: the argument, its view and its (batch, rows, cols) dim groups.
+// An operand of a kept GEMM: the argument, its view and its (batch, rows, cols) dim groups; with
+// `staged`, the view reads a copy of the argument into a new tensor of that layout (k padded with
+// zeros, or the operand restickified), made on every call as ops/matmul.py's materialize does.
 struct GemmRead {
   int64_t arg;
   BufferView view;
   std::vector<int64_t> batch, rows, cols;
+  LayoutPtr staged;
 };
 
 // `op` ("aten::addmm"): A and B; the bias row's read (addmm's first argument), if the GEMM adds

@@ -200,11 +200,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                           std::shared_ptr<BoundLayout> c, std::vector<int64_t> c_sizes, const GemmGroups& c_groups,
                           int64_t m, int64_t n, int64_t k, double alpha, double beta,
                           std::vector<int64_t> restickify_bytes) {
-    auto read = [](const py::tuple& t) {  // (argument, view, groups)
-      TORCH_CHECK_VALUE(t.size() == 3, "a GEMM operand is (argument, view, groups)");
+    auto read = [](const py::tuple& t) {  // (argument, view, groups, staging layout or None)
+      TORCH_CHECK_VALUE(t.size() == 4, "a GEMM operand is (argument, view, groups, staging layout or None)");
       auto groups = py::cast<GemmGroups>(t[2]);
       return GemmRead{py::cast<int64_t>(t[0]), buffer_view(t[1]), std::get<0>(groups), std::get<1>(groups),
-                      std::get<2>(groups)};
+                      std::get<2>(groups), py::cast<std::shared_ptr<BoundLayout>>(t[3])};
     };
     std::optional<std::pair<int64_t, BufferView>> row;
     if (!bias.is_none()) {

@@ -368,6 +368,41 @@ def test_tile_gemm_calls_replay_in_the_runtime_front(_, fn, ashape, bshape, csha
     assert torch.equal(first.cpu(), second.cpu()) and first.device_tensor_layout() == second.device_tensor_layout()
 
 
+# GEMMs whose operands are first copied whole into the GEMM's coordinates (k padded with zeros, or
+# a restickify): id, function of (a, b), shapes of a and b, the dim_order a is given in (None: default).
+STAGED_GEMM_CASES = [
+    ("mm-k-padded", lambda a, b: a @ b, (64, 20), (20, 48), None),
+    ("bmm-k-padded-heads", lambda a, b: torch.bmm(a, b), (4, 6, 8), (4, 8, 6), None),
+    ("addmm-k-padded", lambda a, b: torch.addmm(torch.ones(48, device="spyre"), a, b), (40, 16), (16, 48), None),
+    ("mm-a-restickified", lambda a, b: a @ b, (64, 96), (96, 48), [1, 0]),
+]
+
+
+@pytest.mark.parametrize("_, fn, ashape, bshape, order", STAGED_GEMM_CASES, ids=[c[0] for c in STAGED_GEMM_CASES])
+def test_gemms_of_staged_operands_replay_in_the_runtime_front(_, fn, ashape, bshape, order, monkeypatch):
+    """A GEMM whose operands are copied into its coordinates first replays too (the copies made by
+    the runtime on each call): the Python path's bits and layout, its restickify count, the CPU's
+    values."""
+    from torch_layouts.ops import matmul
+    a, b = randn(*ashape), randn(*bshape, seed=1)
+    da = a.to("spyre", device_layout=SpyreTensorLayout(ashape, F32, order)) if order else a.to("spyre")
+    db = b.to("spyre")
+    fn(da, db)
+    elementwise.forget_recipes()
+    torch_layouts.reset_stats()
+    first = fn(da, db)  # the Python path, which offers the runtime's front its replay
+    counted = torch_layouts.stats()["restickify_count"]
+    calls = _calls_into_python(monkeypatch, matmul, "_call_key")
+    torch_layouts.reset_stats()
+    second = fn(da, db)
+    assert not calls, "a replayed call entered Python"
+    assert torch_layouts.stats()["restickify_count"] == counted
+    assert torch.equal(first.cpu(), second.cpu()) and first.device_tensor_layout() == second.device_tensor_layout()
+    expected = fn(a, b) if "addmm" not in _ else torch.addmm(torch.ones(48), a, b)
+    torch.testing.assert_close(second.cpu(), expected, rtol=1e-5, atol=1e-5)
+    assert padding_holds_pad_value(second)
+
+
 def test_an_addmm_replay_serves_only_its_own_beta_and_alpha():
     a, b, c = randn(64, 128), randn(128, 64, seed=1), randn(64, seed=2)
     da, db, dc = a.to("spyre"), b.to("spyre"), c.to("spyre")

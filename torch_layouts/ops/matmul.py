@@ -109,18 +109,20 @@ def _readable(op: str, named: list[tuple[str, torch.Tensor]], i: int, coords: Bo
 class Tiles(NamedTuple):
     """An operand as a strided view of its device buffer whose dims form three groups, each
     enumerated row-major: batch dims, the dims of the matrix's rows, those of its columns
-    (``(..., rows, padded cols)`` when gathered; see ``csrc/tile_gemm.h``)."""
+    (``(..., rows, padded cols)`` when gathered; see ``csrc/tile_gemm.h``); ``staged``: the
+    coordinates the operand was first copied into (``materialize``), whose buffer the view reads."""
 
     view: torch.Tensor
     batch: tuple[int, ...]
     rows: tuple[int, ...]
     cols: tuple[int, ...]
+    staged: BoundLayout | None = None
 
     def groups(self) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
         return self.batch, self.rows, self.cols
 
     def transposed(self) -> Tiles:
-        return Tiles(self.view, self.batch, self.cols, self.rows)
+        return Tiles(self.view, self.batch, self.cols, self.rows, self.staged)
 
     def dense(self, device: torch.device, batch: Shape) -> torch.Tensor:
         """The matrix gathered into a dense ``(*batch, rows, padded cols)`` scratch on ``device``
@@ -154,7 +156,7 @@ def _operand(op: str, named: list[tuple[str, torch.Tensor]], i: int, coords: Bou
     if flipped is not None:
         return flipped
     t, p = _readable(op, named, i, coords, exact, requirement, True, effects)
-    return _tiles(t, coords, p)
+    return _tiles(t, coords, p)._replace(staged=None if t is named[i][1] else coords)
 
 
 class Effect(NamedTuple):
@@ -184,12 +186,14 @@ def _restickified(op: str, named: list[tuple[str, torch.Tensor]], i: int, requir
 
 
 class GemmPlan(NamedTuple):
-    """A tile GEMM call of one geometry, kept when its operands were read where they lie: A and
-    B as views of their raw buffers with their dim groups, the restickifies to count again, the
-    result's coordinates and dim groups, the read of a bias row the GEMM adds (None: no bias);
-    ``layouts`` keeps the operands' layout objects alive, so that the ids in the key stay theirs."""
+    """A tile GEMM call of one geometry, kept when its operands were read where they lie or
+    copied whole into coordinates (k padded, a restickify): A and B as views of their raw
+    buffers (or of their copies') with their dim groups and the coordinates of the copy (None:
+    none), the restickifies to count again, the result's coordinates and dim groups, the read of a
+    bias row the GEMM adds (None: no bias); ``layouts`` keeps the operands' layout objects alive,
+    so that the ids in the key stay theirs."""
 
-    reads: tuple[tuple[Read, tuple[tuple[int, ...], ...]], ...]
+    reads: tuple[tuple[Read, tuple[tuple[int, ...], ...], BoundLayout | None], ...]
     effects: tuple[Effect, ...]
     layouts: tuple
     c_coords: BoundLayout
@@ -199,7 +203,8 @@ class GemmPlan(NamedTuple):
     def replay(self, op: str, named: list[tuple[str, torch.Tensor]]) -> list[Tiles]:
         for effect in self.effects:
             effect.replay(op, named)
-        return [Tiles(raw_view(t, *read), *groups) for (_, t), (read, groups) in zip(named, self.reads)]
+        return [Tiles(raw_view(t if staged is None else materialize(t, staged), *read), *groups)
+                for (_, t), (read, groups, staged) in zip(named, self.reads)]
 
     def run(self, op: str, named: list[tuple[str, torch.Tensor]], bias: torch.Tensor | None, mnk: tuple[int, int, int],
             beta: float, alpha: float) -> torch.Tensor:
@@ -225,12 +230,14 @@ def _call_key(op: str, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | No
 
 def _remember(key: tuple | None, named: list[tuple[str, torch.Tensor]], tiles: list[Tiles],
               effects: list[Effect], c_coords: BoundLayout, bias: torch.Tensor | None, bias_read: Read | None) -> None:
-    """Keep the plan of a call whose operands were read where they lie (no copy was made) and
-    whose bias, if any, is a row the GEMM adds (or unused: ``beta`` 0)."""
+    """Keep the plan of a call whose operands were read where they lie or copied whole into
+    coordinates (``Tiles.staged``) and whose bias, if any, is a row the GEMM adds (or unused:
+    ``beta`` 0)."""
     tensors = [t for _, t in named]
-    if key is None or not in_place([x.view for x in tiles], tensors):
+    unstaged = [(x.view, t) for x, t in zip(tiles, tensors) if x.staged is None]
+    if key is None or not in_place([v for v, _ in unstaged], [t for _, t in unstaged]):
         return
-    reads = tuple((read_of(x.view), x.groups()) for x in tiles)
+    reads = tuple((read_of(x.view), x.groups(), x.staged) for x in tiles)
     keyed = tensors if bias is None else [*tensors, bias]  # every tensor whose layout id is in the key
     keep(PLANS, key, GemmPlan(reads, tuple(effects), layouts_of(keyed), c_coords,
                               _matrix_groups(len(c_coords.size), (1,) * len(c_coords.shape)), bias_read), MAX_PLANS)
@@ -244,9 +251,10 @@ def _offer(op: str, kept: GemmPlan, a: torch.Tensor, b: torch.Tensor, bias: torc
         return
     first = 1 if op == "addmm" else 0  # addmm(bias, mat1, mat2, beta, alpha)
     own = [(first, a), (first + 1, b)] + ([(0, bias)] if bias is not None else [])
-    (a_read, a_groups), (b_read, b_groups) = kept.reads
+    (a_read, a_groups, a_staged), (b_read, b_groups, b_staged) = kept.reads
     row = None if kept.bias_read is None else (0, kept.bias_read)
-    _C._offer_gemm("aten::" + op, own, (first, a_read, a_groups), (first + 1, b_read, b_groups), row,
+    a_at, b_at = (None if c is None else runtime_record(c) for c in (a_staged, b_staged))
+    _C._offer_gemm("aten::" + op, own, (first, a_read, a_groups, a_at), (first + 1, b_read, b_groups, b_at), row,
                    runtime_record(kept.c_coords), kept.c_coords.shape, kept.c_groups, *mnk, alpha, beta,
                    [e.nbytes for e in kept.effects])
 
