@@ -198,14 +198,35 @@ bool part_view(const at::Tensor& t) {
 // replayed here (512 float32 elements into x[1]: 28 -> 5 us).
 constexpr int64_t kPlannedViewCopy = 2048;
 
+// Whether device tensor `t`'s layout keeps broadcast copies of its elements (a device dim of
+// stride 0): a write must reach every copy, which the element path does.
+bool has_copies(const at::Tensor& t) {
+  LayoutPtr layout = element_layout_of(t);
+  return layout && !layout->address.copies.empty();
+}
+
+// A copy into or out of part of a device buffer through the ops layer's plans: the runtime's kept
+// ones, else the module (ops/view_copy.py) unless it declined this geometry before. False: the
+// element path copies it (also every write into a layout with broadcast copies).
+bool copy_planned(const at::Tensor& src, const at::Tensor& dst) {
+  if (dst.is_privateuseone() && has_copies(dst)) return false;
+  const bool within = src.is_privateuseone() && dst.is_privateuseone();
+  if (within ? replay_view_copy(dst, src) || replay_restaged_copy(dst, src) : replay_staged_copy(dst, src)) {
+    return true;
+  }
+  if (declined_view_copy(dst, src)) return false;
+  if (copy_view_planned(src, dst)) return true;
+  decline_view_copy(dst, src);
+  return false;
+}
+
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool /*non_blocking: copies are synchronous*/) {
   if (dst.numel() == 0) return dst;
   at::Tensor src = self.sizes() == dst.sizes() ? self : self.expand(dst.sizes());
   const bool src_dev = src.is_privateuseone(), dst_dev = dst.is_privateuseone();
   if (src.scalar_type() == dst.scalar_type() && dst.scalar_type() != at::kLong &&
       (dst.numel() >= kPlannedViewCopy || (src_dev && dst_dev)) && (part_view(src) || part_view(dst)) &&
-      ((src_dev && dst_dev ? replay_view_copy(dst, src) : replay_staged_copy(dst, src)) ||
-       copy_view_planned(src, dst))) {
+      copy_planned(src, dst)) {
     if (src_dev && dst_dev) count(Counter::D2DBytes, dst.numel() * dst.element_size());  // staging counts the rest
     return dst;
   }

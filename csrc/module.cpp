@@ -140,6 +140,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   }, py::arg("dst"), py::arg("src"), py::arg("boxes"), py::arg("untiled") = py::none());
   m.def("_replay_view_copy", &replay_view_copy);
   m.def("_keep_staging", &keep_staging);
+  m.def("_keep_restaging", &keep_restaging);
   m.def("_kept_view_copies", &kept_view_copies);
   m.def("_register_kernel", &register_front, py::arg("name"), py::arg("fn"), py::arg("counted") = true);
   m.def(

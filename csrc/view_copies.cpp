@@ -43,9 +43,29 @@ struct Staging {
   LayoutPtr staged, device;  // the staging tensors' layout; the device side's (its address is in the key)
 };
 
+// A copy within the device that no coordinates read on both sides, per geometry of (dst, src): the
+// layout the source is first copied whole into (none where it is whole), the one it then moves
+// into, which reads the destination; and both sides' layouts (their addresses are in the key).
+struct Restaging {
+  LayoutPtr whole, readable, dst, src;
+};
+
 std::mutex g_mutex;
 std::map<std::vector<int64_t>, std::shared_ptr<const Kept>> g_kept, g_shiftable;
 std::map<std::vector<int64_t>, Staging> g_staging;
+std::map<std::vector<int64_t>, Restaging> g_restaging;
+// Geometries ops/view_copy.py found no plan for (they take the runtime's element path), with the
+// layouts whose addresses are in their keys.
+std::map<std::vector<int64_t>, std::pair<LayoutPtr, LayoutPtr>> g_declined;
+
+// A copy's key for g_declined: both sides' geometry within the device; the device side's alone
+// for a copy with the host (the module plans those from the device side only).
+std::vector<int64_t> declined_key(const at::Tensor& dst, const at::Tensor& src) {
+  if (dst.is_privateuseone() && src.is_privateuseone()) return geometry(dst, src);
+  std::vector<int64_t> key = geometry_key(dst.is_privateuseone() ? dst : src);
+  if (!key.empty()) key.push_back(dst.is_privateuseone());
+  return key;
+}
 
 // How far (device elements) every element of `t` lies from the same element of the view at
 // storage offset `offset`: whole steps along an untiled dim of the base that no dim of the view
@@ -172,6 +192,51 @@ bool replay_staged_copy(const at::Tensor& dst, const at::Tensor& src) {
   return true;
 }
 
+void keep_restaging(const at::Tensor& dst, const at::Tensor& src, const std::optional<at::Tensor>& whole,
+                    const at::Tensor& readable) {
+  std::vector<int64_t> key = geometry(dst, src);
+  LayoutPtr into = layout_of(readable), first = whole ? layout_of(*whole) : nullptr;
+  TORCH_CHECK_VALUE(!key.empty() && into && (!whole || first) && readable.sizes() == dst.sizes(),
+                    "a restaging needs device tensors with layouts, the last of the destination's shape");
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (g_restaging.size() >= kMaxViewCopies) g_restaging.clear();
+  g_restaging[std::move(key)] = Restaging{std::move(first), std::move(into), layout_of(dst), layout_of(src)};
+}
+
+bool replay_restaged_copy(const at::Tensor& dst, const at::Tensor& src) {
+  if (dst.storage().data() == src.storage().data()) return false;
+  const std::vector<int64_t> key = geometry(dst, src);
+  if (key.empty()) return false;
+  Restaging r;
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    auto it = g_restaging.find(key);
+    if (it == g_restaging.end()) return false;
+    r = it->second;
+  }
+  at::Tensor source = src;
+  if (r.whole) {
+    source = new_device_tensor(r.whole, src.device());
+    if (!replay_view_copy(source, src)) return false;
+  }
+  return replay_view_copy(dst, new_device_tensor(r.readable, src.device()).copy_(source));
+}
+
+void decline_view_copy(const at::Tensor& dst, const at::Tensor& src) {
+  std::vector<int64_t> key = declined_key(dst, src);
+  if (key.empty()) return;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (g_declined.size() >= kMaxViewCopies) g_declined.clear();
+  g_declined[std::move(key)] = {layout_of(dst), layout_of(src)};
+}
+
+bool declined_view_copy(const at::Tensor& dst, const at::Tensor& src) {
+  const std::vector<int64_t> key = declined_key(dst, src);
+  if (key.empty()) return false;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return g_declined.count(key) > 0;
+}
+
 int64_t kept_view_copies() {
   std::lock_guard<std::mutex> lock(g_mutex);
   return static_cast<int64_t>(g_kept.size());
@@ -182,6 +247,8 @@ void forget_view_copies() {
   g_kept.clear();
   g_shiftable.clear();
   g_staging.clear();
+  g_restaging.clear();
+  g_declined.clear();
 }
 
 }  // namespace torch_layouts

@@ -47,6 +47,22 @@ void keep_staging(const at::Tensor& device, const at::Tensor& staged);
 // to dst) where either is not kept.
 bool replay_staged_copy(const at::Tensor& dst, const at::Tensor& src);
 
+// Keeps how ops/view_copy.py copied `src` into `dst` (device tensors) where no coordinates read
+// both: `src` first copied whole into `whole`'s layout (none where it is whole), then into
+// `readable`'s, whose kept plan writes `dst`.
+void keep_restaging(const at::Tensor& dst, const at::Tensor& src, const std::optional<at::Tensor>& whole,
+                    const at::Tensor& readable);
+
+// A copy of a kept restaging's geometry, without Python: the same copies through new tensors of
+// those layouts (kept plans, then the runtime's copy_); false (dst not written) where a kept plan
+// is missing or both share a buffer.
+bool replay_restaged_copy(const at::Tensor& dst, const at::Tensor& src);
+
+// Remembers that ops/view_copy.py found no plan for this copy's geometry, and asks whether it
+// did: such copies go straight to the runtime's element path.
+void decline_view_copy(const at::Tensor& dst, const at::Tensor& src);
+bool declined_view_copy(const at::Tensor& dst, const at::Tensor& src);
+
 // How many plans are kept, and forgetting them all (ops/view_copy.forget_plans).
 int64_t kept_view_copies();
 void forget_view_copies();

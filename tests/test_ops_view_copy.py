@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import torch_layouts
 from ops_support import padding_holds_pad_value
-from torch_layouts import SpyreTensorLayout, _C
+from torch_layouts import DeviceLayout, SpyreTensorLayout, _C
 from torch_layouts.core.dtypes import data_format
 from torch_layouts.ops import view_copy
 
@@ -166,13 +166,7 @@ def test_host_copies_into_and_out_of_part_of_a_buffer_are_staged_by_the_runtime(
     runtime (the kept staging coordinates and plan), with the Python path's results."""
     base = torch.randn(shape)
     d = base.to("spyre")
-    calls = []
-
-    def spy(dst: torch.Tensor, src: torch.Tensor) -> bool:
-        calls.append((dst.device.type, src.device.type))
-        return view_copy.copy_view(dst, src)
-
-    _C._set_view_copier(spy)
+    calls = _python_copies()
     try:
         for step in range(3):
             values = torch.randn(part(base).shape)
@@ -187,6 +181,25 @@ def test_host_copies_into_and_out_of_part_of_a_buffer_are_staged_by_the_runtime(
     assert padding_holds_pad_value(d)
 
 
+def _python_copies() -> list:
+    """A list that grows by one each time the runtime hands a copy to ops/view_copy.py (a spy
+    registered as its copier; ``view_copy.copy_view`` again when the test ends)."""
+    calls = []
+
+    def spy(dst: torch.Tensor, src: torch.Tensor) -> bool:
+        calls.append((tuple(dst.shape), dst.device.type, src.device.type))
+        return view_copy.copy_view(dst, src)
+
+    _C._set_view_copier(spy)
+    return calls
+
+
+@pytest.fixture
+def python_copies():
+    yield _python_copies()
+    _C._set_view_copier(view_copy.copy_view)
+
+
 def test_a_source_that_is_part_of_a_buffer_sticked_elsewhere():
     """Both sides views, their sticks on different dims: the source is copied whole first."""
     x, y = torch.randn(4, 64, 96), torch.randn(3, 64, 96)
@@ -198,6 +211,80 @@ def test_a_source_that_is_part_of_a_buffer_sticked_elsewhere():
     assert torch.equal(d.cpu(), x)
     stats = torch_layouts.stats()
     assert stats["view_scatters"] == stats["view_gathers"] == stats["host_bounces"] == 0
+
+
+@pytest.mark.parametrize("n", [3, 3000])
+def test_copies_into_a_layout_with_broadcast_copies_write_every_copy(n):
+    """A layout with a stride-0 device dim holds each element twice: a copy into a new tensor of
+    it from part of a buffer, and a write into part of it, reach both copies at any size."""
+    x = torch.randn(2, n + 1).half()
+    for part, broadcast in ((lambda t: t.narrow(1, 1, n), DeviceLayout([2, n, 2], [n, 1, 0], torch.float16)),
+                            (lambda t: t.narrow(0, 1, 1), DeviceLayout([n + 1, 2], [1, 0], torch.float16))):
+        z = part(x.to("spyre")).to("spyre", device_layout=broadcast)
+        memory = torch_layouts.device_memory(z).view(-1, 2)
+        assert torch.equal(z.cpu(), part(x)) and torch.equal(memory[:, 0], memory[:, 1])
+    w = x.to("spyre", device_layout=DeviceLayout([2, n + 1, 2], [n + 1, 1, 0], torch.float16))
+    patch = torch.randn(2, n).half()
+    w.narrow(1, 1, n).copy_(patch.to("spyre"))
+    memory = torch_layouts.device_memory(w).view(2, n + 1, 2)
+    assert torch.equal(w.cpu()[:, 1:], patch) and torch.equal(memory[..., 0], memory[..., 1])
+
+
+# Copies the module finds no plan for (a part of the stick dim not aligned to sticks), which the
+# element path copies: id, device tensor's shape, the part, whether the host is the other side.
+DECLINED = [
+    ("device-to-device", (8, 96), lambda t: t[:, 3:40], False),
+    ("host-to-device", (64, 96), lambda t: t[:, 5:70], True),
+]
+
+
+@pytest.mark.parametrize("_, shape, part, host", DECLINED, ids=[c[0] for c in DECLINED])
+def test_a_declined_geometry_goes_straight_to_the_element_path(_, shape, part, host, python_copies):
+    """The module is asked once per geometry it declines; repeats copy by element offsets
+    without calling it, with the right values."""
+    x = torch.randn(shape)
+    d = x.to("spyre")
+    for step in range(3):
+        values = torch.randn(part(x).shape)
+        if host:
+            part(d).copy_(values)
+            part(x).copy_(values)
+            assert torch.equal(d.cpu(), x)
+        else:
+            out = torch.empty(values.shape, device="spyre")
+            d.copy_(x)
+            out.copy_(part(d))
+            assert torch.equal(out.cpu(), part(x))
+        assert len(python_copies) == 1, f"step {step}: the module was asked {len(python_copies)} times"
+    view_copy.forget_plans()  # forgetting the plans forgets the declines too
+    part(d).copy_(part(x)) if host else torch.empty(part(x).shape, device="spyre").copy_(part(d))
+    assert len(python_copies) == 2
+
+
+# Copies within the device that no coordinates read on both sides (a transpose of dims under a
+# stick: padded sticks on different dims), staged through new tensors: id, shape, the source from
+# a device tensor of that shape.
+RESTAGED = [
+    ("transpose-of-a-whole-tensor", (4, 6, 8), lambda t: t.transpose(1, 2)),
+    ("transpose-of-part-of-a-buffer", (8, 12, 16), lambda t: t[2:6].transpose(1, 2)),
+]
+
+
+@pytest.mark.parametrize("_, shape, source", RESTAGED, ids=[c[0] for c in RESTAGED])
+def test_staged_device_copies_are_repeated_by_the_runtime(_, shape, source, python_copies):
+    """The first copy of such a geometry is planned in ops/view_copy.py; repeats make the same
+    copies in the runtime, without Python, with the same values."""
+    x = torch.randn(shape)
+    d = x.to("spyre")
+    for step in range(3):
+        values = torch.randn(shape)
+        d.copy_(values)
+        out = torch.empty(source(values).shape, device="spyre")
+        out.copy_(source(d))
+        assert torch.equal(out.cpu(), source(values))
+        assert padding_holds_pad_value(out)
+        device_copies = [c for c in python_copies if c[1] == c[2] == "spyre"]
+        assert len(device_copies) == 1, f"step {step}: {len(device_copies)} copies planned in Python"
 
 
 def _sticks_in_another_order(x: torch.Tensor) -> torch.Tensor:

@@ -17,7 +17,10 @@ read together with the destination is first moved into coordinates that read the
 or a raw device buffer with no layout, leaves the copy to the runtime. The boxes of a copy
 between two device tensors are also kept by the runtime (``csrc/view_copies.cpp``), which
 replays later copies of that geometry without calling this module (buffers shared by both
-sides excepted). A copy whose tensors differ from a planned one only in storage offsets that
+sides excepted); it also keeps the coordinates a host side was staged through, and the tensors
+a source no coordinates read with the destination was moved through, and makes those copies
+itself for later copies of the geometry; a geometry this module declines (returns False) is
+not handed to it again until ``forget_plans``. A copy whose tensors differ from a planned one only in storage offsets that
 step along untiled dims of their bases (a KV cache written at a new position each step) reuses
 that plan's boxes, moved by the device distance of those steps, instead of planning again: the
 runtime shifts its kept plans, and this module asks it first for the copies it makes itself.
@@ -208,6 +211,7 @@ def _copy_staged(dst: torch.Tensor, src: torch.Tensor) -> bool:
     coords = _readable(dst)
     if coords is None:
         return False
+    whole = None
     if not _is_whole(src):
         own = _readable(src)
         if own is None:
@@ -215,8 +219,11 @@ def _copy_staged(dst: torch.Tensor, src: torch.Tensor) -> bool:
         whole = new_tensor(own, src.device)
         if not copy_between(whole, src):
             return False
-        src = whole
-    return copy_between(dst, materialize(src, coords))
+    readable = materialize(src if whole is None else whole, coords)
+    if not copy_between(dst, readable):
+        return False
+    _C._keep_restaging(dst, src, whole, readable)  # the runtime makes these copies itself from now on
+    return True
 
 
 def copy_view(dst: torch.Tensor, src: torch.Tensor) -> bool:
