@@ -3,8 +3,9 @@
 A 2-layer ``nn.TransformerEncoder`` (d_model 256, 4 heads, ffn 1024, fp32, batch_first, batch
 8x128): forward, MSE loss, backward and an optimizer step (SGD and Adam); and the demo's small
 models (``python -m torch_layouts demo``: an MLP, an attention block) with their losses and SGD;
-on spyre and on the CPU, interleaved in one process. Target: <= 1.1. Each figure's note counts what one device step
-does besides device kernels: restickifies and CPU-fallback calls per op (``torch_layouts.stats``).
+on spyre and on the CPU, interleaved in one process. Target: <= 1.1. Each figure's note counts
+what one device step does besides device kernels: restickifies and CPU-fallback calls per op
+(``torch_layouts.stats``).
 Run alone with ``python benchmarks/bench_models.py [--threads N]``.
 """
 

@@ -161,29 +161,26 @@ HOST_CASES = [
 
 
 @pytest.mark.parametrize("_, shape, part", HOST_CASES, ids=[c[0] for c in HOST_CASES])
-def test_host_copies_into_and_out_of_part_of_a_buffer_are_staged_by_the_runtime(_, shape, part):
+def test_host_copies_into_and_out_of_part_of_a_buffer_are_staged_by_the_runtime(_, shape, part, python_copies):
     """The second copy of a geometry between the host and part of a device buffer runs in the
     runtime (the kept staging coordinates and plan), with the Python path's results."""
     base = torch.randn(shape)
     d = base.to("spyre")
-    calls = _python_copies()
-    try:
-        for step in range(3):
-            values = torch.randn(part(base).shape)
-            part(d).copy_(values)
-            part(base).copy_(values)
-            out = torch.empty(part(base).shape)
-            out.copy_(part(d))
-            assert torch.equal(out, values) and torch.equal(d.cpu(), base)
-            assert len(calls) == 2, f"copies with the host entered Python {len(calls)} times by step {step}"
-    finally:
-        _C._set_view_copier(view_copy.copy_view)
+    for step in range(3):
+        values = torch.randn(part(base).shape)
+        part(d).copy_(values)
+        part(base).copy_(values)
+        out = torch.empty(part(base).shape)
+        out.copy_(part(d))
+        assert torch.equal(out, values) and torch.equal(d.cpu(), base)
+        assert len(python_copies) == 2, f"copies with the host entered Python {len(python_copies)} times by step {step}"
     assert padding_holds_pad_value(d)
 
 
-def _python_copies() -> list:
+@pytest.fixture
+def python_copies():
     """A list that grows by one each time the runtime hands a copy to ops/view_copy.py (a spy
-    registered as its copier; ``view_copy.copy_view`` again when the test ends)."""
+    registered as its copier; ``view_copy.copy_view`` again after the test)."""
     calls = []
 
     def spy(dst: torch.Tensor, src: torch.Tensor) -> bool:
@@ -191,12 +188,7 @@ def _python_copies() -> list:
         return view_copy.copy_view(dst, src)
 
     _C._set_view_copier(spy)
-    return calls
-
-
-@pytest.fixture
-def python_copies():
-    yield _python_copies()
+    yield calls
     _C._set_view_copier(view_copy.copy_view)
 
 
