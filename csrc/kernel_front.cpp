@@ -15,6 +15,8 @@
 #include <mutex>
 #include <utility>
 
+#include "bounded_table.h"
+
 namespace py = pybind11;
 
 namespace torch_layouts {
@@ -56,8 +58,7 @@ struct Call {
 thread_local std::vector<Call*> t_calls;
 thread_local bool t_strict = false;
 
-std::mutex g_mutex;
-std::map<std::vector<int64_t>, std::shared_ptr<const Replay>> g_recipes;
+BoundedTable<std::shared_ptr<const Replay>> g_recipes(kMaxRecipes);
 
 // Each front's op name and call count; fronts are never unregistered.
 std::mutex g_fronts_mutex;
@@ -222,12 +223,7 @@ class Front final : public c10::OperatorKernel {
     const int64_t target = written_argument(schema);
     std::vector<int64_t> key = t_strict ? std::vector<int64_t>{} : call_key(id_, schema, torch::jit::last(*stack, n), target);
     if (!key.empty()) {
-      std::shared_ptr<const Replay> recipe;
-      {
-        std::lock_guard<std::mutex> lock(g_mutex);
-        auto it = g_recipes.find(key);
-        if (it != g_recipes.end()) recipe = it->second;
-      }
+      const std::shared_ptr<const Replay> recipe = g_recipes.find(key).value_or(nullptr);
       if (recipe && recipe->accepts(torch::jit::last(*stack, n))) {
         std::vector<c10::IValue> results;
         recipe->run(torch::jit::last(*stack, n), target, results);
@@ -245,11 +241,7 @@ class Front final : public c10::OperatorKernel {
     t_calls.pop_back();
     if (out == nullptr) throw python_error();
     py::object result = py::reinterpret_steal<py::object>(out);
-    if (call.offered && !key.empty()) {
-      std::lock_guard<std::mutex> lock(g_mutex);
-      if (g_recipes.size() >= kMaxRecipes) g_recipes.clear();
-      g_recipes[std::move(key)] = std::move(call.offered);
-    }
+    if (call.offered && !key.empty()) g_recipes.keep(std::move(key), std::move(call.offered));
     const auto& returns = schema.returns();
     if (returns.size() == 1) {
       stack->push_back(torch::jit::toIValue(result, returns[0].real_type()));
@@ -365,15 +357,9 @@ bool offer_replay(std::shared_ptr<Replay> replay, const std::string& op,
   return true;
 }
 
-int64_t kept_recipes() {
-  std::lock_guard<std::mutex> lock(g_mutex);
-  return static_cast<int64_t>(g_recipes.size());
-}
+int64_t kept_recipes() { return static_cast<int64_t>(g_recipes.size()); }
 
-void forget_recipes() {
-  std::lock_guard<std::mutex> lock(g_mutex);
-  g_recipes.clear();
-}
+void forget_recipes() { g_recipes.clear(); }
 
 std::map<std::string, int64_t> kernel_counts() {
   std::lock_guard<std::mutex> lock(g_fronts_mutex);

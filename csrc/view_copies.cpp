@@ -1,9 +1,8 @@
 #include "view_copies.h"
 
-#include <map>
-#include <mutex>
 #include <utility>
 
+#include "bounded_table.h"
 #include "dma_executor.h"
 #include "device_memory.h"
 #include "tensor_impl.h"
@@ -50,13 +49,12 @@ struct Restaging {
   LayoutPtr whole, readable, dst, src;
 };
 
-std::mutex g_mutex;
-std::map<std::vector<int64_t>, std::shared_ptr<const Kept>> g_kept, g_shiftable;
-std::map<std::vector<int64_t>, Staging> g_staging;
-std::map<std::vector<int64_t>, Restaging> g_restaging;
+BoundedTable<std::shared_ptr<const Kept>> g_kept(kMaxViewCopies), g_shiftable(kMaxViewCopies);
+BoundedTable<Staging> g_staging(kMaxViewCopies);
+BoundedTable<Restaging> g_restaging(kMaxViewCopies);
 // Geometries ops/view_copy.py found no plan for (they take the runtime's element path), with the
 // layouts whose addresses are in their keys.
-std::map<std::vector<int64_t>, std::pair<LayoutPtr, LayoutPtr>> g_declined;
+BoundedTable<std::pair<LayoutPtr, LayoutPtr>> g_declined(kMaxViewCopies);
 
 // A copy's key for g_declined: both sides' geometry within the device; the device side's alone
 // for a copy with the host (the module plans those from the device side only).
@@ -127,34 +125,19 @@ void keep_view_copy(const at::Tensor& dst, const at::Tensor& src, std::vector<Vi
     kept->dst_untiled = std::move(untiled->first);
     kept->src_untiled = std::move(untiled->second);
   }
-  const bool shiftable = !kept->dst_untiled.empty() || !kept->src_untiled.empty();
-  std::lock_guard<std::mutex> lock(g_mutex);
-  for (auto* map : {&g_kept, &g_shiftable}) {
-    if (map->size() >= kMaxViewCopies) map->clear();
-  }
-  if (shiftable) g_shiftable[offsetless(dst, src)] = kept;
-  g_kept[std::move(key)] = std::move(kept);
+  if (!kept->dst_untiled.empty() || !kept->src_untiled.empty()) g_shiftable.keep(offsetless(dst, src), kept);
+  g_kept.keep(std::move(key), std::move(kept));
 }
 
 bool replay_view_copy(const at::Tensor& dst, const at::Tensor& src) {
   if (dst.storage().data() == src.storage().data()) return false;
   const std::vector<int64_t> key = geometry(dst, src);
   if (key.empty()) return false;
-  std::shared_ptr<const Kept> kept, shiftable;
-  {
-    std::lock_guard<std::mutex> lock(g_mutex);
-    auto it = g_kept.find(key);
-    if (it != g_kept.end()) {
-      kept = it->second;
-    } else {
-      auto near = g_shiftable.find(offsetless(dst, src));
-      if (near != g_shiftable.end()) shiftable = near->second;
-    }
-  }
-  if (kept) {
-    run_boxes(dst, src, kept->boxes, 0, 0);
+  if (const auto kept = g_kept.find(key)) {
+    run_boxes(dst, src, (*kept)->boxes, 0, 0);
     return true;
   }
+  const std::shared_ptr<const Kept> shiftable = g_shiftable.find(offsetless(dst, src)).value_or(nullptr);
   if (!shiftable) return false;
   const std::optional<int64_t> dst_shift = device_shift(dst, shiftable->dst_offset, shiftable->dst_untiled);
   const std::optional<int64_t> src_shift = device_shift(src, shiftable->src_offset, shiftable->src_untiled);
@@ -168,9 +151,7 @@ void keep_staging(const at::Tensor& device, const at::Tensor& staged) {
   LayoutPtr layout = layout_of(staged);
   TORCH_CHECK_VALUE(!key.empty() && layout && staged.sizes() == device.sizes(),
                     "a staging needs a device tensor with a layout and a staged tensor of its shape");
-  std::lock_guard<std::mutex> lock(g_mutex);
-  if (g_staging.size() >= kMaxViewCopies) g_staging.clear();
-  g_staging[std::move(key)] = Staging{std::move(layout), layout_of(device)};
+  g_staging.keep(std::move(key), Staging{std::move(layout), layout_of(device)});
 }
 
 bool replay_staged_copy(const at::Tensor& dst, const at::Tensor& src) {
@@ -178,14 +159,9 @@ bool replay_staged_copy(const at::Tensor& dst, const at::Tensor& src) {
   const at::Tensor& device = to_device ? dst : src;
   const std::vector<int64_t> key = geometry_key(device);
   if (key.empty()) return false;
-  LayoutPtr layout;
-  {
-    std::lock_guard<std::mutex> lock(g_mutex);
-    auto it = g_staging.find(key);
-    if (it == g_staging.end()) return false;
-    layout = it->second.staged;
-  }
-  at::Tensor staged = new_device_tensor(layout, device.device());
+  const std::optional<Staging> kept = g_staging.find(key);
+  if (!kept) return false;
+  at::Tensor staged = new_device_tensor(kept->staged, device.device());
   if (to_device) return replay_view_copy(dst, staged.copy_(src));
   if (!replay_view_copy(staged, src)) return false;
   dst.copy_(staged);
@@ -198,52 +174,37 @@ void keep_restaging(const at::Tensor& dst, const at::Tensor& src, const std::opt
   LayoutPtr into = layout_of(readable), first = whole ? layout_of(*whole) : nullptr;
   TORCH_CHECK_VALUE(!key.empty() && into && (!whole || first) && readable.sizes() == dst.sizes(),
                     "a restaging needs device tensors with layouts, the last of the destination's shape");
-  std::lock_guard<std::mutex> lock(g_mutex);
-  if (g_restaging.size() >= kMaxViewCopies) g_restaging.clear();
-  g_restaging[std::move(key)] = Restaging{std::move(first), std::move(into), layout_of(dst), layout_of(src)};
+  g_restaging.keep(std::move(key), Restaging{std::move(first), std::move(into), layout_of(dst), layout_of(src)});
 }
 
 bool replay_restaged_copy(const at::Tensor& dst, const at::Tensor& src) {
   if (dst.storage().data() == src.storage().data()) return false;
   const std::vector<int64_t> key = geometry(dst, src);
   if (key.empty()) return false;
-  Restaging r;
-  {
-    std::lock_guard<std::mutex> lock(g_mutex);
-    auto it = g_restaging.find(key);
-    if (it == g_restaging.end()) return false;
-    r = it->second;
-  }
+  const std::optional<Restaging> r = g_restaging.find(key);
+  if (!r) return false;
   at::Tensor source = src;
-  if (r.whole) {
-    source = new_device_tensor(r.whole, src.device());
+  if (r->whole) {
+    source = new_device_tensor(r->whole, src.device());
     if (!replay_view_copy(source, src)) return false;
   }
-  return replay_view_copy(dst, new_device_tensor(r.readable, src.device()).copy_(source));
+  return replay_view_copy(dst, new_device_tensor(r->readable, src.device()).copy_(source));
 }
 
 void decline_view_copy(const at::Tensor& dst, const at::Tensor& src) {
   std::vector<int64_t> key = declined_key(dst, src);
   if (key.empty()) return;
-  std::lock_guard<std::mutex> lock(g_mutex);
-  if (g_declined.size() >= kMaxViewCopies) g_declined.clear();
-  g_declined[std::move(key)] = {layout_of(dst), layout_of(src)};
+  g_declined.keep(std::move(key), {layout_of(dst), layout_of(src)});
 }
 
 bool declined_view_copy(const at::Tensor& dst, const at::Tensor& src) {
   const std::vector<int64_t> key = declined_key(dst, src);
-  if (key.empty()) return false;
-  std::lock_guard<std::mutex> lock(g_mutex);
-  return g_declined.count(key) > 0;
+  return !key.empty() && g_declined.find(key).has_value();
 }
 
-int64_t kept_view_copies() {
-  std::lock_guard<std::mutex> lock(g_mutex);
-  return static_cast<int64_t>(g_kept.size());
-}
+int64_t kept_view_copies() { return static_cast<int64_t>(g_kept.size()); }
 
 void forget_view_copies() {
-  std::lock_guard<std::mutex> lock(g_mutex);
   g_kept.clear();
   g_shiftable.clear();
   g_staging.clear();

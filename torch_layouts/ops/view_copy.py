@@ -20,10 +20,11 @@ replays later copies of that geometry without calling this module (buffers share
 sides excepted); it also keeps the coordinates a host side was staged through, and the tensors
 a source no coordinates read with the destination was moved through, and makes those copies
 itself for later copies of the geometry; a geometry this module declines (returns False) is
-not handed to it again until ``forget_plans``. A copy whose tensors differ from a planned one only in storage offsets that
-step along untiled dims of their bases (a KV cache written at a new position each step) reuses
-that plan's boxes, moved by the device distance of those steps, instead of planning again: the
-runtime shifts its kept plans, and this module asks it first for the copies it makes itself.
+not handed to it again until ``forget_plans``. A copy whose tensors differ from a planned one
+only in storage offsets that step along untiled dims of their bases (a KV cache written at a new
+position each step) reuses that plan's boxes, moved by the device distance of those steps,
+instead of planning again: the runtime shifts its kept plans, and this module asks it first for
+the copies it makes itself.
 """
 
 from __future__ import annotations

@@ -1,0 +1,48 @@
+// A table keyed by a call's or a copy's geometry, shared by threads: the runtime's kept replays
+// (kernel_front.cpp) and view-copy plans (view_copies.cpp). It is emptied whole when it reaches
+// its bound; what it held is planned again on its next call.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+namespace torch_layouts {
+
+template <typename V>
+class BoundedTable {
+ public:
+  explicit BoundedTable(size_t bound) : bound_(bound) {}
+
+  void keep(std::vector<int64_t> key, V value) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (map_.size() >= bound_) map_.clear();
+    map_[std::move(key)] = std::move(value);
+  }
+
+  std::optional<V> find(const std::vector<int64_t>& key) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = map_.find(key);
+    if (it == map_.end()) return std::nullopt;
+    return it->second;
+  }
+
+  size_t size() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return map_.size();
+  }
+
+  void clear() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    map_.clear();
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<std::vector<int64_t>, V> map_;
+  const size_t bound_;
+};
+
+}  // namespace torch_layouts
