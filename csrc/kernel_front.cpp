@@ -25,9 +25,13 @@ namespace {
 // A pointwise op's or a reduction's recipe: the CPU out= overload on views of the buffers.
 class AtenRecipe final : public Replay {
  public:
-  std::vector<RecipeRead> reads;
+  // The compute's views, one set per box of real positions (a single set: the whole views).
+  struct Part {
+    std::vector<RecipeRead> reads;
+    std::optional<BufferView> result;  // the result's view; absent: the target's read (in place)
+  };
+  std::vector<Part> parts;
   LayoutPtr out;                       // a new result's layout; nullptr: the target is written
-  std::optional<BufferView> result;    // the result's view; absent: the target's read (in place)
   std::optional<c10::OperatorHandle> compute;  // the CPU out= overload
   size_t compute_args = 0;             // arguments passed before the result's view
   std::vector<bool> wrap;              // scalar arguments the compute takes as (wrapped-number) tensors
@@ -150,11 +154,31 @@ void AtenRecipe::run(c10::ArrayRef<c10::IValue> args, int64_t target, std::vecto
     }
   }
   for (const auto& [i, value] : overrides) stack[i] = value;
-  for (const RecipeRead& read : reads) stack[read.arg] = view_of(args[read.arg].toTensor(), read.view);
-  at::Tensor value = out ? new_device_tensor(out, args[reads.front().arg].toTensor().device()) : args[target].toTensor();
-  stack.emplace_back(result ? view_of(value, *result) : stack[target].toTensor());
-  compute->callBoxed(stack);
+  const int64_t first = parts.front().reads.front().arg;
+  at::Tensor value = out ? new_device_tensor(out, args[first].toTensor().device()) : args[target].toTensor();
+  for (const Part& part : parts) {
+    std::vector<c10::IValue> call = stack;
+    for (const RecipeRead& read : part.reads) call[read.arg] = view_of(args[read.arg].toTensor(), read.view);
+    call.emplace_back(part.result ? view_of(value, *part.result) : call[target].toTensor());
+    compute->callBoxed(call);
+  }
   results.emplace_back(std::move(value));
+}
+
+// The views of `part` narrowed to `box` ((begin, count) per dim of every view).
+AtenRecipe::Part narrowed(const AtenRecipe::Part& part, const std::vector<std::pair<int64_t, int64_t>>& box) {
+  auto narrow = [&](const BufferView& v) {
+    BufferView b{{}, v.strides, v.offset};
+    for (size_t d = 0; d < box.size(); ++d) {
+      b.sizes.push_back(box[d].second);
+      b.offset += box[d].first * v.strides[d];
+    }
+    return b;
+  };
+  AtenRecipe::Part out;
+  for (const RecipeRead& read : part.reads) out.reads.push_back(RecipeRead{read.arg, narrow(read.view)});
+  if (part.result) out.result = narrow(*part.result);
+  return out;
 }
 
 // Whether `t` is the call's argument i (the same tensor).
@@ -282,7 +306,7 @@ void register_front(const std::string& name, py::object fn, bool counted) {
 
 bool offer_recipe(const std::vector<std::optional<at::Tensor>>& args, std::vector<RecipeRead> reads, LayoutPtr out,
                   std::optional<BufferView> result_view, const std::vector<std::pair<int64_t, py::object>>& overrides,
-                  const std::string& compute) {
+                  const std::string& compute, const std::vector<std::vector<std::pair<int64_t, int64_t>>>& boxes) {
   if (t_calls.empty() || reads.empty()) return false;
   Call& call = *t_calls.back();
   const std::vector<c10::IValue>& arguments = *call.arguments;
@@ -296,6 +320,19 @@ bool offer_recipe(const std::vector<std::optional<at::Tensor>>& args, std::vecto
     reads_target |= read.arg == call.target;
   }
   if (result_view && !well_formed(*result_view)) return false;
+  for (const auto& box : boxes) {  // each box spans every dim of every view, within it
+    auto inside = [&](const BufferView& v) {
+      if (box.size() != v.sizes.size()) return false;
+      for (size_t d = 0; d < box.size(); ++d) {
+        if (box[d].first < 0 || box[d].second < 0 || box[d].first + box[d].second > v.sizes[d]) return false;
+      }
+      return true;
+    };
+    for (const RecipeRead& read : reads) {
+      if (!inside(read.view)) return false;
+    }
+    if (result_view && !inside(*result_view)) return false;
+  }
   // A new result for a functional call; the out= tensor's view; the target read in place.
   if (out ? call.target != -1 || !result_view : call.target == -1 || result_view.has_value() == reads_target) {
     return false;
@@ -326,9 +363,13 @@ bool offer_recipe(const std::vector<std::optional<at::Tensor>>& args, std::vecto
     recipe->wrap.push_back(tensor && !a.isTensor());
   }
   recipe->compute = handle;
-  recipe->reads = std::move(reads);
+  AtenRecipe::Part whole{std::move(reads), std::move(result_view)};
+  if (boxes.empty()) {
+    recipe->parts.push_back(std::move(whole));
+  } else {
+    for (const auto& box : boxes) recipe->parts.push_back(narrowed(whole, box));
+  }
   recipe->out = std::move(out);
-  recipe->result = std::move(result_view);
   hold_layouts(*recipe, arguments);
   call.offered = std::move(recipe);
   return true;

@@ -147,7 +147,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       "_offer_recipe",
       [](const std::vector<std::optional<at::Tensor>>& args, const py::list& reads, std::shared_ptr<BoundLayout> out,
          std::optional<std::tuple<std::vector<int64_t>, std::vector<int64_t>, int64_t>> result_view,
-         const std::vector<std::pair<int64_t, py::object>>& overrides, const std::string& compute) {
+         const std::vector<std::pair<int64_t, py::object>>& overrides, const std::string& compute,
+         const std::vector<std::vector<std::pair<int64_t, int64_t>>>& boxes) {
         auto view = [](std::tuple<std::vector<int64_t>, std::vector<int64_t>, int64_t> v) {
           return BufferView{std::move(std::get<0>(v)), std::move(std::get<1>(v)), std::get<2>(v)};
         };
@@ -160,10 +161,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         }
         std::optional<BufferView> result;
         if (result_view) result = view(std::move(*result_view));
-        return offer_recipe(args, std::move(parsed), std::move(out), std::move(result), overrides, compute);
+        return offer_recipe(args, std::move(parsed), std::move(out), std::move(result), overrides, compute, boxes);
       },
       py::arg("args"), py::arg("reads"), py::arg("out"), py::arg("result_view"), py::arg("overrides"),
-      py::arg("compute"));
+      py::arg("compute"), py::arg("boxes") = std::vector<std::vector<std::pair<int64_t, int64_t>>>{});
   m.def("_offer_clone_recipe", [](const at::Tensor& src, std::shared_ptr<BoundLayout> out) {
     return offer_clone_recipe(src, std::move(out));
   });

@@ -1,7 +1,7 @@
 """The ``_foreach_*`` ops on device tensors against the same ops on CPU tensors, bit for bit:
 every registered overload over lists that mix tensors whose buffers line up (one CPU call on
-the raw buffers), padded layouts, other dim orders and views (tensor by tensor); and the
-optimizers that call them."""
+the raw buffers, padded layouts included, their padding restored), other dim orders and views
+(tensor by tensor); and the optimizers that call them."""
 
 from __future__ import annotations
 
@@ -19,23 +19,24 @@ from torch_layouts.ops.foreach import OPS
 
 F32 = torch.float32
 
-# Tensors of each list index: (shape, dim_order or None, a transposed view?)
+# Tensors of each list index: (shape, dim_order or None, a transposed view?, pad value)
 ENTRIES = {
-    "lined-up": ((256,), None, False),
-    "matrix": ((64, 96), None, False),
-    "padded": ((5, 70), None, False),
-    "dim-order": ((40, 64), [1, 0], False),
-    "view": ((64, 32), None, True),
-    "mismatch": ((64, 64), [1, 0], False),  # no padding either way: the first list default, the others not
+    "lined-up": ((256,), None, False, 0.0),
+    "matrix": ((64, 96), None, False, 0.0),
+    "padded": ((5, 70), None, False, 0.0),
+    "pad-value": ((3, 10), None, False, 7.0),  # ops that change padding (add_.Scalar) must restore it
+    "dim-order": ((40, 64), [1, 0], False, 0.0),
+    "view": ((64, 32), None, True, 0.0),
+    "mismatch": ((64, 64), [1, 0], False, 0.0),  # no padding either way: the first list default, the others not
 }
 
 
-def device(t: torch.Tensor, order: list[int] | None, transposed: bool) -> torch.Tensor:
+def device(t: torch.Tensor, order: list[int] | None, transposed: bool, pad_value: float = 0.0) -> torch.Tensor:
     if transposed:
         return t.t().contiguous().to("spyre").t()
-    if order is None:
+    if order is None and pad_value == 0:
         return t.to("spyre")
-    return t.to("spyre", device_layout=SpyreTensorLayout(tuple(t.shape), t.dtype, order))
+    return t.to("spyre", device_layout=SpyreTensorLayout(tuple(t.shape), t.dtype, order, pad_value=pad_value))
 
 
 def bits(t: torch.Tensor) -> torch.Tensor:
@@ -46,7 +47,7 @@ def lists(names: list[str], count: int, seed: int) -> tuple[list[list[torch.Tens
     """``count`` CPU lists and their device copies, index i shaped as ``ENTRIES[names[i]]``."""
     gen = torch.Generator().manual_seed(seed)
     host = [[torch.rand(ENTRIES[n][0], generator=gen) + 0.5 for n in names] for _ in range(count)]
-    dev = [[device(t, *(ENTRIES[n][1:] if n != "mismatch" or k else (None, False))) for t, n in zip(row, names)]
+    dev = [[device(t, *(ENTRIES[n][1:] if n != "mismatch" or k else (None, False, 0.0))) for t, n in zip(row, names)]
            for k, row in enumerate(host)]
     return host, dev
 
@@ -93,7 +94,7 @@ def test_foreach_matches_cpu(spec, names):
     for dev_list, host_list in zip(dev_lists[1:], host_lists[1:]):  # the other lists are untouched
         for g, w in zip(dev_list, host_list):
             assert torch.equal(bits(g.cpu()), bits(w))
-    lined = sum(n in ("lined-up", "matrix", "mismatch") for n in names)  # "mismatch": the others copied first
+    lined = sum(n != "view" for n in names)  # whole tensors ("mismatch": the others copied first)
     assert torch_layouts.stats()["kernel_calls"].get("aten::" + spec.name, 0) == (1 if lined else 0)
 
 
@@ -110,7 +111,7 @@ def test_foreach_property(names, which):
     got = dev_lists[0] if spec.inplace else dev_out
     want = host_lists[0] if spec.inplace else host_out
     for g, w in zip(got, want):
-        assert torch.equal(bits(g.cpu()), bits(w))
+        assert torch.equal(bits(g.cpu()), bits(w)) and padding_holds_pad_value(g)
 
 
 @pytest.mark.parametrize("make", [lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9),
@@ -151,3 +152,18 @@ def test_a_tensor_in_two_lists_of_another_layout():
     torch._foreach_addcmul_([state], [g], [g], value=0.001)
     assert torch_layouts.stats()["kernel_calls"] == {"aten::_foreach_addcmul_.Scalar": 1}
     assert torch.equal(bits(ds[0].cpu()), bits(state))
+
+
+def test_a_gradient_whose_layout_differs_only_by_size_one_dims_lines_up(monkeypatch):
+    """A bias gradient reduced from a batch keeps a size-1 device dim where the bias has none: the
+    same bytes in the same order, so it is read where it lies, not copied first."""
+    from torch_layouts.ops import foreach
+    batch, bias = torch.randn(32, 128), torch.rand(128)
+    grad = batch.to("spyre").sum(0, keepdim=True).view(128)  # as autograd reduces a bias gradient
+    assert len(grad.device_tensor_layout().device_size) != len(bias.to("spyre").device_tensor_layout().device_size)
+    copies = []
+    monkeypatch.setattr(foreach, "new_tensor", lambda *a: copies.append(a))
+    params = [bias.to("spyre")]
+    torch._foreach_add_(params, [grad], alpha=-0.1)
+    assert copies == []
+    assert torch.equal(bits(params[0].cpu()), bits(bias.add(batch.sum(0), alpha=-0.1)))

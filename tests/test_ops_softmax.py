@@ -29,6 +29,10 @@ CASES = [
     ("sparse", (16, 70), F32, SpyreTensorLayout((16, 70), F32, [0, 1, -1]), -1),
     ("pad-value", (6, 40), F32, SpyreTensorLayout((6, 40), F32, pad_value=7.0), -1),
     ("htp", (1, 4, 8, 40), F16, htp.R4CroutonLayout, -1),
+    ("short-stick", (4, 6, 6), F32, None, -1),
+    ("short-stick-pad-value", (6, 10), F32, SpyreTensorLayout((6, 10), F32, pad_value=7.0), -1),
+    ("short-stick-rows", (6, 20), F16, None, 0),
+    ("short-stick-dim-order", (32, 10), F32, SpyreTensorLayout((32, 10), F32, [1, 0]), -1),
 ]
 
 
@@ -43,6 +47,36 @@ def test_softmax(fn, _, shape, dtype, spec, dim):
     assert stats["fallbacks"] == {} and stats["restickify_count"] == 0
     close(out, fn(x, dim))
     assert out.device_tensor_layout() == y.device_tensor_layout()
+
+
+# Buffers whose real positions are one box read as rows (the padding sliced away); the others do
+# not. id, shape, dtype, device layout (None: default), reduced dims, whether they read as rows.
+ROW_BOXES = [
+    ("whole-sticks", (3, 24, 64), F32, None, (2,), True),
+    ("short-stick", (4, 6, 6), F32, None, (2,), True),
+    ("short-stick-other-dim", (6, 20), F16, None, (0,), True),
+    ("short-batch-in-stick", (32, 10), F32, SpyreTensorLayout((32, 10), F32, [1, 0]), (1,), True),
+    ("partial-last-stick", (6, 40), F32, None, (1,), False),
+    ("two-partial-dims", (3, 40, 70), F32, SpyreTensorLayout((3, 40, 70), F32, [0, 2, 1]), (2,), False),
+]
+
+
+@pytest.mark.parametrize("_, shape, dtype, spec, dims, expected", ROW_BOXES, ids=[c[0] for c in ROW_BOXES])
+def test_rows_slice_one_box_of_real_positions(_, shape, dtype, spec, dims, expected):
+    """A padded buffer reads as rows exactly when its real positions are one box; its rows are
+    then the tensor's rows along ``dims`` (in host order within a row), and no padding."""
+    x = torch.randn(shape).to(dtype)
+    y = x.to("spyre") if spec is None else x.to("spyre", device_layout=spec)
+    _, coords, v, _, _ = readable(y, dims)
+    shape_rows = rows(coords, dims, padded=True)
+    assert (shape_rows is not None) == expected
+    assert rows(coords, dims) is None or shape_rows.box is None  # padding only when asked for
+    if shape_rows is not None:
+        others = [d for d in range(len(shape)) if d not in dims]
+        length = shape_rows.length(coords)
+        got = shape_rows.view(v).reshape(-1, length).float().tolist()
+        want = x.permute(*others, *dims).reshape(-1, length).float().tolist()
+        assert sorted(got) == sorted(want)
 
 
 def test_softmax_of_views_and_half_to_float():

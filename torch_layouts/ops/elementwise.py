@@ -23,9 +23,9 @@ relayout loop nests (device to device).
 A call whose operands were all read in place leaves a ``Recipe`` (the coordinates and
 each operand's strided view) under its geometry (``signature``); later calls of the same
 geometry replay it without planning again. When the op's compute is its own CPU ``out=``
-overload (``Spec.native``) and the coordinates have no padding, the recipe is also offered to
-the runtime's front (``csrc/kernel_front.cpp``), which then replays such calls without
-entering Python.
+overload (``Spec.native``), the recipe is also offered to the runtime's front
+(``csrc/kernel_front.cpp``), which then replays such calls without entering Python (box by box
+of real positions when the coordinates have padding).
 """
 
 from __future__ import annotations
@@ -308,17 +308,22 @@ def _record(key: tuple, spec: Spec, args: list, originals: list, positions: list
 
 
 def _offer(recipe: Recipe, spec: Spec, args: tuple | list) -> None:
-    """Offer the runtime's front the recipe of the call it is serving (``Spec.native`` ops on
-    coordinates without padding), so that it replays later calls of this geometry itself."""
-    if spec.native is None or not recipe.unpadded:
+    """Offer the runtime's front the recipe of the call it is serving (``Spec.native`` ops whose
+    coordinates' real positions are a few boxes), so that it replays later calls of this geometry
+    itself, box by box as ``_replay`` does."""
+    if spec.native is None:
         return
+    pieces, whole = real_slices(recipe.coords)
+    if whole:
+        return  # too many boxes: the padding is restored after a whole-buffer compute
     shape = recipe.coords.shape
     result = ((shape, rowmajor(shape), 0) if recipe.out_coords is not None else
               None if recipe.target_read is None else (shape, *recipe.target_read))
+    boxes = [] if recipe.unpadded else [[(s.start, s.stop - s.start) for s in box] for box in pieces]
     _C._offer_recipe([t if isinstance(t, torch.Tensor) else None for t in args],
                      [(i, shape, strides, offset) for i, strides, offset in recipe.reads],
                      None if recipe.out_coords is None else runtime_record(recipe.out_coords), result, [],
-                     "aten::" + spec.native)
+                     "aten::" + spec.native, boxes)
 
 
 def forget_recipes() -> None:

@@ -1,13 +1,13 @@
 """The ``_foreach_*`` ops optimizers call (SGD, Adam, AdamW...) on device tensors.
 
 A pointwise op gives each element the same result wherever the element lies, so where every
-list's ``i``-th tensor is the whole tensor of its buffer in the same layout as the others
-(same device dims, same host size and strides) and the layout has no padding, the lists'
-raw buffers line up element for element: the CPU's own ``_foreach`` op runs once on the raw
-buffers of all such indices. An input of another layout than the first list's tensor (a
-gradient laid out by the reduction that made it) is first copied into that layout. The other
-indices run tensor by tensor through the device's pointwise kernels, as ATen's composite
-``_foreach`` kernel would.
+list's ``i``-th tensor is the whole tensor of its buffer in the same layout as the others (same
+device dims but for dims of size 1, same host size and strides) and the layout keeps no copies,
+the lists' raw buffers line up element for element: the CPU's own ``_foreach`` op runs once on
+the raw buffers of all such indices, and the padding of the tensors it wrote gets its pad value
+back. An input of another layout than the first list's tensor (a gradient laid out by the
+reduction that made it) is first copied into that layout. The other indices run tensor by
+tensor through the device's pointwise kernels, as ATen's composite ``_foreach`` kernel would.
 
 Example::
 
@@ -20,13 +20,14 @@ Example::
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import torch
 
+from .. import _C
 from ..core.layout import BoundLayout
-from .operands import geometry_key, keep, new_tensor, raw_view, record_of
+from .operands import geometry_key, has_padding, keep, new_tensor, raw_view, record_of
 from .registry import register
 from .stats import count_kernel
 
@@ -35,11 +36,13 @@ A = torch.ops.aten
 
 class Flat(NamedTuple):
     """A tensor whose raw buffer lines up with any other of the same ``key``: its coordinates
-    (a result of an out-of-place op gets them) and its element count."""
+    (a result of an out-of-place op gets them), its buffer's element count and whether the
+    buffer has padding (restored after an op wrote the whole buffer)."""
 
     key: tuple
     coords: BoundLayout
     numel: int
+    padded: bool
 
 
 FLAT: dict[tuple, Flat | None] = {}  # geometry_key -> Flat (None: not flat)
@@ -47,7 +50,8 @@ MAX_FLAT = 4096
 
 
 def flat(t: torch.Tensor) -> Flat | None:
-    """``t``'s ``Flat`` when it is its buffer's whole tensor in a layout without padding."""
+    """``t``'s ``Flat`` when it is its buffer's whole tensor (or a row-major view of all of a
+    row-major buffer, which reads its elements in the same order) in a layout that keeps no copies."""
     geometry = geometry_key(t)
     if geometry is None:
         return None
@@ -55,14 +59,31 @@ def flat(t: torch.Tensor) -> Flat | None:
         return FLAT[geometry]
     info = record_of(t)
     found = None
-    if info is not None and t.storage_offset() == 0 and tuple(t.shape) == tuple(info.base_size) \
-            and tuple(t.stride()) == tuple(info.base_stride):
+    shape, stride = tuple(t.shape), tuple(t.stride())
+    if info is not None and t.storage_offset() == 0 and (
+            (shape, stride) == (tuple(info.base_size), tuple(info.base_stride))
+            or (t.is_contiguous() and t.numel() == math.prod(info.base_size)
+                and _row_major(info.base_size, info.base_stride))):
         layout = info.layout
-        numel = math.prod(layout.device_size)
-        if numel == t.numel():
-            key = (tuple(layout.device_size), tuple(layout.stride_map), t.dtype, tuple(t.shape), tuple(t.stride()))
-            found = Flat(key, BoundLayout(layout, tuple(t.shape), tuple(t.stride())), numel)
+        try:
+            coords = BoundLayout(layout, shape, stride)
+            copies = coords.broadcast
+        except ValueError:  # the layout does not bind to the view's shape
+            copies = True
+        if not copies:
+            dims = [(n, m) for n, m in zip(layout.device_size, layout.stride_map) if n != 1]  # size 1: no offset
+            key = (tuple(dims), t.dtype, shape, stride)
+            found = Flat(key, coords, math.prod(layout.device_size), has_padding(coords))
     return keep(FLAT, geometry, found, MAX_FLAT)  # the coordinates hold the layout: its id in the key stays its own
+
+
+def _row_major(size: Sequence[int], stride: Sequence[int]) -> bool:
+    expected = 1
+    for n, s in zip(reversed(size), reversed(stride)):
+        if n != 1 and s != expected:
+            return False
+        expected *= n
+    return True
 
 
 def _lined_up(lists: list[list[torch.Tensor]], i: int) -> tuple[Flat, list[torch.Tensor]] | None:
@@ -92,6 +113,12 @@ def _lined_up(lists: list[list[torch.Tensor]], i: int) -> tuple[Flat, list[torch
 
 def _raw(ts: list[torch.Tensor], flats: list[Flat]) -> list[torch.Tensor]:
     return [raw_view(t, (f.numel,)) for t, f in zip(ts, flats)]
+
+
+def _restore_padding(ts: list[torch.Tensor], flats: list[Flat]) -> None:
+    for t, f in zip(ts, flats):
+        if f.padded:
+            _C._fill_padding(t)
 
 
 class Foreach(NamedTuple):
@@ -125,12 +152,14 @@ def _kernel(spec: Foreach) -> Callable[..., Any]:
                         for a, k in zip(args, spec.kinds)]
             if spec.inplace:
                 op(*raw_args, **kwargs)
+                _restore_padding([lists[0][i] for i in fast], flats)
             else:  # a unary op: copied into the results, which its in-place form then rewrites
                 device = lists[0][0].device
                 outs = [new_tensor(f.coords, device) for f in flats]
                 raw_outs = _raw(outs, flats)
                 torch._foreach_copy_(raw_outs, raw_args[0])
                 inplace_op(raw_outs, **kwargs)
+                _restore_padding(outs, flats)
                 for i, out in zip(fast, outs):
                     results[i] = out
         for i, f in enumerate(lined):

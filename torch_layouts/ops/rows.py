@@ -1,11 +1,13 @@
 """Row-wise kernels (softmax, layer norm and their backward) as one sweep over the tiles.
 
-When the coordinates have no padding and the device dims of the reduced host dims flatten,
-coarsest first, to those dims' elements in host order, permuting them last turns the
-device buffer into ``(other dims..., row dims...)``: each row is one host row, in whatever
-strides the tiles give it. The C++ row kernels (``_C._rows_*``, docs/design.md "Row
-kernels") read such views directly, block by block of rows (float16/bfloat16 through float32
-block buffers), with no dense copy of the tensor.
+When the coordinates' real positions are one box (no padding, or padding only past the real
+extent of some device dims: a dim shorter than a stick) and the device dims of the reduced host
+dims flatten, coarsest first, to those dims' elements in host order, slicing the buffer to that
+box and permuting the reduced dims last turns it into ``(other dims..., row dims...)``: each row
+is one host row, in whatever strides the tiles give it; the padding is never read or written.
+The C++ row kernels (``_C._rows_*``, docs/design.md "Row kernels") read such views directly,
+block by block of rows (float16/bfloat16 through float32 block buffers), with no dense copy of
+the tensor.
 A call whose operands were read where they lie keeps its ``RowPlan``: the next call of the same
 geometry skips the planning and replays the views.
 Row results (a layer norm's mean and rstd) and per-column results (its weight and bias
@@ -16,6 +18,7 @@ for ``reductions.write_result``.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from typing import NamedTuple
 
@@ -28,20 +31,25 @@ ROW_DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # what the row kern
 
 
 class Rows(NamedTuple):
-    """How a buffer in some coordinates reads as rows: the device-dim permutation and how
-    many of its last dims make a row."""
+    """How a buffer in some coordinates reads as rows: the device-dim permutation, how many of
+    its last dims make a row, and the box of real positions (``(begin, count)`` per device dim;
+    None: the whole buffer)."""
 
     order: tuple[int, ...]
     width: int
+    box: tuple[tuple[int, int], ...] | None = None
 
     def shape(self, coords: BoundLayout) -> tuple[int, ...]:
-        return tuple(coords.shape[d] for d in self.order)
+        extent = coords.shape if self.box is None else tuple(count for _, count in self.box)
+        return tuple(extent[d] for d in self.order)
 
     def length(self, coords: BoundLayout) -> int:
         return math.prod(self.shape(coords)[len(self.order) - self.width:])
 
     def view(self, v: torch.Tensor) -> torch.Tensor:
         """``v`` (shaped like the coordinates) with the row dims last: the row kernels' operand."""
+        if self.box is not None:
+            v = v[tuple(slice(begin, begin + count) for begin, count in self.box)]
         return v.permute(self.order)
 
     def count(self, coords: BoundLayout) -> int:
@@ -76,11 +84,18 @@ def _inverse(order: tuple[int, ...]) -> list[int]:
 
 
 @functools.lru_cache(maxsize=1024)
-def rows(coords: BoundLayout, dims: tuple[int, ...]) -> Rows | None:
-    """How the coordinates' buffer reads as rows over host ``dims``, or None (padding, copies,
-    or device dims that do not flatten to the dims' elements in host order)."""
-    if has_padding(coords) or coords.broadcast or not dims:
+def rows(coords: BoundLayout, dims: tuple[int, ...], padded: bool = False) -> Rows | None:
+    """How the coordinates' buffer reads as rows over host ``dims``, or None (copies, device dims
+    that do not flatten to the dims' elements in host order, padding unless ``padded``, or real
+    positions that are not one box)."""
+    if coords.broadcast or not dims:
         return None
+    box = None
+    if has_padding(coords):
+        boxes = list(itertools.islice(coords.real_boxes(), 2))
+        if not padded or len(boxes) != 1:
+            return None
+        box = boxes[0]
     wanted = set(dims)
     reduced: list[int] = []
     for group in sorted(coords.groups, key=lambda g: g.host_dims[0]):
@@ -91,7 +106,7 @@ def rows(coords: BoundLayout, dims: tuple[int, ...]) -> Rows | None:
             return None
         reduced += [dig.dim for dig in reversed(group.digits)]
     others = [d for d in range(len(coords.shape)) if d not in reduced]
-    return Rows(tuple(others + reduced), len(reduced))
+    return Rows(tuple(others + reduced), len(reduced), box)
 
 
 class RowPlan(NamedTuple):

@@ -1,12 +1,14 @@
 """Softmax, log-softmax, ``_safe_softmax`` (and their backward) on device memory.
 
-All of them reduce along some host dims and keep the input's layout for the result:
-the input is read in its own coordinates (``reductions.readable``), copied into a
-float32 scratch whose padding holds the reduction's neutral value (``-inf`` before a
-max, 0 before a sum), and the result is written back over the whole buffer before the
-padding is restored. Float16/bfloat16 inputs compute in float32, like PyTorch's CPU
-kernels. A call whose operands were read where they lie offers the runtime's front its replay
-(``csrc/row_recipes.cpp``): later calls of its geometry run the row kernel without Python.
+All of them reduce along some host dims and keep the input's layout for the result. Where the
+buffer reads as rows (``rows``: the real positions one box, the reduced dims' sticks in host
+order), the row kernels compute on the buffers in place. Otherwise the input is read in its own
+coordinates (``reductions.readable``), copied into a float32 scratch whose padding holds the
+reduction's neutral value (``-inf`` before a max, 0 before a sum), and the result is written
+back over the whole buffer before the padding is restored. Float16/bfloat16 inputs compute in
+float32, like PyTorch's CPU kernels. A call whose operands were read where they lie offers the
+runtime's front its replay (``csrc/row_recipes.cpp``): later calls of its geometry run the row
+kernel without Python.
 """
 
 from __future__ import annotations
@@ -66,7 +68,7 @@ def _softmax_any(op: str, x: torch.Tensor, dim: int, log: bool, safe: bool = Fal
         return out
     given = x
     x, coords, v, red, _ = readable(x, (dim,) if x.dim() else ())
-    shape = rows(coords, (dim,) if x.dim() else ())
+    shape = rows(coords, (dim,) if x.dim() else (), padded=True)
     if shape is not None and x.dtype in ROW_DTYPES:
         out = _fused_softmax(x, coords, v, shape, log, safe, key if x is given else None)
         if key in PLANS:
@@ -124,7 +126,7 @@ def _backward(op: str, grad: torch.Tensor, output_: torch.Tensor, dim: int, inpu
     given = output_
     output_, coords, o, red, _ = readable(output_, (dim,) if output_.dim() else ())
     g = operand_view(op, [("grad_output", grad), ("output", output_)], coords, 0)
-    shape = rows(coords, (dim,) if output_.dim() else ())
+    shape = rows(coords, (dim,) if output_.dim() else (), padded=True)
     if shape is not None and grad.dtype == output_.dtype == input_dtype and input_dtype in ROW_DTYPES:
         out = new_tensor(coords, output_.device)
         views = [shape.view(g), shape.view(o), shape.view(raw(out).view(coords.shape))]
