@@ -165,13 +165,15 @@ void AtenRecipe::run(c10::ArrayRef<c10::IValue> args, int64_t target, std::vecto
   results.emplace_back(std::move(value));
 }
 
-// The views of `part` narrowed to `box` ((begin, count) per dim of every view).
+// The views of `part` narrowed to `box` ((begin, count) per dim of every view; a view's dim of
+// size 1, a reduced dim of a reduction's result, stays whole).
 AtenRecipe::Part narrowed(const AtenRecipe::Part& part, const std::vector<std::pair<int64_t, int64_t>>& box) {
   auto narrow = [&](const BufferView& v) {
     BufferView b{{}, v.strides, v.offset};
     for (size_t d = 0; d < box.size(); ++d) {
-      b.sizes.push_back(box[d].second);
-      b.offset += box[d].first * v.strides[d];
+      const bool whole = v.sizes[d] == 1;
+      b.sizes.push_back(whole ? 1 : box[d].second);
+      b.offset += whole ? 0 : box[d].first * v.strides[d];
     }
     return b;
   };
@@ -324,7 +326,9 @@ bool offer_recipe(const std::vector<std::optional<at::Tensor>>& args, std::vecto
     auto inside = [&](const BufferView& v) {
       if (box.size() != v.sizes.size()) return false;
       for (size_t d = 0; d < box.size(); ++d) {
-        if (box[d].first < 0 || box[d].second < 0 || box[d].first + box[d].second > v.sizes[d]) return false;
+        if (v.sizes[d] != 1 && (box[d].first < 0 || box[d].second < 0 || box[d].first + box[d].second > v.sizes[d])) {
+          return false;
+        }
       }
       return true;
     };

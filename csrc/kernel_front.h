@@ -65,8 +65,9 @@ struct RecipeRead {
 // `out`, or the call's target (nullptr): the first argument written in place through its read, or
 // the out= tensor; `result_view` views it (absent: in place). `args`: the kernel's positional
 // arguments (each read's tensor must be the call's own). With `boxes` ((begin, count) per dim of
-// the views), the compute runs once per box on the views narrowed to it: a result's positions
-// outside them (its padding) keep what they hold. Returns whether it was kept.
+// the views; a view's dims of size 1 stay whole), the compute runs once per box on the views
+// narrowed to it: a result's positions outside them (its padding) keep what they hold. Returns
+// whether it was kept.
 bool offer_recipe(const std::vector<std::optional<at::Tensor>>& args, std::vector<RecipeRead> reads, LayoutPtr out,
                   std::optional<BufferView> result_view,
                   const std::vector<std::pair<int64_t, pybind11::object>>& overrides, const std::string& compute,

@@ -215,6 +215,9 @@ REPLAYED_CASES = [
     ("sum-dtype", lambda x: x.sum(0, dtype=torch.float16), (64, 64), F16, lambda t: t),
     ("amax", lambda x: x.amax(0), (128, 64), F32, lambda t: t),
     ("amin-half", lambda x: x.amin(1, keepdim=True), (8, 32, 64), F16, lambda t: t),
+    ("sum-short-stick", lambda x: x.sum(0), (32, 10), F32, lambda t: t),  # padding beside the reduced dim
+    ("sum-keepdim-short-stick-3d", lambda x: x.sum(1, keepdim=True), (4, 12, 6), F32, lambda t: t),
+    ("amax-short-stick-half", lambda x: x.amax(0), (40, 20), F16, lambda t: t),
     ("clone", lambda x: x.clone(), (8, 128, 256), F32, lambda t: t),
     ("clone-transposed", lambda x: x.clone(), (8, 128, 256), F32, lambda t: t.transpose(0, 1)),
     ("contiguous-of-a-slice", lambda x: x.contiguous(), (3, 64, 4, 64), F32, lambda t: t[:, 1]),

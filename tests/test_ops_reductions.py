@@ -63,6 +63,8 @@ CASES = [
     ("sparse-input-rows", (16, 70), F16, [0, 1, -1], 0, (0,), True),
     ("pad-value", (9, 40), F32, None, 5.0, (1,), False),
     ("rank-1", (300,), F32, None, 0, (0,), False),
+    ("short-stick-beside", (32, 10), F32, None, 0, (0,), False),  # one box: padding beside the reduced dim
+    ("short-stick-pad-value", (6, 4, 10), F16, None, 5.0, (1,), True),
 ]
 
 

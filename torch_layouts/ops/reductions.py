@@ -282,6 +282,34 @@ def _values(kind: str, v: torch.Tensor, red: tuple[int, ...], row_sums: bool, co
     return values.to(out_dtype)
 
 
+def _boxed_values(kind: str, v: torch.Tensor, coords: BoundLayout, red: tuple[int, ...], row_sums: bool, count: int,
+                  device: torch.device, out_dtype: torch.dtype, dtype: torch.dtype | None) -> torch.Tensor:
+    """``_values`` of the view ``v`` in ``coords``; where the real positions are one box whole
+    along the reduced dims, of that box only (the padding beside it neither read nor reduced: the
+    CPU kernel walks the real elements as it walks a tensor of their shape), the rest zeros."""
+    box = _real_box(coords, red)
+    if box is None:
+        return _values(kind, v, red, row_sums, count, device, out_dtype, dtype)
+    index = tuple(slice(b, b + n) for b, n in box)
+    values = torch.zeros([1 if d in red else n for d, n in enumerate(v.shape)], dtype=out_dtype)
+    values[tuple(slice(0, 1) if d in red else i for d, i in enumerate(index))] = _values(
+        kind, v[index], red, row_sums, count, device, out_dtype, dtype)
+    return values
+
+
+@functools.lru_cache(maxsize=1024)
+def _real_box(coords: BoundLayout, red: tuple[int, ...]) -> tuple[tuple[int, int], ...] | None:
+    """The one box of the coordinates' real positions when they have padding and the box spans
+    the reduced device dims ``red`` whole, else None."""
+    if not has_padding(coords):
+        return None
+    pieces, whole = real_slices(coords)
+    if whole or len(pieces) != 1:
+        return None
+    box = tuple((s.start, s.stop - s.start) for s in pieces[0])
+    return None if any(box[d] != (0, coords.shape[d]) for d in red) else box
+
+
 def reduce(kind: str, x: torch.Tensor, dim: int | Sequence[int] | None, keepdim: bool,
            dtype: torch.dtype | None) -> torch.Tensor:
     """One reduction (``kind`` in sum, mean, amax, amin, all, any) on device memory; the plan
@@ -293,7 +321,8 @@ def reduce(kind: str, x: torch.Tensor, dim: int | Sequence[int] | None, keepdim:
         kept = PLANS.get(key)
         if kept is not None:
             v = raw_view(x, kept.coords.layout.device_size, *kept.read)
-            values = _values(kind, v, kept.red, kept.row_sums, kept.count, x.device, kept.out_dtype, dtype)
+            values = _boxed_values(kind, v, kept.coords, kept.red, kept.row_sums, kept.count, x.device,
+                                   kept.out_dtype, dtype)
             _offer(kind, x, v, kept, keepdim, values)
             return write_result(kept.coords, kept.dims, keepdim, values, x.device)
     dims = normalize_dims(dim, x.dim())
@@ -309,10 +338,11 @@ def reduce(kind: str, x: torch.Tensor, dim: int | Sequence[int] | None, keepdim:
     original = x
     x, coords, v, red, exact = readable(x, dims)
     pad = x.device_tensor_layout().pad_value
-    masked_v = masked(v, coords, exact, pad, identity(kind, x.dtype))
+    boxed = _real_box(coords, red) is not None  # the padding is never read: no mask
+    masked_v = v if boxed else masked(v, coords, exact, pad, identity(kind, x.dtype))
     count = math.prod(x.shape[d] for d in dims)
     row_sums = kind in ("sum", "mean") and _row_sums_apply(masked_v, red, out_dtype)
-    values = _values(kind, masked_v, red, row_sums, count, x.device, out_dtype, dtype)
+    values = _boxed_values(kind, masked_v, coords, red, row_sums, count, x.device, out_dtype, dtype)
     if key is not None and x is original and masked_v is v:
         kept = keep(PLANS, key, ReducePlan(out_dtype, coords, (tuple(v.stride()), v.storage_offset()), red, dims,
                                            count, row_sums, layouts_of([x])), MAX_PLANS)
@@ -327,20 +357,40 @@ def _offer(kind: str, x: torch.Tensor, v: torch.Tensor, kept: ReducePlan, keepdi
            ) -> None:
     """Offer the runtime's front this call's recipe (``csrc/kernel_front.cpp``): the CPU reduction
     of the one reduced device dim of the input's view written straight into the result's buffer.
-    Only where neither side has padding and the result's view is laid out as ``values`` (so the
-    CPU kernel walks the elements in the same order: the same bits)."""
+    Only where the result's view is laid out as ``values`` (so the CPU kernel walks the elements in
+    the same order: the same bits) and any padding lies outside the reduced dim, the input's real
+    positions one box (the recipe reduces that box) and the result's the same box, reduced."""
     if kind not in NATIVE or kept.row_sums or len(kept.red) != 1 or values.dtype != kept.out_dtype:
         return
     coords, dims = kept.coords, kept.dims
     w = write_plan(coords, dims, keepdim, values.dtype)
-    if w.mode == "move" or has_padding(coords) or has_padding(w.out_coords):
+    if w.mode == "move":
+        return
+    boxes = _reduced_box(coords, kept.red, w.out_coords if w.mode == "same" else w.src)
+    if boxes is None:
         return
     size = w.src.shape
     strides, offset = w.read if w.mode == "strided" else (rowmajor(size), 0)
     if tuple(values.shape) != tuple(size) or any(n != 1 and s != t for n, s, t in zip(size, strides, values.stride())):
         return
     _C._offer_recipe([x], [(0, tuple(v.shape), tuple(v.stride()), v.storage_offset())], runtime_record(w.out_coords),
-                     (size, strides, offset), [(1, list(kept.red)), (2, True)], NATIVE[kind])
+                     (size, strides, offset), [(1, list(kept.red)), (2, True)], NATIVE[kind], boxes)
+
+
+@functools.lru_cache(maxsize=1024)
+def _reduced_box(coords: BoundLayout, red: tuple[int, ...], result: BoundLayout
+                 ) -> list[list[tuple[int, int]]] | None:
+    """The boxes a recipe of a reduction over device dims ``red`` narrows its views to (``[]``: no
+    padding on either side, the whole views; else ``_real_box``, where the result's real
+    positions are that box reduced), or None."""
+    if not has_padding(coords):
+        return None if has_padding(result) else []
+    box = _real_box(coords, red)
+    if box is None:
+        return None
+    out_pieces, out_whole = real_slices(result)
+    reduced = tuple(slice(0, 1) if d in red else slice(b, b + n) for d, (b, n) in enumerate(box))
+    return [list(box)] if not out_whole and out_pieces == (reduced,) else None
 
 
 def sum_dim(x: torch.Tensor, dim: Sequence[int] | None = None, keepdim: bool = False, *,
