@@ -110,6 +110,23 @@ std::vector<int64_t> call_key(int64_t front, const c10::FunctionSchema& schema, 
       key.push_back(target_data != nullptr && t.storage().data() == target_data);
       continue;
     }
+    if (a.isTensorList()) {  // a _foreach list: each tensor's geometry, whether it shares list 0's buffer
+      const c10::List<at::Tensor> list = a.toTensorList();
+      const c10::IValue& first = args[target >= 0 ? target : i];
+      const c10::List<at::Tensor> lead = first.isTensorList() ? first.toTensorList() : list;
+      if (lead.size() != list.size()) return {};
+      key.insert(key.end(), {-11, static_cast<int64_t>(list.size())});
+      for (size_t j = 0; j < list.size(); ++j) {
+        const at::Tensor t = list[j];
+        if (!t.defined() || !t.is_privateuseone()) return {};
+        std::vector<int64_t> g = geometry_key(t);
+        if (g.empty()) return {};
+        key.push_back(static_cast<int64_t>(g.size()));
+        key.insert(key.end(), g.begin(), g.end());
+        key.push_back(t.storage().data() == lead.get(j).storage().data());
+      }
+      continue;
+    }
     c10::TypePtr type = schema.arguments()[i].real_type();
     if (auto optional = type->cast<c10::OptionalType>()) type = optional->getElementType();
     const bool scalar = type->kind() == c10::TypeKind::NumberType;
@@ -124,6 +141,15 @@ std::vector<int64_t> call_key(int64_t front, const c10::FunctionSchema& schema, 
       int64_t bits;
       std::memcpy(&bits, &d, sizeof(bits));
       key.insert(key.end(), {-2, bits});
+    } else if (auto list_type = type->cast<c10::ListType>();
+               list_type && list_type->getElementType()->kind() == c10::TypeKind::NumberType && a.isList()) {
+      // a Scalar[] (a _foreach op's per-tensor scalars): their kinds; the values pass through
+      const auto list = a.toListRef();
+      key.insert(key.end(), {-12, static_cast<int64_t>(list.size())});
+      for (const c10::IValue& v : list) {
+        if (!(v.isDouble() || v.isInt() || v.isBool() || v.isComplexDouble())) return {};
+        key.push_back(v.isDouble() ? -2 : v.isInt() ? -3 : v.isBool() ? -4 : -5);
+      }
     } else if (a.isBoolList()) {
       const auto list = a.toBoolList();
       key.insert(key.end(), {-10, static_cast<int64_t>(list.size())});
@@ -398,6 +424,29 @@ bool offer_replay(std::shared_ptr<Replay> replay, const std::string& op,
     if (!is_argument(arguments, i, t)) return false;
   }
   hold_layouts(*replay, arguments);
+  call.offered = std::move(replay);
+  return true;
+}
+
+bool offer_list_replay(std::shared_ptr<Replay> replay, const std::string& op,
+                       const std::vector<std::pair<int64_t, std::vector<at::Tensor>>>& lists) {
+  if (t_calls.empty()) return false;
+  Call& call = *t_calls.back();
+  const std::vector<c10::IValue>& arguments = *call.arguments;
+  const c10::FunctionSchema& schema = call.op->schema();
+  std::string name = schema.name();
+  if (!schema.overload_name().empty()) name += "." + schema.overload_name();
+  if (name != op) return false;
+  for (const auto& [p, tensors] : lists) {
+    if (p < 0 || static_cast<size_t>(p) >= arguments.size() || !arguments[p].isTensorList()) return false;
+    const c10::List<at::Tensor> own = arguments[p].toTensorList();
+    if (own.size() != tensors.size()) return false;
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const at::Tensor t = own[i];
+      if (t.unsafeGetTensorImpl() != tensors[i].unsafeGetTensorImpl()) return false;
+      if (LayoutPtr layout = layout_of(t)) replay->layouts.push_back(std::move(layout));
+    }
+  }
   call.offered = std::move(replay);
   return true;
 }

@@ -49,6 +49,12 @@ class Replay {
 bool offer_replay(std::shared_ptr<Replay> replay, const std::string& op,
                   const std::vector<std::pair<int64_t, at::Tensor>>& own);
 
+// Offers `replay` for the in-place call of `op` ("aten::_foreach_add_.List") the innermost front
+// serves on this thread when each (position, tensors) of `lists` is its own list argument; the
+// replay holds those tensors' layouts.
+bool offer_list_replay(std::shared_ptr<Replay> replay, const std::string& op,
+                       const std::vector<std::pair<int64_t, std::vector<at::Tensor>>>& lists);
+
 // A strided CPU view of a device tensor's buffer.
 inline at::Tensor view_of(const at::Tensor& t, const BufferView& v) { return raw_view(t, v.sizes, v.strides, v.offset); }
 

@@ -12,6 +12,7 @@
 #include "dma_executor.h"
 #include "gemm_recipe.h"
 #include "dropout_recipe.h"
+#include "foreach_recipe.h"
 #include "generator.h"
 #include "int64_format.h"
 #include "kernel_front.h"
@@ -223,6 +224,14 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     return offer_dropout_backward(grad, mask, buffer_view(grad_view), buffer_view(mask_view), std::move(out),
                                   buffer_view(out_view));
   });
+  m.def("_offer_foreach", [](const std::string& op, const std::vector<std::pair<int64_t, std::vector<at::Tensor>>>& lists,
+                             std::vector<int64_t> numels,
+                             const std::vector<std::tuple<int64_t, int64_t, std::shared_ptr<BoundLayout>>>& copies,
+                             std::vector<int64_t> padded) {
+    std::vector<ForeachCopy> parsed;
+    for (const auto& [arg, index, layout] : copies) parsed.push_back(ForeachCopy{arg, index, layout});
+    return offer_foreach(op, lists, std::move(numels), std::move(parsed), std::move(padded));
+  });
   m.def("_restickify_counts", &restickify_counts);
   m.def("_kept_recipes", &kept_recipes);
   m.def("_forget_recipes", &forget_recipes);
@@ -243,6 +252,36 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     std::vector<int64_t> key = geometry_key(t);
     if (key.empty()) return py::none();
     return py::tuple(py::cast(key));
+  });
+  // ops/foreach.py: one key for the tensors of a _foreach call's lists (each tensor's geometry key
+  // and whether it shares the first list's tensor's buffer), None if one carries no layout; and the
+  // flat views of whole buffers.
+  m.def("_foreach_key", [](const std::vector<std::vector<at::Tensor>>& lists) -> py::object {
+    std::vector<int64_t> key;
+    for (size_t k = 0; k < lists.size(); ++k) {
+      TORCH_CHECK_VALUE(lists[k].size() == lists[0].size(), "_foreach lists differ in length: ", lists[0].size(),
+                        " and ", lists[k].size());
+      for (size_t i = 0; i < lists[k].size(); ++i) {
+        const at::Tensor& t = lists[k][i];
+        std::vector<int64_t> g = t.defined() && t.is_privateuseone() ? geometry_key(t) : std::vector<int64_t>{};
+        if (g.empty()) return py::none();
+        key.push_back(static_cast<int64_t>(g.size()));
+        key.insert(key.end(), g.begin(), g.end());
+        key.push_back(k > 0 && t.storage().data() == lists[0][i].storage().data());
+      }
+    }
+    return py::tuple(py::cast(key));
+  });
+  m.def("_flat_views", [](const std::vector<at::Tensor>& tensors, const std::vector<int64_t>& numels) {
+    TORCH_CHECK_VALUE(tensors.size() == numels.size(), "_flat_views: ", tensors.size(), " tensors, ", numels.size(),
+                      " counts");
+    std::vector<at::Tensor> views;
+    views.reserve(tensors.size());
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      TORCH_CHECK_VALUE(tensors[i].is_privateuseone(), "expected a spyre tensor, got one on ", tensors[i].device());
+      views.push_back(raw_view(tensors[i], {numels[i]}, {1}, 0));
+    }
+    return views;
   });
   m.def("_impl_carries_layout", [](const at::Tensor& t) {
     auto* impl = dynamic_cast<SpyreTensorImpl*>(t.unsafeGetTensorImpl());

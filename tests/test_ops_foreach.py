@@ -167,3 +167,40 @@ def test_a_gradient_whose_layout_differs_only_by_size_one_dims_lines_up(monkeypa
     torch._foreach_add_(params, [grad], alpha=-0.1)
     assert copies == []
     assert torch.equal(bits(params[0].cpu()), bits(bias.add(batch.sum(0), alpha=-0.1)))
+
+
+# In-place calls the runtime's front replays: id, the op on (lists, scalars), list count, whether it
+# takes per-tensor scalars (which change from call to call, as Adam's step sizes do).
+REPLAYED = [
+    ("add_", lambda ls, s: torch._foreach_add_(ls[0], ls[1], alpha=0.5), 2, False),
+    ("addcmul_", lambda ls, s: torch._foreach_addcmul_(ls[0], ls[1], ls[2], value=0.25), 3, False),
+    ("lerp_", lambda ls, s: torch._foreach_lerp_(ls[0], ls[1], 0.1), 2, False),
+    ("addcdiv_-scalar-list", lambda ls, s: torch._foreach_addcdiv_(ls[0], ls[1], ls[2], s), 3, True),
+    ("mul_-scalar", lambda ls, s: torch._foreach_mul_(ls[0], 0.9), 1, False),
+    ("add_-scalar-changes-padding", lambda ls, s: torch._foreach_add_(ls[0], 1.5), 1, False),
+    ("zero_", lambda ls, s: torch._foreach_zero_(ls[0]), 1, False),
+]
+
+
+@pytest.mark.parametrize("names", [["lined-up", "matrix"], ["padded", "pad-value", "mismatch"]],
+                         ids=["lined-up", "padded-and-copied"])
+@pytest.mark.parametrize("_, fn, count, scalars", REPLAYED, ids=[c[0] for c in REPLAYED])
+def test_the_runtime_front_replays_lined_up_calls(_, fn, count, scalars, names, monkeypatch):
+    """After the first call of a geometry, in-place calls whose every index lines up run without
+    entering Python: the CPU's bits, padding restored, the other lists untouched, each call counted."""
+    from torch_layouts.ops import foreach
+    foreach.PLANS.clear()
+    torch_layouts.ops.elementwise.forget_recipes()
+    entered = []
+    monkeypatch.setattr(foreach, "_columns", lambda *a, original=foreach._columns: entered.append(1) or original(*a))
+    torch_layouts.reset_stats()
+    for call in range(3):
+        host_lists, dev_lists = lists(names, count, seed=call)
+        per_tensor = [0.5 + call + i for i in range(len(names))] if scalars else None
+        fn(dev_lists, per_tensor)
+        fn(host_lists, per_tensor)
+        for dev_list, host_list in zip(dev_lists, host_lists):
+            for g, w in zip(dev_list, host_list):
+                assert torch.equal(bits(g.cpu()), bits(w)) and padding_holds_pad_value(g)
+    assert len(entered) == 1
+    assert sum(torch_layouts.stats()["kernel_calls"].values()) == 3

@@ -27,9 +27,8 @@ import torch
 
 from .. import _C
 from ..core.layout import BoundLayout
-from .operands import geometry_key, has_padding, keep, new_tensor, raw_view, record_of
+from .operands import geometry_key, has_padding, keep, new_tensor, record_of, runtime_record
 from .registry import register
-from .stats import count_kernel
 
 A = torch.ops.aten
 
@@ -86,39 +85,68 @@ def _row_major(size: Sequence[int], stride: Sequence[int]) -> bool:
     return True
 
 
-def _lined_up(lists: list[list[torch.Tensor]], i: int) -> tuple[Flat, list[torch.Tensor]] | None:
-    """The first list's ``i``-th tensor's ``Flat`` and the lists' ``i``-th tensors lined up with
-    it: a tensor of another layout (a gradient laid out by the reduction that made it) is
-    copied into the first one's layout, which the device's copy does in one relayout; None
-    when the first is not flat or a tensor differs in shape, dtype or device."""
-    t = lists[0][i]
-    f = flat(t)
-    if f is None:
-        return None
-    row = [t]
-    copies: dict[int, torch.Tensor] = {}  # one copy of a tensor two lists hold (addcmul_(grad, grad))
-    for other in lists[1:]:
-        o = other[i]
-        g = flat(o)
-        if g is None or g.key != f.key:
-            if o.shape != t.shape or o.dtype != t.dtype or o.device != t.device or \
-                    o.untyped_storage().data_ptr() == t.untyped_storage().data_ptr():
-                return None
-            if id(o) not in copies:
-                copies[id(o)] = new_tensor(f.coords, t.device).copy_(o)
-            o = copies[id(o)]
-        row.append(o)
-    return f, row
+class CallPlan(NamedTuple):
+    """What a call of one geometry (``_C._foreach_key``: every tensor's geometry key, and which
+    share the first list's tensor's buffer) runs on raw buffers: the indices that line up, each
+    one's buffer element count, coordinates and padding; the (list, position among the fast
+    indices) of the tensors copied into the first list's layout first; the others run tensor by
+    tensor. ``flats`` keeps the layouts in the key alive."""
+
+    fast: tuple[int, ...]
+    numels: tuple[int, ...]
+    coords: tuple[BoundLayout, ...]
+    padded: tuple[int, ...]  # positions among the fast indices whose buffers have padding
+    copies: tuple[tuple[int, int], ...]
+    flats: tuple
 
 
-def _raw(ts: list[torch.Tensor], flats: list[Flat]) -> list[torch.Tensor]:
-    return [raw_view(t, (f.numel,)) for t, f in zip(ts, flats)]
+PLANS: dict[tuple, CallPlan] = {}
+MAX_PLANS = 256
 
 
-def _restore_padding(ts: list[torch.Tensor], flats: list[Flat]) -> None:
-    for t, f in zip(ts, flats):
-        if f.padded:
-            _C._fill_padding(t)
+def call_plan(lists: list[list[torch.Tensor]]) -> CallPlan:
+    """Which indices line up (see the module docstring); a tensor of another layout than the first
+    list's (a gradient laid out by the reduction that made it) is copied into that layout, which
+    the device's copy does in one relayout; an index whose first tensor is not flat, or whose
+    tensors differ in shape, dtype or device, or share its buffer in another layout, does not."""
+    fast, flats, copies = [], [], []
+    for i, t in enumerate(lists[0]):
+        f = flat(t)
+        if f is None:
+            continue
+        moved = []
+        for k, other in enumerate(lists[1:], 1):
+            o = other[i]
+            g = flat(o)
+            if g is None or g.key != f.key:
+                if o.shape != t.shape or o.dtype != t.dtype or o.device != t.device or \
+                        o.untyped_storage().data_ptr() == t.untyped_storage().data_ptr():
+                    break
+                moved.append(k)
+        else:
+            copies += [(k, len(fast)) for k in moved]
+            fast.append(i)
+            flats.append(f)
+    return CallPlan(tuple(fast), tuple(f.numel for f in flats), tuple(f.coords for f in flats),
+                    tuple(j for j, f in enumerate(flats) if f.padded), tuple(copies), tuple(flats))
+
+
+def _columns(lists: list[list[torch.Tensor]], plan: CallPlan) -> list[list[torch.Tensor]]:
+    """The lists' tensors at the fast indices, those of another layout copied into the first's
+    (once per tensor two lists hold: ``addcmul_(grad, grad)``)."""
+    columns = [[lst[i] for i in plan.fast] for lst in lists]
+    copied: dict[int, torch.Tensor] = {}
+    for k, j in plan.copies:
+        o = columns[k][j]
+        if id(o) not in copied:
+            copied[id(o)] = new_tensor(plan.coords[j], o.device).copy_(o)
+        columns[k][j] = copied[id(o)]
+    return columns
+
+
+def _restore_padding(ts: list[torch.Tensor], plan: CallPlan) -> None:
+    for j in plan.padded:
+        _C._fill_padding(ts[j])
 
 
 class Foreach(NamedTuple):
@@ -138,36 +166,51 @@ def _kernel(spec: Foreach) -> Callable[..., Any]:
 
     def kernel(*args: Any, **kwargs: Any) -> Any:
         lists = [a for a, k in zip(args, spec.kinds) if k == "L"]
-        single_tensors = [a for a, k in zip(args, spec.kinds) if k == "S" and isinstance(a, torch.Tensor)]
-        lined: list = [None] * len(lists[0])
-        if not any(t.device.type == "spyre" for t in single_tensors):
-            lined = [_lined_up(lists, i) for i in range(len(lists[0]))]
-        fast = [i for i, found in enumerate(lined) if found is not None]
-        results: list[Any] = [None] * len(lined)
-        if fast:
-            count_kernel("aten::" + spec.name)
-            flats = [lined[i][0] for i in fast]
-            columns = iter(zip(*(lined[i][1] for i in fast)))  # the lined-up tensors, list by list
-            raw_args = [_raw(list(next(columns)), flats) if k == "L" else [a[i] for i in fast] if k == "SL" else a
-                        for a, k in zip(args, spec.kinds)]
+        n = len(lists[0])
+        plan = CallPlan((), (), (), (), (), ())
+        if not any(isinstance(a, torch.Tensor) and a.device.type == "spyre" for a, k in zip(args, spec.kinds)
+                   if k == "S"):
+            key = _C._foreach_key(lists)
+            plan = PLANS.get(key) if key is not None else None
+            if plan is None:
+                plan = call_plan(lists)
+                if key is not None:
+                    keep(PLANS, key, plan, MAX_PLANS)
+        results: list[Any] = [None] * n
+        if plan.fast:
+            if spec.inplace and len(plan.fast) == n:
+                _offer(spec, args, plan)
+            columns = iter(_columns(lists, plan))
+            raw_args = [_C._flat_views(next(columns), plan.numels) if k == "L" else [a[i] for i in plan.fast]
+                        if k == "SL" else a for a, k in zip(args, spec.kinds)]
             if spec.inplace:
                 op(*raw_args, **kwargs)
-                _restore_padding([lists[0][i] for i in fast], flats)
+                _restore_padding([lists[0][i] for i in plan.fast], plan)
             else:  # a unary op: copied into the results, which its in-place form then rewrites
                 device = lists[0][0].device
-                outs = [new_tensor(f.coords, device) for f in flats]
-                raw_outs = _raw(outs, flats)
+                outs = [new_tensor(c, device) for c in plan.coords]
+                raw_outs = _C._flat_views(outs, plan.numels)
                 torch._foreach_copy_(raw_outs, raw_args[0])
                 inplace_op(raw_outs, **kwargs)
-                _restore_padding(outs, flats)
-                for i, out in zip(fast, outs):
+                _restore_padding(outs, plan)
+                for i, out in zip(plan.fast, outs):
                     results[i] = out
-        for i, f in enumerate(lined):
-            if f is None:
-                results[i] = spec.single(*[a[i] if k in ("L", "SL") else a for a, k in zip(args, spec.kinds)],
-                                         **kwargs)
+        if len(plan.fast) < n:
+            lined = set(plan.fast)
+            for i in range(n):
+                if i not in lined:
+                    results[i] = spec.single(*[a[i] if k in ("L", "SL") else a for a, k in zip(args, spec.kinds)],
+                                             **kwargs)
         return None if spec.inplace else results
     return kernel
+
+
+def _offer(spec: Foreach, args: tuple, plan: CallPlan) -> None:
+    """Offer the runtime's front the replay of an in-place call whose every index lines up
+    (``csrc/foreach_recipe.h``), so that it runs later calls of this geometry itself."""
+    positions = [j for j, k in enumerate(spec.kinds) if k == "L"]
+    _C._offer_foreach("aten::" + spec.name, [(j, list(args[j])) for j in positions], list(plan.numels),
+                      [(positions[k], j, runtime_record(plan.coords[j])) for k, j in plan.copies], list(plan.padded))
 
 
 def _add(t, o, alpha=1):
@@ -216,4 +259,4 @@ OPS = [
 
 def register_all() -> None:
     for spec in OPS:
-        register(spec.name, _kernel(spec), counted=False)
+        register(spec.name, _kernel(spec))

@@ -1,0 +1,79 @@
+#include "foreach_recipe.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <unordered_map>
+
+#include "dma_executor.h"
+
+namespace torch_layouts {
+namespace {
+
+class ForeachReplay final : public Replay {
+ public:
+  c10::OperatorHandle op;
+  std::vector<int64_t> list_args;  // argument positions of the lists; the first is written
+  std::vector<int64_t> numels;
+  std::vector<ForeachCopy> copies;
+  std::vector<int64_t> padded;
+
+  explicit ForeachReplay(c10::OperatorHandle handle) : op(std::move(handle)) {}
+
+  void run(c10::ArrayRef<c10::IValue> args, int64_t, std::vector<c10::IValue>& results) const override {
+    std::vector<c10::IValue> stack(args.begin(), args.end());
+    std::unordered_map<const c10::TensorImpl*, at::Tensor> copied;  // one copy of a tensor two lists hold
+    for (int64_t p : list_args) {
+      std::vector<at::Tensor> tensors = args[p].toTensorVector();
+      for (const ForeachCopy& c : copies) {
+        if (c.arg != p) continue;
+        at::Tensor& t = tensors[c.index];
+        auto [it, fresh] = copied.try_emplace(t.unsafeGetTensorImpl());
+        if (fresh) it->second = new_device_tensor(c.layout, t.device()).copy_(t);
+        t = it->second;
+      }
+      std::vector<at::Tensor> flat;
+      flat.reserve(tensors.size());
+      for (size_t i = 0; i < tensors.size(); ++i) flat.push_back(raw_view(tensors[i], {numels[i]}, {1}, 0));
+      stack[p] = c10::IValue(std::move(flat));
+    }
+    op.callBoxed(stack);
+    const c10::List<at::Tensor> written = args[list_args.front()].toTensorList();
+    for (int64_t i : padded) {
+      const at::Tensor t = written[i];
+      const LayoutPtr layout = layout_of(t);
+      run_fills(layout->padding, raw_buffer(t, layout->dtype), layout->pad_value);
+    }
+    (void)results;  // in place: the op returns nothing
+  }
+};
+
+}  // namespace
+
+bool offer_foreach(const std::string& op, const std::vector<std::pair<int64_t, std::vector<at::Tensor>>>& lists,
+                   std::vector<int64_t> numels, std::vector<ForeachCopy> copies, std::vector<int64_t> padded) {
+  if (lists.empty()) return false;
+  const size_t n = lists.front().second.size();
+  if (numels.size() != n) return false;
+  for (const auto& [p, tensors] : lists) {
+    if (tensors.size() != n) return false;
+  }
+  for (const ForeachCopy& c : copies) {
+    if (!c.layout || c.index < 0 || static_cast<size_t>(c.index) >= n) return false;
+  }
+  for (int64_t i : padded) {
+    if (i < 0 || static_cast<size_t>(i) >= n) return false;
+  }
+  const auto dot = op.find('.');
+  auto handle = c10::Dispatcher::singleton().findSchema(
+      {op.substr(0, dot), dot == std::string::npos ? "" : op.substr(dot + 1)});
+  if (!handle) return false;
+  auto r = std::make_shared<ForeachReplay>(*handle);
+  for (const auto& [p, tensors] : lists) r->list_args.push_back(p);
+  r->numels = std::move(numels);
+  r->copies = std::move(copies);
+  r->padded = std::move(padded);
+  return offer_list_replay(std::move(r), op, lists);
+}
+
+}  // namespace torch_layouts

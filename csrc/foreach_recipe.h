@@ -1,0 +1,25 @@
+// The in-place _foreach ops' replay in the runtime's front (csrc/kernel_front.h): ops/foreach.py
+// offers, for a call whose every index lines up (the lists' tensors whole buffers in one layout,
+// docs/design.md "Optimizer steps"), each index's buffer element count, the tensors it copied into
+// the first list's layout first, and the indices whose padding it restored; later calls of that
+// geometry run the CPU's own _foreach op on the flat buffers without Python.
+#pragma once
+
+#include "kernel_front.h"
+
+namespace torch_layouts {
+
+// One copy made before the op: the list argument's position, the index, the layout copied into.
+struct ForeachCopy {
+  int64_t arg;
+  int64_t index;
+  LayoutPtr layout;
+};
+
+// `lists`: (argument position, the call's tensors) of each list argument, the first one written;
+// `numels`: each index's buffer element count; `padded`: the first list's indices whose padding
+// gets the pad value back after the op.
+bool offer_foreach(const std::string& op, const std::vector<std::pair<int64_t, std::vector<at::Tensor>>>& lists,
+                   std::vector<int64_t> numels, std::vector<ForeachCopy> copies, std::vector<int64_t> padded);
+
+}  // namespace torch_layouts
