@@ -13,6 +13,7 @@
 #include "gemm_recipe.h"
 #include "dropout_recipe.h"
 #include "foreach_recipe.h"
+#include "reduce_recipe.h"
 #include "generator.h"
 #include "int64_format.h"
 #include "kernel_front.h"
@@ -231,6 +232,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     std::vector<ForeachCopy> parsed;
     for (const auto& [arg, index, layout] : copies) parsed.push_back(ForeachCopy{arg, index, layout});
     return offer_foreach(op, lists, std::move(numels), std::move(parsed), std::move(padded));
+  });
+  m.def("_offer_reduce", [](const std::string& kind, const at::Tensor& x, const py::object& input,
+                            std::vector<int64_t> order, std::optional<at::ScalarType> dtype,
+                            std::shared_ptr<BoundLayout> out, const py::object& result) {
+    return offer_reduce(kind, x, buffer_view(input), std::move(order), dtype, std::move(out), buffer_view(result));
   });
   m.def("_restickify_counts", &restickify_counts);
   m.def("_kept_recipes", &kept_recipes);

@@ -245,6 +245,39 @@ def test_reductions_and_clones_replay_in_the_runtime_front(_, fn, shape, dtype, 
     assert layouts[0] == layouts[1] == layouts[2]
 
 
+# Reductions over several device dims (a bias gradient's sum over a (batch*tokens, features) view;
+# amax and amin over two dims): id, function, base shape, dtype, view of the device tensor.
+MULTI_DIM_CASES = [
+    ("bias-grad-sum", lambda x: x.sum(0), (4, 64, 64), F32, lambda t: t.view(256, 64)),
+    ("bias-grad-sum-padded", lambda x: x.sum(0), (6, 2, 16), F32, lambda t: t.view(12, 16)),
+    ("sum-half", lambda x: x.sum(0), (8, 32, 64), F16, lambda t: t.view(256, 64)),
+    ("amax-two-dims", lambda x: x.amax((0, 1)), (4, 8, 64), F32, lambda t: t),
+    ("amin-two-dims-half", lambda x: x.amin((0, 1)), (4, 8, 64), F16, lambda t: t),
+]
+
+
+@pytest.mark.parametrize("_, fn, shape, dtype, make", MULTI_DIM_CASES, ids=[c[0] for c in MULTI_DIM_CASES])
+def test_reductions_over_several_device_dims_replay_in_the_runtime_front(_, fn, shape, dtype, make, monkeypatch):
+    """After the first call of a geometry the runtime's front makes the same per-dim reductions:
+    the Python path's bits (close to the CPU's), its layout and padding, without entering Python."""
+    elementwise.forget_recipes()
+    reductions.PLANS.clear()
+    calls = _calls_into_python(monkeypatch, reductions, "geometry_key")
+    x = randn(*shape, dtype=dtype)
+    dx = make(x.to("spyre"))
+    first = fn(dx)
+    entered = len(calls)
+    for _ in range(2):
+        again = fn(dx)
+        assert torch.equal(again.cpu(), first.cpu()) and again.device_tensor_layout() == first.device_tensor_layout()
+        assert padding_holds_pad_value(again)
+    assert entered >= 1 and len(calls) == entered, (entered, len(calls))
+    expected = fn(make(x))
+    assert first.dtype == expected.dtype
+    # a float16 sum rounds each dim's partial sums (reductions.reduce_view)
+    torch.testing.assert_close(first.cpu(), expected, rtol=1e-2 if expected.dtype == F16 else 1e-5, atol=1e-2)
+
+
 def test_a_reduction_recipe_is_not_replayed_for_other_dims_or_dtypes():
     elementwise.forget_recipes()
     x = randn(64, 96, 32)

@@ -180,3 +180,39 @@ def test_replayed_reductions_match_the_planning_path(shape, dtype, data, kind):
     assert padding_holds_pad_value(planned)
     count = math.prod(shape[d] for d in dims)
     torch.testing.assert_close(replayed, getattr(second, kind)(dim=dims, keepdim=keepdim), **tolerance(dtype, count))
+
+
+# Views whose reduced dims split a device dim (attention's heads): reduced as strided views of the
+# buffer instead of restickified. id, base shape, dtype, the view, kind, dims, keepdim.
+STRIDED = [
+    ("heads-mean", (4, 6, 6), F32, lambda t: t.view(2, 2, 6, 6), "mean", (1,), False),
+    ("heads-sum-keepdim", (4, 6, 6), F32, lambda t: t.view(2, 2, 6, 6), "sum", (1,), True),
+    ("batch-amax", (8, 6, 6), F32, lambda t: t.view(2, 4, 6, 6), "amax", (0,), False),
+    ("heads-amin-half", (4, 6, 32), F16, lambda t: t.view(2, 2, 6, 32), "amin", (1, 3), False),
+    ("heads-mean-bf16", (6, 4, 10), torch.bfloat16, lambda t: t.view(6, 2, 2, 10), "mean", (2,), True),
+]
+
+
+@pytest.mark.parametrize("_, shape, dtype, make, kind, dims, keepdim", STRIDED, ids=[c[0] for c in STRIDED])
+def test_views_splitting_a_device_dim_reduce_in_place(_, shape, dtype, make, kind, dims, keepdim, monkeypatch):
+    """The CPU's values bit for bit, in the layout the restickified path gives, with no restickify;
+    after the first call of a geometry, the runtime's front replays it without entering Python."""
+    from torch_layouts.ops import elementwise, reductions
+    elementwise.forget_recipes()
+    reductions.PLANS.clear()
+    entered, calls = [], []
+    original = reductions.geometry_key
+    monkeypatch.setattr(reductions, "geometry_key", lambda t: entered.append(1) or original(t))
+    for seed in range(3):
+        x = torch.randn(shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
+        y = make(x.to("spyre"))
+        torch_layouts.reset_stats()
+        before = len(entered)
+        out = getattr(y, kind)(dim=dims, keepdim=keepdim)
+        calls.append(len(entered) - before)
+        assert torch_layouts.stats()["restickify_count"] == 0
+        ref = getattr(make(x), kind)(dim=dims, keepdim=keepdim)
+        assert out.dtype == ref.dtype and torch.equal(out.cpu(), ref) and padding_holds_pad_value(out)
+        layout = getattr(make(x).to("spyre"), kind)(dim=dims, keepdim=keepdim).device_tensor_layout()
+        assert out.device_tensor_layout() == layout
+    assert calls[0] >= 1 and calls[1:] == [0, 0], calls

@@ -132,3 +132,26 @@ def test_other_dtypes_convert_like_copy(dst_dtype, src_dtype):
 def test_empty_is_a_no_op():
     dst = torch.empty(0, 5)
     assert strided_copy(dst, torch.empty(0, 5)) is dst
+
+
+# host_read: a view's elements as one strided view of its buffer in its own shape, where its device
+# offsets are affine in its index. id, base shape, dtype, the view, whether it reads so.
+HOST_READS = [
+    ("whole", (4, 6, 6), torch.float32, lambda t: t, True),
+    ("heads-split", (4, 6, 6), torch.float32, lambda t: t.view(2, 2, 6, 6), True),
+    ("transposed", (6, 2, 16), torch.float32, lambda t: t.transpose(0, 1), True),
+    ("sliced", (5, 8, 6), torch.float16, lambda t: t[1:4, 2:], True),
+    ("across-sticks", (10, 70), torch.float32, lambda t: t, False),  # 70 = 32 + 32 + 6: tiles apart
+    ("int64-stored-as-int32", (4, 6), torch.int64, lambda t: t, False),
+]
+
+
+@pytest.mark.parametrize("_, shape, dtype, make, expected", HOST_READS, ids=[c[0] for c in HOST_READS])
+def test_host_read_is_the_view_where_it_is_affine(_, shape, dtype, make, expected):
+    from torch_layouts.ops.operands import host_read, raw_view
+    x = (torch.randn(shape) * 10).to(dtype)
+    y = make(x.to("spyre"))
+    read = host_read(y)
+    assert (read is not None) == expected
+    if read is not None:
+        assert read[0] == tuple(y.shape) and torch.equal(raw_view(y, *read), make(x))

@@ -111,6 +111,47 @@ def read_of(v: torch.Tensor) -> Read:
     return tuple(v.shape), tuple(v.stride()), v.storage_offset()
 
 
+HOST_READS: dict[tuple, tuple[Read | None, tuple]] = {}  # geometry_key -> (host_read, layouts held)
+MAX_HOST_READS = 1024
+
+
+def host_read(x: torch.Tensor) -> Read | None:
+    """A strided view of ``x``'s raw buffer that holds ``x``'s elements in ``x``'s own shape (the
+    first copy of broadcast ones), or None when its device offsets are not affine in its index
+    (a dim split across tiles) or it is not a floating tensor (integers may be stored narrower).
+    Worked out once per geometry.
+
+    >>> x = torch.randn(4, 6, 6).to("spyre").view(2, 2, 6, 6)  # heads split out of one device dim
+    >>> size, strides, offset = host_read(x)
+    >>> torch.equal(raw_view(x, size, strides, offset), x.cpu())
+    True
+    """
+    key = geometry_key(x)
+    if key is None:
+        return None
+    kept = HOST_READS.get(key)
+    if kept is None:
+        kept = keep(HOST_READS, key, (_affine_read(x), layouts_of([x])), MAX_HOST_READS)
+    return kept[0]
+
+
+def _affine_read(x: torch.Tensor) -> Read | None:
+    if x.numel() == 0 or x.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        return None  # integers may be stored narrower (int64 as int32)
+    offsets = _C._view_offsets(record_of(x), list(x.shape), list(x.stride()), x.storage_offset())
+    origin = int(offsets.reshape(-1)[0])
+    strides, expected = [], torch.full((), origin, dtype=torch.int64)
+    for d, n in enumerate(x.shape):
+        step = int(offsets.select(d, 1).reshape(-1)[0]) - origin if n > 1 else 0
+        if step < 0:
+            return None
+        strides.append(step)
+        shape = [1] * x.dim()
+        shape[d] = n
+        expected = expected + torch.arange(n, dtype=torch.int64).view(shape) * step
+    return (tuple(x.shape), tuple(strides), origin) if torch.equal(offsets, expected.expand(x.shape)) else None
+
+
 def in_place(views: Sequence[torch.Tensor], tensors: Sequence[torch.Tensor]) -> bool:
     """Whether each operand's view reads its own buffer (no copy was made to read it)."""
     return all(v.untyped_storage().data_ptr() == t.untyped_storage().data_ptr() for v, t in zip(views, tensors))

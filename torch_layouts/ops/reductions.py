@@ -31,6 +31,7 @@ from .operands import (Read, coords_for, default_coords, geometry_key, has_paddi
                        operand_layout, padded_copy, plan, plan_view, raw, raw_view, read_of, real_slices, reduced_dims,
                        rowmajor, runtime_record, strides_in_order, view)
 from .registry import register
+from . import strided_reductions
 from .rows import ROW_DTYPES, Rows
 
 LOW_PRECISION = (torch.float16, torch.bfloat16)
@@ -81,6 +82,15 @@ def readable(x: torch.Tensor, dims: tuple[int, ...]
         p = plan(x, coords)
         red = reduced_dims(coords, frozenset(dims))
     return x, coords, view(x, coords, p), red, p.exact
+
+
+def restickified_coords(x: torch.Tensor, dims: tuple[int, ...]) -> BoundLayout | None:
+    """The coordinates ``readable`` reads ``x`` in when it restickifies it first, else None."""
+    coords = coords_for(x)
+    p = plan(x, coords)
+    if reduced_dims(coords, frozenset(dims)) is None:
+        return default_coords(tuple(x.shape), x.dtype)
+    return coords if p is None or not p.stick_ok else None
 
 
 def masked(v: torch.Tensor, coords: BoundLayout, exact: bool, pad_value: object, value: object) -> torch.Tensor:
@@ -264,7 +274,7 @@ class ReducePlan(NamedTuple):
     layouts: tuple  # layouts_of the input: the id in the key stays its layout's
 
 
-PLANS: dict[tuple, ReducePlan] = {}
+PLANS: dict[tuple, ReducePlan | strided_reductions.StridedPlan] = {}
 MAX_PLANS = 1024
 
 
@@ -319,11 +329,13 @@ def reduce(kind: str, x: torch.Tensor, dim: int | Sequence[int] | None, keepdim:
     if geometry is not None:
         key = (kind, geometry, dim if dim is None or isinstance(dim, int) else tuple(dim), keepdim, dtype)
         kept = PLANS.get(key)
+        if isinstance(kept, strided_reductions.StridedPlan):
+            return strided_reductions.run(kind, x, kept, normalize_dims(dim, x.dim()), keepdim, dtype)
         if kept is not None:
             v = raw_view(x, kept.coords.layout.device_size, *kept.read)
             values = _boxed_values(kind, v, kept.coords, kept.red, kept.row_sums, kept.count, x.device,
                                    kept.out_dtype, dtype)
-            _offer(kind, x, v, kept, keepdim, values)
+            _offer(kind, x, v, kept, keepdim, values, dtype)
             return write_result(kept.coords, kept.dims, keepdim, values, x.device)
     dims = normalize_dims(dim, x.dim())
     probe = torch.ones((1,) * x.dim(), dtype=x.dtype)  # the CPU's dtype rules (and errors) on one element
@@ -335,6 +347,13 @@ def reduce(kind: str, x: torch.Tensor, dim: int | Sequence[int] | None, keepdim:
     if x.numel() == 0:
         host = getattr(torch, kind)(x.cpu(), dims, keepdim, **({"dtype": dtype} if kind in ("sum", "mean") else {}))
         return host.to(x.device)
+    final = restickified_coords(x, dims)
+    if key is not None and final is not None:  # a strided view of the buffer, if it reads as one, instead
+        out_coords = result_coords(final, dims, keepdim, out_dtype)
+        strided = strided_reductions.strided_plan(kind, x, dims, out_coords)
+        if strided is not None:
+            keep(PLANS, key, strided, MAX_PLANS)
+            return strided_reductions.run(kind, x, strided, dims, keepdim, dtype)
     original = x
     x, coords, v, red, exact = readable(x, dims)
     pad = x.device_tensor_layout().pad_value
@@ -346,21 +365,23 @@ def reduce(kind: str, x: torch.Tensor, dim: int | Sequence[int] | None, keepdim:
     if key is not None and x is original and masked_v is v:
         kept = keep(PLANS, key, ReducePlan(out_dtype, coords, (tuple(v.stride()), v.storage_offset()), red, dims,
                                            count, row_sums, layouts_of([x])), MAX_PLANS)
-        _offer(kind, x, v, kept, keepdim, values)
+        _offer(kind, x, v, kept, keepdim, values, dtype)
     return write_result(coords, dims, keepdim, values, x.device)
 
 
 NATIVE = {"sum": "aten::sum.IntList_out", "amax": "aten::amax.out", "amin": "aten::amin.out"}
 
 
-def _offer(kind: str, x: torch.Tensor, v: torch.Tensor, kept: ReducePlan, keepdim: bool, values: torch.Tensor
-           ) -> None:
-    """Offer the runtime's front this call's recipe (``csrc/kernel_front.cpp``): the CPU reduction
-    of the one reduced device dim of the input's view written straight into the result's buffer.
-    Only where the result's view is laid out as ``values`` (so the CPU kernel walks the elements in
-    the same order: the same bits) and any padding lies outside the reduced dim, the input's real
-    positions one box (the recipe reduces that box) and the result's the same box, reduced."""
-    if kind not in NATIVE or kept.row_sums or len(kept.red) != 1 or values.dtype != kept.out_dtype:
+def _offer(kind: str, x: torch.Tensor, v: torch.Tensor, kept: ReducePlan, keepdim: bool, values: torch.Tensor,
+           dtype: torch.dtype | None) -> None:
+    """Offer the runtime's front this call's replay (``csrc/kernel_front.cpp``), where any padding
+    lies outside the reduced dims, the input's real positions one box (the replay reduces that
+    box) and the result's the same box, reduced. One reduced device dim: the CPU reduction of the
+    input's view written straight into the result's buffer, where the result's view is laid out
+    as ``values`` (so the CPU kernel walks the elements in the same order: the same bits).
+    Several: the same per-dim reductions as ``reduce_view``, their values copied into the result
+    (``csrc/reduce_recipe.cpp``)."""
+    if kind not in NATIVE or kept.row_sums or values.dtype != kept.out_dtype:
         return
     coords, dims = kept.coords, kept.dims
     w = write_plan(coords, dims, keepdim, values.dtype)
@@ -371,6 +392,14 @@ def _offer(kind: str, x: torch.Tensor, v: torch.Tensor, kept: ReducePlan, keepdi
         return
     size = w.src.shape
     strides, offset = w.read if w.mode == "strided" else (rowmajor(size), 0)
+    if len(kept.red) != 1:
+        box = boxes[0] if boxes else [(0, n) for n in coords.shape]
+        start = sum(b * s for (b, _), s in zip(box, v.stride()))
+        result_start = sum(b * s for d, ((b, _), s) in enumerate(zip(box, strides)) if d not in kept.red)
+        _C._offer_reduce(kind, x, (tuple(n for _, n in box), tuple(v.stride()), v.storage_offset() + start),
+                         sorted(kept.red, key=lambda d: (v.stride(d), d)), dtype, runtime_record(w.out_coords),
+                         (tuple(1 if d in kept.red else n for d, (_, n) in enumerate(box)), strides, offset + result_start))
+        return
     if tuple(values.shape) != tuple(size) or any(n != 1 and s != t for n, s, t in zip(size, strides, values.stride())):
         return
     _C._offer_recipe([x], [(0, tuple(v.shape), tuple(v.stride()), v.storage_offset())], runtime_record(w.out_coords),

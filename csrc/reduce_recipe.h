@@ -1,0 +1,18 @@
+// The replay of a reduction over several device dims in the runtime's front (csrc/kernel_front.h):
+// ops/reductions.py offers, for a kept plan whose input is read in place, the input's view, the
+// device dims in the order it reduces them (one CPU reduction per dim, keepdim), and the result's
+// layout and view; later calls of that geometry make the same reductions and copy the values into
+// a new result without Python, so its bits are the Python path's.
+#pragma once
+
+#include <optional>
+
+#include "kernel_front.h"
+
+namespace torch_layouts {
+
+// `kind`: "sum", "amax" or "amin" (the called op's name, "aten::" + kind); `dtype`: a sum's dtype.
+bool offer_reduce(const std::string& kind, const at::Tensor& x, BufferView input, std::vector<int64_t> order,
+                  std::optional<c10::ScalarType> dtype, LayoutPtr out, BufferView result);
+
+}  // namespace torch_layouts
