@@ -216,3 +216,4 @@ def test_views_splitting_a_device_dim_reduce_in_place(_, shape, dtype, make, kin
         layout = getattr(make(x).to("spyre"), kind)(dim=dims, keepdim=keepdim).device_tensor_layout()
         assert out.device_tensor_layout() == layout
     assert calls[0] >= 1 and calls[1:] == [0, 0], calls
+

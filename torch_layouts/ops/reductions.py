@@ -85,12 +85,14 @@ def readable(x: torch.Tensor, dims: tuple[int, ...]
 
 
 def restickified_coords(x: torch.Tensor, dims: tuple[int, ...]) -> BoundLayout | None:
-    """The coordinates ``readable`` reads ``x`` in when it restickifies it first, else None."""
+    """The coordinates ``readable`` reads ``x`` in when it copies ``x`` first only because the
+    reduced dims split its coordinates' device dims (its stick is right), else None (no copy, or
+    one the stick rule asks for: a restickify the hardware makes too)."""
     coords = coords_for(x)
     p = plan(x, coords)
-    if reduced_dims(coords, frozenset(dims)) is None:
-        return default_coords(tuple(x.shape), x.dtype)
-    return coords if p is None or not p.stick_ok else None
+    if p is None or not p.stick_ok or reduced_dims(coords, frozenset(dims)) is not None:
+        return None
+    return default_coords(tuple(x.shape), x.dtype)
 
 
 def masked(v: torch.Tensor, coords: BoundLayout, exact: bool, pad_value: object, value: object) -> torch.Tensor:

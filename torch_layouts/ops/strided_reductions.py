@@ -1,10 +1,10 @@
 """Reductions of inputs read as strided views in their own shape, where the device-dim path would
-restickify.
+copy them first.
 
-A view whose reduced host dims do not map onto whole device dims of its coordinates (attention's
-``weights.view(bsz, heads, L, S).mean(1)``, the heads split out of one device dim; a bias
-gradient's ``sum(0)`` over a ``(batch*tokens, features)`` view of a 3-D buffer) would be copied
-into the default layout first. When its device offsets are affine in its index
+A view whose stick is right but whose reduced host dims do not map onto whole device dims of its
+coordinates (attention's ``weights.view(bsz, heads, L, S).mean(1)``, the heads split out of one
+device dim) would be copied into the default layout first (a view whose stick the rules reject is
+still restickified, as the hardware would). When its device offsets are affine in its index
 (``operands.host_read``), the CPU's own reduction runs on that strided view of the buffer instead,
 writing the result's strided view in the layout the restickified path gives (or its values, copied
 in, when that layout cuts the result's dims across tiles): no copy of the input, the CPU's bits.
