@@ -14,6 +14,7 @@
 #include "dropout_recipe.h"
 #include "foreach_recipe.h"
 #include "reduce_recipe.h"
+#include "view_backward_recipe.h"
 #include "generator.h"
 #include "int64_format.h"
 #include "kernel_front.h"
@@ -237,6 +238,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                             std::vector<int64_t> order, std::optional<at::ScalarType> dtype,
                             std::shared_ptr<BoundLayout> out, const py::object& result) {
     return offer_reduce(kind, x, buffer_view(input), std::move(order), dtype, std::move(out), buffer_view(result));
+  });
+  m.def("_offer_view_backward", [](const std::string& op, const at::Tensor& grad, std::shared_ptr<BoundLayout> out,
+                                   std::vector<int64_t> sizes, std::vector<int64_t> strides, int64_t offset) {
+    return offer_view_backward(op, grad, std::move(out), std::move(sizes), std::move(strides), offset);
   });
   m.def("_restickify_counts", &restickify_counts);
   m.def("_kept_recipes", &kept_recipes);

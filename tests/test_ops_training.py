@@ -319,19 +319,34 @@ def test_mse_loss_rejects_unknown_reduction():
 
 
 # -- backward of views --------------------------------------------------------------------------
-SELECT = [((3, 128, 8, 64), 0, 1), ((128, 3, 8, 64), 1, 2), ((16, 8, 64, 3), 3, 0)]
+SELECT = [((3, 128, 8, 64), 0, 1), ((128, 3, 8, 64), 1, 2), ((16, 8, 64, 3), 3, 0), ((3, 6, 2, 16), 0, 2)]
 
 
-@pytest.mark.parametrize("sizes, dim, index", SELECT, ids=["outer", "middle", "stick"])
+def _python_entries(monkeypatch) -> list:
+    """Grows by one each time a view backward enters its Python kernel (which fills the zeros)."""
+    from torch_layouts.ops import view_backward
+    entered = []
+    monkeypatch.setattr(view_backward, "fill_", lambda *a, original=view_backward.fill_: entered.append(1) or
+                        original(*a))
+    return entered
+
+
+@pytest.mark.parametrize("sizes, dim, index", SELECT, ids=["outer", "middle", "stick", "padded"])
 @pytest.mark.parametrize("arrangement", ["contiguous", "permuted"])
-def test_select_backward(sizes, dim, index, arrangement):
+def test_select_backward(sizes, dim, index, arrangement, monkeypatch):
+    """The CPU's result bit for bit, padding at its value; calls after the first of a geometry are
+    replayed by the runtime's front."""
+    torch_layouts.ops.elementwise.forget_recipes()
+    entered = _python_entries(monkeypatch)
     shape = sizes[:dim] + sizes[dim + 1:]
-    g = randn(*shape)
-    if arrangement == "permuted":
-        g = g.permute(2, 0, 1).contiguous().permute(1, 2, 0)
-    got = A.select_backward(g.to("spyre"), sizes, dim, index)
-    assert torch.equal(got.cpu(), A.select_backward(g, sizes, dim, index))
-    assert padding_holds_pad_value(got)
+    for seed in range(3):
+        g = randn(*shape, seed=seed)
+        if arrangement == "permuted":
+            g = g.permute(2, 0, 1).contiguous().permute(1, 2, 0)
+        got = A.select_backward(g.to("spyre"), sizes, dim, index)
+        assert torch.equal(got.cpu(), A.select_backward(g, sizes, dim, index))
+        assert padding_holds_pad_value(got)
+    assert len(entered) == 1
     no_fallback()
 
 
@@ -339,10 +354,15 @@ SLICE = [((40, 30, 70), 0, 5, 25, 1), ((20, 60, 70), 1, 1, 60, 2), ((20, 30, 150
 
 
 @pytest.mark.parametrize("sizes, dim, start, end, step", SLICE, ids=["rows", "strided", "stick"])
-def test_slice_backward(sizes, dim, start, end, step):
-    g = randn(20, 30, 70)
-    got = A.slice_backward(g.to("spyre"), sizes, dim, start, end, step)
-    assert torch.equal(got.cpu(), A.slice_backward(g, sizes, dim, start, end, step))
+def test_slice_backward(sizes, dim, start, end, step, monkeypatch):
+    torch_layouts.ops.elementwise.forget_recipes()
+    entered = _python_entries(monkeypatch)
+    for seed in range(3):
+        g = randn(20, 30, 70, seed=seed)
+        got = A.slice_backward(g.to("spyre"), sizes, dim, start, end, step)
+        assert torch.equal(got.cpu(), A.slice_backward(g, sizes, dim, start, end, step))
+        assert padding_holds_pad_value(got)
+    assert len(entered) == 1
     no_fallback()
 
 

@@ -1,0 +1,39 @@
+#include "view_backward_recipe.h"
+
+#include <ATen/ATen.h>
+
+#include "dma_executor.h"
+
+namespace torch_layouts {
+namespace {
+
+class ViewBackward final : public Replay {
+ public:
+  LayoutPtr out;
+  std::vector<int64_t> sizes, strides;
+  int64_t offset = 0;
+
+  void run(c10::ArrayRef<c10::IValue> args, int64_t, std::vector<c10::IValue>& results) const override {
+    const at::Tensor& grad = args[0].toTensor();
+    at::Tensor result = new_device_tensor(out, grad.device());
+    raw_buffer(result, out->dtype).zero_();  // zeros at the real positions; the padding gets its value back
+    if (!out->padding.empty()) run_fills(out->padding, raw_buffer(result, out->dtype), out->pad_value);
+    if (grad.numel() != 0) result.as_strided(sizes, strides, offset).copy_(grad);
+    results.emplace_back(std::move(result));
+  }
+};
+
+}  // namespace
+
+bool offer_view_backward(const std::string& op, const at::Tensor& grad, LayoutPtr out, std::vector<int64_t> sizes,
+                         std::vector<int64_t> strides, int64_t offset) {
+  if (!out || sizes.size() != strides.size() || offset < 0) return false;
+  auto r = std::make_shared<ViewBackward>();
+  r->out = std::move(out);
+  r->sizes = std::move(sizes);
+  r->strides = std::move(strides);
+  r->offset = offset;
+  return offer_replay(std::move(r), op, {{0, grad}});
+}
+
+}  // namespace torch_layouts
