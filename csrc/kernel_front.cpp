@@ -413,13 +413,13 @@ bool offer_clone_recipe(const at::Tensor& src, LayoutPtr out) {
 }
 
 bool offer_replay(std::shared_ptr<Replay> replay, const std::string& op,
-                  const std::vector<std::pair<int64_t, at::Tensor>>& own) {
+                  const std::vector<std::pair<int64_t, at::Tensor>>& own, bool writes_self) {
   if (t_calls.empty()) return false;
   Call& call = *t_calls.back();
   const std::vector<c10::IValue>& arguments = *call.arguments;
   // A replay makes new results: never for a call that writes an argument (an out= overload
-  // served by the functional kernel, ops/registry.register_out_variants).
-  if (call.op->schema().name() != op || call.target != -1) return false;
+  // served by the functional kernel, ops/registry.register_out_variants); or writes its self.
+  if (call.op->schema().name() != op || call.target != (writes_self ? 0 : -1)) return false;
   for (const auto& [i, t] : own) {
     if (!is_argument(arguments, i, t)) return false;
   }

@@ -44,10 +44,11 @@ class Replay {
 };
 
 // Offers `replay` for the call the innermost front serves on this thread when that call is of
-// `op` ("aten::native_layer_norm"), writes none of its arguments (the replay makes new results)
-// and each (position, tensor) of `own` is its own argument.
+// `op` ("aten::native_layer_norm"), writes none of its arguments (the replay makes new results; with
+// `writes_self`, it writes argument 0 in place, an in-place op's self) and each (position, tensor)
+// of `own` is its own argument.
 bool offer_replay(std::shared_ptr<Replay> replay, const std::string& op,
-                  const std::vector<std::pair<int64_t, at::Tensor>>& own);
+                  const std::vector<std::pair<int64_t, at::Tensor>>& own, bool writes_self = false);
 
 // Offers `replay` for the in-place call of `op` ("aten::_foreach_add_.List") the innermost front
 // serves on this thread when each (position, tensors) of `lists` is its own list argument; the

@@ -12,6 +12,7 @@
 #include "dma_executor.h"
 #include "gemm_recipe.h"
 #include "dropout_recipe.h"
+#include "fill_recipe.h"
 #include "foreach_recipe.h"
 #include "reduce_recipe.h"
 #include "view_backward_recipe.h"
@@ -242,6 +243,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("_offer_view_backward", [](const std::string& op, const at::Tensor& grad, std::shared_ptr<BoundLayout> out,
                                    std::vector<int64_t> sizes, std::vector<int64_t> strides, int64_t offset) {
     return offer_view_backward(op, grad, std::move(out), std::move(sizes), std::move(strides), offset);
+  });
+  m.def("_offer_fill", [](const std::string& op, const at::Tensor& x, const py::list& boxes, bool restore_padding) {
+    std::vector<BufferView> parsed;
+    for (const auto& b : boxes) parsed.push_back(buffer_view(b));
+    return offer_fill(op, x, std::move(parsed), restore_padding);
   });
   m.def("_restickify_counts", &restickify_counts);
   m.def("_kept_recipes", &kept_recipes);

@@ -505,3 +505,30 @@ def test_out_calls_write_their_out_tensor_every_time(_, fn):
         fn(a, b, expected)
         rows = 1 if _ == "sum.IntList_out" else 64  # the sum writes the first row
         assert torch.allclose(out.cpu()[:rows], expected[:rows], atol=1e-5, rtol=1e-5), seed
+
+
+# fill_ and zero_ on whole tensors: id, the op on a device tensor and a call number (the value
+# changes from call to call), shape, pad value of the layout.
+FILL_CASES = [
+    ("fill-float", lambda x, k: x.fill_(0.5 + k), (16, 128), 0.0),
+    ("fill-int-boxes", lambda x, k: x.fill_(k - 3), (5, 70), 0.0),
+    ("zero-pad-value", lambda x, k: x.zero_(), (3, 10), 7.0),
+    ("ones-like", lambda x, k: torch.ones_like(x), (4, 6, 6), 0.0),
+]
+
+
+@pytest.mark.parametrize("_, fn, shape, pad", FILL_CASES, ids=[c[0] for c in FILL_CASES])
+def test_fills_replay_in_the_runtime_front(_, fn, shape, pad, monkeypatch):
+    """After the first call of a geometry, fills run without entering Python: every element the
+    call's value, the padding its pad value, whatever value each call passes."""
+    elementwise.forget_recipes()
+    entered = []
+    monkeypatch.setattr(elementwise, "_fill_buffer", lambda *a, original=elementwise._fill_buffer:
+                        entered.append(1) or original(*a))
+    layout = SpyreTensorLayout(shape, F32, pad_value=pad)
+    for k in range(3):
+        x = randn(*shape, seed=k)
+        dx = x.to("spyre", device_layout=layout)
+        out = fn(dx, k)
+        assert torch.equal(out.cpu(), fn(x, k)) and padding_holds_pad_value(out)
+    assert len(entered) == 1

@@ -569,9 +569,10 @@ FILLS: dict[tuple, FillPlan] = {}
 MAX_FILLS = 1024
 
 
-def fill_(x: torch.Tensor, value: Any) -> torch.Tensor:
+def fill_(x: torch.Tensor, value: Any, op: str = "fill_") -> torch.Tensor:
     """Set every element of ``x`` (the real positions of its buffer) to ``value``; the plan of a
-    tensor that is its whole buffer is kept per geometry (``zeros``/``ones`` fill fresh ones)."""
+    tensor that is its whole buffer is kept per geometry (``zeros``/``ones`` fill fresh ones) and
+    offered to the runtime's front for the call of ``op`` it serves (``csrc/fill_recipe.cpp``)."""
     if isinstance(value, torch.Tensor):
         if value.dim() != 0:
             raise RuntimeError(f"fill_ only supports 0-dimension value tensor but got tensor with {value.dim()} "
@@ -588,6 +589,11 @@ def fill_(x: torch.Tensor, value: Any) -> torch.Tensor:
         known = FillPlan(coords, *real_slices(coords), layouts_of([x]) if key is not None else ())
         if key is not None:
             keep(FILLS, key, known, MAX_FILLS)
+    if key is not None:
+        shape, strides = known.coords.shape, rowmajor(known.coords.shape)
+        _C._offer_fill("aten::" + op, x, [(tuple(s.stop - s.start for s in index) if index else shape, strides,
+                                           sum(s.start * t for s, t in zip(index, strides)))
+                                          for index in known.pieces], known.restore_padding)
     return _fill_buffer(x, known.coords, known.pieces, known.restore_padding, value)
 
 
@@ -604,7 +610,7 @@ def _fill_buffer(x: torch.Tensor, coords: BoundLayout, pieces: tuple, restore_pa
 
 def zero_(x: torch.Tensor) -> torch.Tensor:
     """``fill_(x, 0)``."""
-    return fill_(x, 0)
+    return fill_(x, 0, "zero_")
 
 
 # -- the op table ------------------------------------------------------------------------
