@@ -222,6 +222,9 @@ REPLAYED_CASES = [
     ("clone-transposed", lambda x: x.clone(), (8, 128, 256), F32, lambda t: t.transpose(0, 1)),
     ("contiguous-of-a-slice", lambda x: x.contiguous(), (3, 64, 4, 64), F32, lambda t: t[:, 1]),
     ("clone-channels-last", lambda x: x.clone(memory_format=torch.channels_last), (2, 64, 4, 32), F32, lambda t: t),
+    ("contiguous-of-packed-projection", lambda x: x.contiguous(), (6, 2, 48), F32,  # MultiheadAttention's q, k, v
+     lambda t: t.unflatten(-1, (3, 16)).unsqueeze(0).transpose(0, -2).squeeze(-2)),
+    ("contiguous-of-transposed-pad", lambda x: x.contiguous(), (40, 20), F32, lambda t: t.t()),
 ]
 
 
@@ -532,3 +535,16 @@ def test_fills_replay_in_the_runtime_front(_, fn, shape, pad, monkeypatch):
         out = fn(dx, k)
         assert torch.equal(out.cpu(), fn(x, k)) and padding_holds_pad_value(out)
     assert len(entered) == 1
+
+
+def test_a_clone_that_restickifies_is_counted_every_call():
+    """A contiguous clone that moves the stick is a restickify: it is not replayed by the front,
+    so every call counts it."""
+    elementwise.forget_recipes()
+    d = randn(64, 64).to("spyre")
+    counts = []
+    for _ in range(3):
+        torch_layouts.reset_stats()
+        d[:, :48].t().contiguous()
+        counts.append(torch_layouts.stats()["restickify_count"])
+    assert counts == [1, 1, 1]

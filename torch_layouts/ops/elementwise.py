@@ -485,7 +485,8 @@ def clone(x: torch.Tensor, *, memory_format: torch.memory_format | None = None) 
     layout of its shape with its buffer's dim_order, or the default layout.
     A copy that moves the stick to another dim (``k.transpose(-2, -1).contiguous()``) is
     counted as a restickify. The result's coordinates are kept per geometry (``CLONES``); a clone
-    copied by box reads is then replayed by the runtime's front (a new tensor, the kept copy)."""
+    that is no restickify is then replayed by the runtime's front (a new tensor of those
+    coordinates, the runtime's copy into it)."""
     key = geometry_key(x)
     key = None if key is None else (key, memory_format)
     kept = CLONES.get(key) if key is not None else None
@@ -495,14 +496,15 @@ def clone(x: torch.Tensor, *, memory_format: torch.memory_format | None = None) 
     p = plan(x, coords)
     if p is not None and p.stick_ok:
         out = new_tensor(coords, x.device)
-        if copy_between(out, x):  # box reads kept per geometry, and by the runtime
-            if key is not None:  # the runtime's front then clones this geometry itself
-                _C._offer_clone_recipe(x, runtime_record(coords))
+        if not copy_between(out, x):  # box reads kept per geometry, and by the runtime
+            out = run(COPY, [x], {}, out_dtype=x.dtype, coords=coords)
+    else:
+        out = materialize(x, coords)
+        if stick_dim(x) != stick_dim(out):
+            count_restickify(x.numel() * x.element_size())
             return out
-        return run(COPY, [x], {}, out_dtype=x.dtype, coords=coords)
-    out = materialize(x, coords)
-    if stick_dim(x) != stick_dim(out):
-        count_restickify(x.numel() * x.element_size())
+    if key is not None:  # the runtime's front then clones this geometry itself
+        _C._offer_clone_recipe(x, runtime_record(coords))
     return out
 
 
