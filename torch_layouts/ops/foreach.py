@@ -162,7 +162,6 @@ class Foreach(NamedTuple):
 def _kernel(spec: Foreach) -> Callable[..., Any]:
     packet, _, overload = spec.name.partition(".")
     op = getattr(getattr(A, packet), overload or "default")
-    inplace_op = None if spec.inplace else getattr(A, packet + "_").default  # the CPU's would allocate each result
 
     def kernel(*args: Any, **kwargs: Any) -> Any:
         lists = [a for a, k in zip(args, spec.kinds) if k == "L"]
@@ -186,12 +185,12 @@ def _kernel(spec: Foreach) -> Callable[..., Any]:
             if spec.inplace:
                 op(*raw_args, **kwargs)
                 _restore_padding([lists[0][i] for i in plan.fast], plan)
-            else:  # a unary op: copied into the results, which its in-place form then rewrites
+            else:  # a unary op, written into the results' buffers one by one (the CPU's _foreach
+                # form would allocate each result; copying then rewriting in place takes two passes)
                 device = lists[0][0].device
                 outs = [new_tensor(c, device) for c in plan.coords]
-                raw_outs = _C._flat_views(outs, plan.numels)
-                torch._foreach_copy_(raw_outs, raw_args[0])
-                inplace_op(raw_outs, **kwargs)
+                for a, o in zip(raw_args[0], _C._flat_views(outs, plan.numels)):
+                    spec.single(a, out=o, **kwargs)
                 _restore_padding(outs, plan)
                 for i, out in zip(plan.fast, outs):
                     results[i] = out
