@@ -79,11 +79,12 @@ int64_t written_argument(const c10::FunctionSchema& schema) {
   return -1;
 }
 
-// The call's geometry: the op, then per argument its geometry key (device tensors with layouts,
-// not 0-dim) and whether it shares the target's buffer; a Scalar's kind (a wrapped number's
+// The call's geometry: the op, then per argument its geometry key (device tensors with layouts)
+// and whether it shares the target's buffer; a tensor list's geometry keys and whether each shares
+// the first list's tensor's buffer; a Scalar's (or a Scalar list's) kind (a wrapped number's
 // dtype), which the compute takes as it comes; any other value (dims, keepdim, a dtype, a memory
 // format, a rounding mode), which a recipe may depend on. Empty when an argument is anything else
-// (a CPU tensor, a list of tensors): no recipe is kept or replayed for such calls.
+// (a CPU tensor): no recipe is kept or replayed for such calls.
 std::vector<int64_t> call_key(int64_t front, const c10::FunctionSchema& schema, c10::ArrayRef<c10::IValue> args,
                               int64_t target) {
   std::vector<int64_t> key{front};
@@ -102,7 +103,7 @@ std::vector<int64_t> call_key(int64_t front, const c10::FunctionSchema& schema, 
         key.push_back(-6);
         continue;
       }
-      if (!t.is_privateuseone() || t.dim() == 0) return {};
+      if (!t.is_privateuseone()) return {};
       std::vector<int64_t> g = geometry_key(t);
       if (g.empty()) return {};
       key.insert(key.end(), {-1, static_cast<int64_t>(g.size())});

@@ -517,6 +517,7 @@ FILL_CASES = [
     ("fill-int-boxes", lambda x, k: x.fill_(k - 3), (5, 70), 0.0),
     ("zero-pad-value", lambda x, k: x.zero_(), (3, 10), 7.0),
     ("ones-like", lambda x, k: torch.ones_like(x), (4, 6, 6), 0.0),
+    ("ones-like-0-dim", lambda x, k: torch.ones_like(x), (), 0.0),  # autograd's gradient of a loss
 ]
 
 
