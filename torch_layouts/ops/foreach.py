@@ -59,17 +59,21 @@ def flat(t: torch.Tensor) -> Flat | None:
     info = record_of(t)
     found = None
     shape, stride = tuple(t.shape), tuple(t.stride())
-    if info is not None and t.storage_offset() == 0 and (
-            (shape, stride) == (tuple(info.base_size), tuple(info.base_stride))
-            or (t.is_contiguous() and t.numel() == math.prod(info.base_size)
-                and _row_major(info.base_size, info.base_stride))):
+    whole = info is not None and t.storage_offset() == 0 and (shape, stride) == (tuple(info.base_size),
+                                                                                 tuple(info.base_stride))
+    view = info is not None and not whole and t.storage_offset() == 0 and t.is_contiguous() and \
+        t.numel() == math.prod(info.base_size) and _row_major(info.base_size, info.base_stride)
+    if whole or view:
         layout = info.layout
         try:
             coords = BoundLayout(layout, shape, stride)
-            copies = coords.broadcast
+            rejected = bool(coords.broadcast)  # a layout keeping copies of elements
         except ValueError:  # the layout does not bind to the view's shape
-            copies = True
-        if not copies:
+            rejected = True
+        if view and not rejected:  # the coordinates must place each element where the view's buffer has it
+            rejected = not torch.equal(_C._view_offsets(info, list(shape), list(stride), 0),
+                                       _C._view_offsets(runtime_record(coords), list(shape), list(stride), 0))
+        if not rejected:
             dims = [(n, m) for n, m in zip(layout.device_size, layout.stride_map) if n != 1]  # size 1: no offset
             key = (tuple(dims), t.dtype, shape, stride)
             found = Flat(key, coords, math.prod(layout.device_size), has_padding(coords))
