@@ -2,8 +2,6 @@
 
 #include <ATen/ATen.h>
 
-#include "dma_executor.h"
-
 namespace torch_layouts {
 namespace {
 
@@ -19,10 +17,7 @@ class FillReplay final : public Replay {
     const at::Tensor& x = args[0].toTensor();
     const c10::Scalar value = zero ? c10::Scalar(0) : args[1].toScalar();
     for (const BufferView& box : boxes) view_of(x, box).fill_(value);
-    if (restore_padding) {
-      const LayoutPtr layout = layout_of(x);
-      run_fills(layout->padding, raw_buffer(x, layout->dtype), layout->pad_value);
-    }
+    if (restore_padding) fill_padding(x, *layout_of(x));
     results.emplace_back(x);
   }
 };

@@ -1,11 +1,8 @@
 #include "foreach_recipe.h"
 
 #include <ATen/ATen.h>
-#include <ATen/core/dispatch/Dispatcher.h>
 
 #include <unordered_map>
-
-#include "dma_executor.h"
 
 namespace torch_layouts {
 namespace {
@@ -41,8 +38,7 @@ class ForeachReplay final : public Replay {
     const c10::List<at::Tensor> written = args[list_args.front()].toTensorList();
     for (int64_t i : padded) {
       const at::Tensor t = written[i];
-      const LayoutPtr layout = layout_of(t);
-      run_fills(layout->padding, raw_buffer(t, layout->dtype), layout->pad_value);
+      fill_padding(t, *layout_of(t));
     }
     (void)results;  // in place: the op returns nothing
   }
@@ -64,9 +60,7 @@ bool offer_foreach(const std::string& op, const std::vector<std::pair<int64_t, s
   for (int64_t i : padded) {
     if (i < 0 || static_cast<size_t>(i) >= n) return false;
   }
-  const auto dot = op.find('.');
-  auto handle = c10::Dispatcher::singleton().findSchema(
-      {op.substr(0, dot), dot == std::string::npos ? "" : op.substr(dot + 1)});
+  auto handle = find_op(op);
   if (!handle) return false;
   auto r = std::make_shared<ForeachReplay>(*handle);
   for (const auto& [p, tensors] : lists) r->list_args.push_back(p);

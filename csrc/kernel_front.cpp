@@ -368,9 +368,7 @@ bool offer_recipe(const std::vector<std::optional<at::Tensor>>& args, std::vecto
   if (out ? call.target != -1 || !result_view : call.target == -1 || result_view.has_value() == reads_target) {
     return false;
   }
-  const auto dot = compute.find('.');
-  auto handle = c10::Dispatcher::singleton().findSchema(
-      {compute.substr(0, dot), dot == std::string::npos ? "" : compute.substr(dot + 1)});
+  auto handle = find_op(compute);
   if (!handle) return false;
   // The compute is an overload of the called op (in place: of its functional form).
   std::string called = call.op->schema().name();
@@ -450,6 +448,12 @@ bool offer_list_replay(std::shared_ptr<Replay> replay, const std::string& op,
   }
   call.offered = std::move(replay);
   return true;
+}
+
+std::optional<c10::OperatorHandle> find_op(const std::string& name) {
+  const auto dot = name.find('.');
+  return c10::Dispatcher::singleton().findSchema(
+      {name.substr(0, dot), dot == std::string::npos ? "" : name.substr(dot + 1)});
 }
 
 int64_t kept_recipes() { return static_cast<int64_t>(g_recipes.size()); }

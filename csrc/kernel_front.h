@@ -10,6 +10,7 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
@@ -55,6 +56,9 @@ bool offer_replay(std::shared_ptr<Replay> replay, const std::string& op,
 // replay holds those tensors' layouts.
 bool offer_list_replay(std::shared_ptr<Replay> replay, const std::string& op,
                        const std::vector<std::pair<int64_t, std::vector<at::Tensor>>>& lists);
+
+// The operator named "aten::add.out" ("aten::relu": the default overload), if registered.
+std::optional<c10::OperatorHandle> find_op(const std::string& name);
 
 // A strided CPU view of a device tensor's buffer.
 inline at::Tensor view_of(const at::Tensor& t, const BufferView& v) { return raw_view(t, v.sizes, v.strides, v.offset); }

@@ -330,7 +330,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("_fill_padding", [](const at::Tensor& t) {
     LayoutPtr layout = t.is_privateuseone() ? layout_of(t) : nullptr;
     TORCH_CHECK_VALUE(layout != nullptr, "expected a spyre tensor with a layout");
-    if (!layout->padding.empty()) run_fills(layout->padding, raw_buffer(t, layout->dtype), layout->pad_value);
+    fill_padding(t, *layout);
   });
   m.def("_run_nests", &run_nests_py);
   m.def("_set_stream_bytes", &set_stream_bytes);

@@ -105,10 +105,12 @@ at::Tensor new_device_tensor(const LayoutPtr& layout, c10::Device device) {
                                                          c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
                                                          c10::scalarTypeToTypeMeta(layout->dtype), layout);
   tensor.unsafeGetTensorImpl()->set_sizes_and_strides(layout->base_size, layout->base_stride);
-  if (!layout->padding.empty()) {
-    run_fills(layout->padding, raw_buffer(tensor, layout->dtype), layout->pad_value);
-  }
+  fill_padding(tensor, *layout);
   return tensor;
+}
+
+void fill_padding(const at::Tensor& tensor, const BoundLayout& layout) {
+  if (!layout.padding.empty()) run_fills(layout.padding, raw_buffer(tensor, layout.dtype), layout.pad_value);
 }
 
 at::Tensor make_alias(const at::Tensor& self, c10::IntArrayRef sizes, c10::IntArrayRef strides,

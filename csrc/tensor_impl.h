@@ -52,6 +52,9 @@ LayoutPtr element_layout_of(const at::Tensor& tensor);
 // A fresh device tensor holding `layout`'s base, padding already set to the pad value.
 at::Tensor new_device_tensor(const LayoutPtr& layout, c10::Device device);
 
+// Sets every padding position of `tensor`'s buffer (laid out as `layout`) to the pad value.
+void fill_padding(const at::Tensor& tensor, const BoundLayout& layout);
+
 // A view of `self` (same storage, same layout).
 at::Tensor make_alias(const at::Tensor& self, c10::IntArrayRef sizes, c10::IntArrayRef strides,
                       int64_t storage_offset);

@@ -2,8 +2,6 @@
 
 #include <ATen/ATen.h>
 
-#include "dma_executor.h"
-
 namespace torch_layouts {
 namespace {
 
@@ -17,7 +15,7 @@ class ViewBackward final : public Replay {
     const at::Tensor& grad = args[0].toTensor();
     at::Tensor result = new_device_tensor(out, grad.device());
     raw_buffer(result, out->dtype).zero_();  // zeros at the real positions; the padding gets its value back
-    if (!out->padding.empty()) run_fills(out->padding, raw_buffer(result, out->dtype), out->pad_value);
+    fill_padding(result, *out);
     if (grad.numel() != 0) result.as_strided(sizes, strides, offset).copy_(grad);
     results.emplace_back(std::move(result));
   }

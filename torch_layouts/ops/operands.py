@@ -22,6 +22,7 @@ operand's stick.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from collections.abc import Sequence
 from typing import NamedTuple, TypeVar
@@ -381,6 +382,17 @@ def real_slices(coords: BoundLayout) -> tuple[tuple[tuple[slice, ...], ...], boo
 def fills(coords: BoundLayout) -> tuple[Fill, ...]:
     """Nests covering every padding position of the coordinates' buffer."""
     return tuple(padding(coords))
+
+
+@functools.lru_cache(maxsize=2048)
+def one_real_box(coords: BoundLayout) -> tuple[tuple[int, int], ...] | None:
+    """The coordinates' real positions as one box (``(begin, count)`` per device dim) when they have
+    padding and their real positions are one box (padding only past the real extent of some device
+    dims: a dim shorter than its stick), else None."""
+    if not has_padding(coords):
+        return None
+    boxes = list(itertools.islice(coords.real_boxes(), 2))
+    return boxes[0] if len(boxes) == 1 else None
 
 
 def fill_pad(t: torch.Tensor, coords: BoundLayout, value: float | int | bool) -> torch.Tensor:

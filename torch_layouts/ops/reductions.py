@@ -28,8 +28,8 @@ from ..spyre import MAX_RANK, SpyreTensorLayout
 from .elementwise import copy_real, move, restickify_to
 from ..core.layout import BoundLayout
 from .operands import (Read, coords_for, default_coords, geometry_key, has_padding, keep, layouts_of, new_tensor,
-                       operand_layout, padded_copy, plan, plan_view, raw, raw_view, read_of, real_slices, reduced_dims,
-                       rowmajor, runtime_record, strides_in_order, view)
+                       operand_layout, padded_copy, plan, plan_view, raw, raw_view, one_real_box, read_of, real_slices,
+                       reduced_dims, rowmajor, runtime_record, strides_in_order, view)
 from .registry import register
 from . import strided_reductions
 from .rows import ROW_DTYPES, Rows
@@ -313,13 +313,8 @@ def _boxed_values(kind: str, v: torch.Tensor, coords: BoundLayout, red: tuple[in
 def _real_box(coords: BoundLayout, red: tuple[int, ...]) -> tuple[tuple[int, int], ...] | None:
     """The one box of the coordinates' real positions when they have padding and the box spans
     the reduced device dims ``red`` whole, else None."""
-    if not has_padding(coords):
-        return None
-    pieces, whole = real_slices(coords)
-    if whole or len(pieces) != 1:
-        return None
-    box = tuple((s.start, s.stop - s.start) for s in pieces[0])
-    return None if any(box[d] != (0, coords.shape[d]) for d in red) else box
+    box = one_real_box(coords)
+    return None if box is None or any(box[d] != (0, coords.shape[d]) for d in red) else box
 
 
 def reduce(kind: str, x: torch.Tensor, dim: int | Sequence[int] | None, keepdim: bool,

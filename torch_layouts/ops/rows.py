@@ -18,14 +18,14 @@ for ``reductions.write_result``.
 from __future__ import annotations
 
 import functools
-import itertools
 import math
 from typing import NamedTuple
 
 import torch
 
 from ..core.layout import BoundLayout
-from .operands import Read, has_padding, in_place, keep, layouts_of, new_tensor, plan_key, raw_view, read_of
+from .operands import (Read, has_padding, in_place, keep, layouts_of, new_tensor, one_real_box, plan_key, raw_view,
+                       read_of)
 
 ROW_DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # what the row kernels compute on
 
@@ -92,10 +92,9 @@ def rows(coords: BoundLayout, dims: tuple[int, ...], padded: bool = False) -> Ro
         return None
     box = None
     if has_padding(coords):
-        boxes = list(itertools.islice(coords.real_boxes(), 2))
-        if not padded or len(boxes) != 1:
+        box = one_real_box(coords) if padded else None
+        if box is None:
             return None
-        box = boxes[0]
     wanted = set(dims)
     reduced: list[int] = []
     for group in sorted(coords.groups, key=lambda g: g.host_dims[0]):
