@@ -7,6 +7,8 @@ their own CPU ``out=`` overload are replayed by the runtime's front without ente
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 import torch
 
 import torch_layouts
@@ -549,3 +551,44 @@ def test_a_clone_that_restickifies_is_counted_every_call():
         d[:, :48].t().contiguous()
         counts.append(torch_layouts.stats()["restickify_count"])
     assert counts == [1, 1, 1]
+
+
+# Calls the runtime's front replays, over random geometries (short sticks and padding included):
+# id, the op on a device or CPU tensor, whether the replay must give the CPU's bits (else within
+# the dtype's tolerance: the row kernels and the per-dim sums round on their own).
+REPLAY_PROPERTY_OPS = [
+    ("mul", lambda x: x * x, True),
+    ("add_-number", lambda x: x.clone().add_(0.5), True),
+    ("amax-last", lambda x: x.amax(-1), True),
+    ("sum-first", lambda x: x.sum(0), False),
+    ("softmax", lambda x: torch.softmax(x, -1), False),
+    ("ones_like", lambda x: torch.ones_like(x), True),
+    ("zero_", lambda x: x.clone().zero_(), True),
+    ("contiguous-of-transpose", lambda x: x.transpose(0, -1).contiguous(), True),
+]
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.integers(1, 40), min_size=2, max_size=3), st.sampled_from([F32, F16, BF16]),
+       st.sampled_from(range(len(REPLAY_PROPERTY_OPS))), st.data())
+def test_replays_give_the_python_paths_bits_on_any_geometry(shape, dtype, which, data):
+    """The first call of a geometry runs in Python, the next ones are replayed by the runtime's
+    front: the same bits, layout and padding every time, and the CPU's values."""
+    _, fn, exact = REPLAY_PROPERTY_OPS[which]
+    order = data.draw(st.permutations(range(len(shape))))
+    layout = SpyreTensorLayout(tuple(shape), dtype, list(order))
+    elementwise.forget_recipes()
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(len(shape) * 41 + which)).to(dtype)
+    dx = x.to("spyre", device_layout=layout)
+    results = [fn(dx) for _ in range(3)]
+    first = results[0]
+    for again in results[1:]:
+        assert torch.equal(again.cpu(), first.cpu()) and again.device_tensor_layout() == first.device_tensor_layout()
+        assert padding_holds_pad_value(again)
+    expected = fn(x)
+    assert first.dtype == expected.dtype and first.shape == expected.shape
+    if exact:
+        assert torch.equal(first.cpu(), expected)
+    else:
+        tol = {F32: 1e-5, F16: 1e-2, BF16: 5e-2}[dtype]
+        torch.testing.assert_close(first.cpu(), expected, rtol=tol, atol=tol * 4)

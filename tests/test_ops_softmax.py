@@ -33,6 +33,7 @@ CASES = [
     ("short-stick-pad-value", (6, 10), F32, SpyreTensorLayout((6, 10), F32, pad_value=7.0), -1),
     ("short-stick-rows", (6, 20), F16, None, 0),
     ("short-stick-dim-order", (32, 10), F32, SpyreTensorLayout((32, 10), F32, [1, 0]), -1),
+    ("one-element-rows", (3, 1), F32, None, -1),  # padded, the reduced dim has no device dim
 ]
 
 
@@ -58,6 +59,7 @@ ROW_BOXES = [
     ("short-batch-in-stick", (32, 10), F32, SpyreTensorLayout((32, 10), F32, [1, 0]), (1,), True),
     ("partial-last-stick", (6, 40), F32, None, (1,), False),
     ("two-partial-dims", (3, 40, 70), F32, SpyreTensorLayout((3, 40, 70), F32, [0, 2, 1]), (2,), False),
+    ("reduced-dim-of-size-1", (1, 1), F32, None, (1,), False),
 ]
 
 

@@ -104,6 +104,8 @@ def rows(coords: BoundLayout, dims: tuple[int, ...], padded: bool = False) -> Ro
         if inside != set(group.host_dims) or not group.nested or list(group.host_dims) != sorted(group.host_dims):
             return None
         reduced += [dig.dim for dig in reversed(group.digits)]
+    if not reduced:  # the reduced dims have no device dims (size 1): no row to walk
+        return None
     others = [d for d in range(len(coords.shape)) if d not in reduced]
     return Rows(tuple(others + reduced), len(reduced), box)
 
