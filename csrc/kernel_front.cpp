@@ -172,7 +172,9 @@ std::vector<int64_t> call_key(int64_t front, const c10::FunctionSchema& schema, 
 
 // The result (a new tensor or the call's target) with its view passed last to the compute.
 void AtenRecipe::run(c10::ArrayRef<c10::IValue> args, int64_t target, std::vector<c10::IValue>& results) const {
-  std::vector<c10::IValue> stack(args.begin(), args.begin() + static_cast<int64_t>(compute_args));
+  // The call's arguments; those the compute takes past them (relu's clamp_min bound) are overrides.
+  std::vector<c10::IValue> stack(args.begin(), args.begin() + static_cast<int64_t>(std::min(compute_args, args.size())));
+  stack.resize(compute_args);
   for (size_t i = 0; i < compute_args; ++i) {
     if (wrap[i]) {  // as PyTorch's argument parser passes a Python number to a Tensor parameter
       at::Tensor scalar = at::scalar_to_tensor(stack[i].toScalar());
@@ -370,22 +372,31 @@ bool offer_recipe(const std::vector<std::optional<at::Tensor>>& args, std::vecto
   }
   auto handle = find_op(compute);
   if (!handle) return false;
-  // The compute is an overload of the called op (in place: of its functional form).
+  // The compute is an overload of the called op (in place: of its functional form), or the op
+  // the CPU computes it as (relu: clamp_min at 0, the bound passed as an override).
   std::string called = call.op->schema().name();
   if (!called.empty() && called.back() == '_') called.pop_back();
-  if (handle->schema().name() != called) return false;
+  if (handle->schema().name() != called && !(called == "aten::relu" && handle->schema().name() == "aten::clamp_min")) {
+    return false;
+  }
   auto recipe = std::make_shared<AtenRecipe>();
   const auto& formals = handle->schema().arguments();
   recipe->compute_args = formals.size() - 1;
-  if (recipe->compute_args > arguments.size()) return false;
   for (const RecipeRead& read : reads) {
     if (static_cast<size_t>(read.arg) >= recipe->compute_args) return false;
   }
+  std::vector<bool> overridden(recipe->compute_args, false);
   for (const auto& [i, value] : overrides) {
     if (i < 0 || static_cast<size_t>(i) >= recipe->compute_args) return false;
     recipe->overrides.emplace_back(i, torch::jit::toIValue(value, formals[i].real_type()));
+    overridden[i] = true;
   }
   for (size_t i = 0; i < recipe->compute_args; ++i) {
+    if (i >= arguments.size()) {  // past the call's arguments: only an override gives it
+      if (!overridden[i]) return false;
+      recipe->wrap.push_back(false);
+      continue;
+    }
     const bool tensor = formals[i].real_type()->kind() == c10::TypeKind::TensorType;
     const c10::IValue& a = arguments[i];
     if (tensor != a.isTensor() && !(tensor && (a.isDouble() || a.isInt() || a.isBool()))) return false;

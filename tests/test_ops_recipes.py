@@ -120,6 +120,9 @@ FRONT_CASES = [
     ("addcmul-value", lambda a, b, c: torch.addcmul(c, a, b, value=0.5), F32),
     ("lerp", lambda a, b, c: torch.lerp(a, b, 0.3), F32),
     ("threshold_backward", lambda a, b, c: torch.ops.aten.threshold_backward(a, b, 0.0), F32),
+    # relu computes as clamp_min(self, 0) on the CPU: the recipe passes the bound the op lacks
+    ("relu", lambda a, b, c: torch.relu(a), F32),
+    ("relu_-in-place-half", lambda a, b, c: c.relu_(), F16),
 ]
 
 
@@ -558,6 +561,7 @@ def test_a_clone_that_restickifies_is_counted_every_call():
 # the dtype's tolerance: the row kernels and the per-dim sums round on their own).
 REPLAY_PROPERTY_OPS = [
     ("mul", lambda x: x * x, True),
+    ("relu", torch.relu, True),
     ("add_-number", lambda x: x.clone().add_(0.5), True),
     ("amax-last", lambda x: x.amax(-1), True),
     ("sum-first", lambda x: x.sum(0), False),

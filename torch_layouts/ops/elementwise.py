@@ -62,6 +62,7 @@ class Spec(NamedTuple):
     operands: tuple[int, ...]  # argument positions of the operands (tensors or scalars)
     masks: tuple[int, ...] = ()  # bool operands: never promoted
     native: str | None = None  # the CPU out= overload ``compute`` is, on the op's own arguments
+    extra: tuple = ()  # arguments ``native`` takes after the op's own (relu: clamp_min's bound 0)
 
 
 def _op(name: str) -> torch._ops.OpOverload:
@@ -322,8 +323,8 @@ def _offer(recipe: Recipe, spec: Spec, args: tuple | list) -> None:
     boxes = [] if recipe.unpadded else [[(s.start, s.stop - s.start) for s in box] for box in pieces]
     _C._offer_recipe([t if isinstance(t, torch.Tensor) else None for t in args],
                      [(i, shape, strides, offset) for i, strides, offset in recipe.reads],
-                     None if recipe.out_coords is None else runtime_record(recipe.out_coords), result, [],
-                     "aten::" + spec.native, boxes)
+                     None if recipe.out_coords is None else runtime_record(recipe.out_coords), result,
+                     [(len(args) + i, v) for i, v in enumerate(spec.extra)], "aten::" + spec.native, boxes)
 
 
 def forget_recipes() -> None:
@@ -730,7 +731,7 @@ SPECS += [Spec(name, _backward(getattr(A, name).grad_input), (0, 1)) for name in
 NATIVE = {
     **{f"{op}.{ov}": f"{op}.out" for op in ("add", "sub", "mul", "div") for ov in ("Tensor", "Scalar")},
     "div.Tensor_mode": "div.out_mode", "div.Scalar_mode": "div.out_mode",
-    **{name: f"{name}.out" for name in UNARY if name != "relu"},  # relu computes as clamp_min
+    **{name: f"{name}.out" for name in UNARY if name != "relu"}, "relu": "clamp_min.out",
     "gelu": "gelu.out", "maximum": "maximum.out", "minimum": "minimum.out",
     "pow.Tensor_Tensor": "pow.Tensor_Tensor_out", "pow.Tensor_Scalar": "pow.Tensor_Scalar_out",
     "pow.Scalar": "pow.Scalar_out", "where.self": "where.self_out", "clamp": "clamp.out",
@@ -739,7 +740,8 @@ NATIVE = {
     "addcdiv": "addcdiv.out", "lerp.Scalar": "lerp.Scalar_out", "lerp.Tensor": "lerp.Tensor_out",
     **{name: f"{name}.grad_input" for name in BACKWARD},
 }
-SPECS = [spec._replace(native=NATIVE.get(spec.name)) for spec in SPECS]
+EXTRA = {"relu": (0,)}  # arguments a native overload takes after the op's own
+SPECS = [spec._replace(native=NATIVE.get(spec.name), extra=EXTRA.get(spec.name, ())) for spec in SPECS]
 
 ADD = Spec("add.Tensor", _add, (0, 1))
 MUL = Spec("mul.Tensor", _binary(torch.mul), (0, 1))
