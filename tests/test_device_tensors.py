@@ -166,6 +166,30 @@ def test_templates_bind_to_the_tensor(helpers, template):
         check_device_memory(y, x)
 
 
+# One layout object (or template) moving host tensors of several sizes and strides, each twice
+# (the second move reuses the first's record): the layout, strides and device bytes of the same
+# move of a tensor that requires grad (the differentiable path, which keeps no record).
+REPEATED_MOVES = [
+    ("template, two shapes", tensorrt.TensorFormat.kCHW4, [(2, 3, 5, 30), (1, 6, 4, 8)], False),
+    ("flat layout, two sizes of its numel", SpyreTensorLayout((120,), F16, [0]), [(120,), (4, 30)], False),
+    ("dim order, permuted source", SpyreTensorLayout((6, 40), F16, [1, 0]), [(6, 40)], True),
+]
+
+
+@pytest.mark.parametrize("_, spec, shapes, permuted", REPEATED_MOVES, ids=[c[0] for c in REPEATED_MOVES])
+def test_repeated_moves_into_one_layout_object(helpers, _, spec, shapes, permuted):
+    for i, shape in enumerate(shapes):
+        x = helpers.random_bits(math.prod(shape), F16, i).view(shape)
+        if permuted:
+            x = x.t().contiguous().t()
+        for _ in range(2):
+            y = x.to("spyre", device_layout=spec)
+            made = x.detach().requires_grad_().to("spyre", device_layout=spec)
+            assert y.device_tensor_layout() == made.device_tensor_layout() and y.stride() == made.stride()
+            assert same_bits(torch_layouts.device_memory(y), torch_layouts.device_memory(made))
+            assert same_bits(y.cpu(), x) and not y.requires_grad
+
+
 BAD_CREATION = [
     ("layout dtype differs", lambda: torch.empty((3, 40), device="spyre", device_layout=L34), ValueError, "float16"),
     ("layout for another shape", lambda: torch.zeros(3, 41, dtype=F16).to("spyre", device_layout=L34), ValueError,

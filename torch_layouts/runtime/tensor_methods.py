@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from .. import _C
+from ..core.dtypes import int64_downcast
 from ..core.layout import DeviceLayout
 from .layout_records import bind, bound_record_for, bound_record, storage_strides
 
@@ -92,12 +93,42 @@ class _ToLayout(torch.autograd.Function):
         return grad.to(ctx.source_device), None, None, None
 
 
+# A host tensor's moves into a layout, per (layout object, size, strides, dtype): the runtime
+# record its new tensor gets (a training loop moves each batch into the same layout). The layout
+# object is kept beside its record, so that its id is not reused while the entry lives.
+_HOST_MOVES: dict[tuple, tuple[object, _C.BoundLayout]] = {}
+MAX_HOST_MOVES = 256
+
+
+def _host_move(x: torch.Tensor, spec: object) -> _C.BoundLayout:
+    """The runtime record of a new tensor holding host tensor ``x`` in ``spec``."""
+    key = (id(spec), x.shape, x.stride(), x.dtype)
+    hit = _HOST_MOVES.get(key)
+    if hit is not None and hit[0] is spec:
+        int64_downcast(x.dtype)  # as bind() does: once, or every time under set_warn_always
+        return hit[1]
+    layout = bind(spec, x.shape, x.dtype, x.stride())
+    stride = storage_strides(layout, x.shape, x.stride())
+    if stride is None:
+        info = bound_record_for(layout, x.shape)
+    else:
+        layout.resolve(tuple(x.shape), stride)
+        info = bound_record(layout, tuple(x.shape), stride)
+    if len(_HOST_MOVES) >= MAX_HOST_MOVES:
+        _HOST_MOVES.pop(next(iter(_HOST_MOVES)))
+    _HOST_MOVES[key] = (spec, info)
+    return info
+
+
 def to_layout(x: torch.Tensor, spec: object, device: torch.device | None = None, dtype: torch.dtype | None = None,
               copy: bool = False) -> torch.Tensor:
     """``x`` on a spyre device in the layout ``spec``; ``x`` itself when already there."""
     device = _spyre_device(device, x.device if x.device.type == "spyre" else torch.device("spyre"))
     if dtype is not None and dtype != x.dtype:
         x = x.to(dtype)
+    if x.device.type != "spyre" and not (x.requires_grad and torch.is_grad_enabled()):
+        # nothing to record for autograd: a fresh tensor takes the copy of one that needs no grad
+        return _C._empty_with_layout(_host_move(x, spec), device.index).copy_(x)
     layout = bind(spec, x.shape, x.dtype, x.stride())
     if not copy and x.device == device and _is_whole(x) and device_tensor_layout(x) == layout:
         return x
