@@ -2,6 +2,7 @@
 
 #include <ATen/Dispatch_v2.h>
 #include <ATen/Parallel.h>
+#include <ATen/ops/from_blob.h>
 #include <c10/util/Exception.h>
 #include <c10/util/irange.h>
 
@@ -381,12 +382,11 @@ E pad_bits(const c10::Scalar& value, c10::ScalarType dtype) {
 }
 }  // namespace
 
-void run_fills(const std::vector<Fill>& fills, const at::Tensor& device_flat, const c10::Scalar& value) {
-  for (const auto& fill : fills) check_nest(fill.ranges, fill.strides, fill.offset, device_flat.numel(), "padding");
+void run_fills(const std::vector<Fill>& fills, void* base, int64_t numel, c10::ScalarType dtype,
+               const c10::Scalar& value) {
+  for (const auto& fill : fills) check_nest(fill.ranges, fill.strides, fill.offset, numel, "padding");
   if (fills.empty()) return;
   // Written here, not by fill_ on as_strided views: no op dispatched (nor profiled) per box.
-  void* base = device_flat.mutable_data_ptr();
-  const c10::ScalarType dtype = device_flat.scalar_type();
   auto fill_all = [&](auto bits) {
     using E = decltype(bits);
     for (const auto& fill : fills) fill_nest<E>(static_cast<E*>(base), fill, bits);
@@ -401,13 +401,15 @@ void run_fills(const std::vector<Fill>& fills, const at::Tensor& device_flat, co
     default:
       break;
   }
-  switch (plain ? device_flat.element_size() : 0) {
+  switch (plain ? c10::elementSize(dtype) : 0) {
     case 1: return fill_all(pad_bits<uint8_t>(value, dtype));
     case 2: return fill_all(pad_bits<uint16_t>(value, dtype));
     case 4: return fill_all(pad_bits<uint32_t>(value, dtype));
     case 8: return fill_all(pad_bits<uint64_t>(value, dtype));
-    default:  // other dtypes: fill_ converts
-      for (const auto& fill : fills) device_flat.as_strided(fill.ranges, fill.strides, fill.offset).fill_(value);
+    default: {  // other dtypes: fill_ converts
+      const at::Tensor flat = at::from_blob(base, {numel}, at::TensorOptions().dtype(dtype));
+      for (const auto& fill : fills) flat.as_strided(fill.ranges, fill.strides, fill.offset).fill_(value);
+    }
   }
 }
 

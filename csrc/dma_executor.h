@@ -15,7 +15,8 @@ void run_nests(const std::vector<Transfer>& nests, void* dst, int64_t dst_numel,
 // Sets the copy size (bytes) from which nests write with non-temporal stores; returns the old one.
 int64_t set_stream_bytes(int64_t bytes);
 
-// Sets every position the fills cover in a 1-D typed device buffer to value.
-void run_fills(const std::vector<Fill>& fills, const at::Tensor& device_flat, const c10::Scalar& value);
+// Sets every position the fills cover in a device buffer of numel elements of dtype (at base) to value.
+void run_fills(const std::vector<Fill>& fills, void* base, int64_t numel, c10::ScalarType dtype,
+               const c10::Scalar& value);
 
 }  // namespace torch_layouts

@@ -2,6 +2,8 @@
 
 #include <c10/util/irange.h>
 
+#include <mutex>
+
 #include "tile_gemm.h"
 
 namespace torch_layouts {
@@ -33,10 +35,17 @@ class Gemm final : public Replay {
     at::Tensor out = new_device_tensor(c, first.device());
     std::optional<at::Tensor> row;
     if (bias) row = view_of(args[bias->first].toTensor(), bias->second);
-    tile_gemm({raw_view(out, c_sizes, c10::contiguous_strides(c_sizes), 0), c_batch, c_rows, c_cols}, operand(a),
-              operand(b), m, n, k, alpha, false, row, beta);
+    const GemmOperand oc{raw_view(out, c_sizes, c10::contiguous_strides(c_sizes), 0), c_batch, c_rows, c_cols};
+    const GemmOperand oa = operand(a), ob = operand(b);
+    // Every call's views have the same sizes and strides: the first call plans the GEMM for all.
+    std::call_once(planned_, [&] { plan_ = plan_tile_gemm(oc, oa, ob, m, n, k); });
+    run_tile_gemm(*plan_, oc.view, oa.view, ob.view, alpha, false, row, beta);
     results.emplace_back(std::move(out));
   }
+
+ private:
+  mutable std::once_flag planned_;
+  mutable std::shared_ptr<const TileGemmPlan> plan_;
 };
 
 }  // namespace

@@ -33,7 +33,7 @@ std::optional<int64_t> laid_out_bytes(const BoundLayout& layout, size_t new_byte
 void fill_padding(const BoundLayout& layout, void* data) {
   if (layout.padding.empty()) return;
   const int64_t numel = layout.storage_nbytes / static_cast<int64_t>(c10::elementSize(layout.dtype));
-  run_fills(layout.padding, at::from_blob(data, {numel}, at::TensorOptions().dtype(layout.dtype)), layout.pad_value);
+  run_fills(layout.padding, data, numel, layout.dtype, layout.pad_value);
 }
 
 struct SpyreHooks final : public at::PrivateUse1HooksInterface {

@@ -110,7 +110,11 @@ at::Tensor new_device_tensor(const LayoutPtr& layout, c10::Device device) {
 }
 
 void fill_padding(const at::Tensor& tensor, const BoundLayout& layout) {
-  if (!layout.padding.empty()) run_fills(layout.padding, raw_buffer(tensor, layout.dtype), layout.pad_value);
+  if (layout.padding.empty()) return;
+  const c10::Storage& storage = tensor.storage();
+  run_fills(layout.padding, storage.mutable_data(),
+            device_nbytes(storage) / static_cast<int64_t>(c10::elementSize(layout.dtype)), layout.dtype,
+            layout.pad_value);
 }
 
 at::Tensor make_alias(const at::Tensor& self, c10::IntArrayRef sizes, c10::IntArrayRef strides,

@@ -46,8 +46,8 @@ std::vector<int64_t> group_offsets(const at::Tensor& v, const std::vector<int64_
   return off;
 }
 
+// An operand's element offsets from its view's first element: per batch entry, row and column.
 struct Tables {
-  float* base;
   std::vector<int64_t> batch, rows, cols;
 };
 
@@ -62,7 +62,7 @@ Tables tables(const GemmOperand& op, const char* name, int64_t batch, int64_t ro
       used[d] = true;
     }
   }
-  return {v.data_ptr<float>(), group_offsets(v, op.batch, batch, name, "batch entries"),
+  return {group_offsets(v, op.batch, batch, name, "batch entries"),
           group_offsets(v, op.rows, rows, name, "rows"), group_offsets(v, op.cols, cols, name, "columns")};
 }
 
@@ -151,22 +151,31 @@ inline void kernel_6x16(int64_t kc, const float* a, const float* b, int64_t ldb,
   for (int q = 0; q < 12; ++q) _mm256_storeu_ps(acc + 8 * q, r[q]);
 }
 
+// A GEMM's geometry, planned once for views of given sizes and strides (`prepare`).
 struct Problem {
   Tables c, a, b;
   int64_t batch, m, n, k;
+  int64_t panels;                  // 16-column panels of B and C
+  std::vector<int64_t> b_panel;    // per panel: offset of B's row 0 (direct) or -1 (packed)
+  int64_t ldb = 0;
+  std::vector<int64_t> to_pack;    // the panels that are not direct
+  std::vector<char> c_direct;      // per panel: C's columns contiguous
+  std::vector<int64_t> a_run;      // per column p of A: how many columns from p are contiguous
+  bool a_strips_by_row = true;     // A packed [12][kc] per strip (else [kc][12]), see pack_a
+};
+
+// One call's operands (each view's first element) and scalars.
+struct Call {
+  float* c;
+  const float* a;
+  const float* b;
   float alpha;
   bool accumulate;
   const float* bias;  // null, or n floats: C(i, j) starts from beta * bias[j]
   float beta;
-  int64_t panels;                  // 16-column panels of B and C
-  std::vector<int64_t> b_panel;    // per panel: offset of B's row 0 (direct) or -1 (packed)
-  int64_t ldb = 0;
+  bool avx512 = false;             // kernel_12x16_avx512 (else two kernel_6x16 halves)
   std::vector<float> packed_b;     // [batch][panel][k][16] for panels that are not direct ...
   bool pack_b_in_task = false;     // ... unless each task packs its own (one row block per batch entry)
-  std::vector<char> c_direct;      // per panel: C's columns contiguous
-  std::vector<int64_t> a_run;      // per column p of A: how many columns from p are contiguous
-  bool a_strips_by_row = true;     // A packed [12][kc] per strip (else [kc][12]), see pack_a
-  bool avx512 = false;             // kernel_12x16_avx512 (else two kernel_6x16 halves)
 };
 
 // dst[0, n) = src[0, n) inline: the packing copies runs of a stick or less, for which a
@@ -185,8 +194,8 @@ inline void prefetch_floats(const float* p, int64_t n) {
 }
 
 // Rows [p0, p0 + kc) of B's panel jp as [kc][16] (columns past n are zero).
-void pack_b(const Problem& P, int64_t bi, int64_t jp, int64_t p0, int64_t kc, float* dst) {
-  const float* base = P.b.base + P.b.batch[bi];
+void pack_b(const Problem& P, const Call& X, int64_t bi, int64_t jp, int64_t p0, int64_t kc, float* dst) {
+  const float* base = X.b + P.b.batch[bi];
   const int64_t j0 = jp * kNR, nr = std::min(kNR, P.n - j0);
   if (contiguous_panel(P.b.cols, j0)) {  // whole rows of 16, far apart
     for (int64_t p = p0; p < p0 + kc; ++p, dst += kNR) {
@@ -223,8 +232,9 @@ void pack_b(const Problem& P, int64_t bi, int64_t jp, int64_t p0, int64_t kc, fl
 // Where A's columns lie in runs (A sticked on k) each strip is [12][kc], copied row by row and
 // run by run; otherwise (A sticked on its rows: a transposed operand) [kc][12], each column's 12
 // rows copied together (a run where the strip's rows are adjacent).
-void pack_a(const Problem& P, int64_t bi, int64_t i0, int64_t mc, int64_t p0, int64_t kc, float* dst) {
-  const float* base = P.a.base + P.a.batch[bi];
+void pack_a(const Problem& P, const Call& X, int64_t bi, int64_t i0, int64_t mc, int64_t p0, int64_t kc,
+            float* dst) {
+  const float* base = X.a + P.a.batch[bi];
   const int64_t real = std::max<int64_t>(0, std::min(mc, P.m - i0));
   const int64_t* rows = P.a.rows.data() + i0;
   if (P.a_strips_by_row) {
@@ -264,17 +274,18 @@ void pack_a(const Problem& P, int64_t bi, int64_t i0, int64_t mc, int64_t p0, in
 }
 
 // C rows [i0, i0 + mr) x columns of panel jp (+)= alpha * acc.
-void write_c(const Problem& P, int64_t bi, int64_t i0, int64_t mr, int64_t jp, const float* acc, bool add) {
-  float* base = P.c.base + P.c.batch[bi];
+void write_c(const Problem& P, const Call& X, int64_t bi, int64_t i0, int64_t mr, int64_t jp, const float* acc,
+             bool add) {
+  float* base = X.c + P.c.batch[bi];
   const int64_t j0 = jp * kNR, nr = std::min(kNR, P.n - j0);
-  const __m256 alpha = _mm256_set1_ps(P.alpha);
-  const bool bias = !add && P.bias != nullptr;  // the first pass adds beta * bias[j]
+  const __m256 alpha = _mm256_set1_ps(X.alpha);
+  const bool bias = !add && X.bias != nullptr;  // the first pass adds beta * bias[j]
   if (P.c_direct[jp]) {
     __m256 bias0 = _mm256_setzero_ps(), bias1 = bias0;
     if (bias) {
-      const __m256 beta = _mm256_set1_ps(P.beta);
-      bias0 = _mm256_mul_ps(beta, _mm256_loadu_ps(P.bias + j0));
-      bias1 = _mm256_mul_ps(beta, _mm256_loadu_ps(P.bias + j0 + 8));
+      const __m256 beta = _mm256_set1_ps(X.beta);
+      bias0 = _mm256_mul_ps(beta, _mm256_loadu_ps(X.bias + j0));
+      bias1 = _mm256_mul_ps(beta, _mm256_loadu_ps(X.bias + j0 + 8));
     }
     for (int64_t r = 0; r < mr; ++r) {
       float* out = base + P.c.rows[i0 + r] + P.c.cols[j0];
@@ -291,39 +302,39 @@ void write_c(const Problem& P, int64_t bi, int64_t i0, int64_t mr, int64_t jp, c
     float* row = base + P.c.rows[i0 + r];
     for (int64_t q = 0; q < nr; ++q) {
       float& out = row[P.c.cols[j0 + q]];
-      const float v = P.alpha * acc[r * kNR + q];
-      out = add ? out + v : bias ? P.beta * P.bias[j0 + q] + v : v;
+      const float v = X.alpha * acc[r * kNR + q];
+      out = add ? out + v : bias ? X.beta * X.bias[j0 + q] + v : v;
     }
   }
 }
 
 // One task: a batch entry, a block of mc rows from i0 and panels [jp0, jp1).
-void run_task(const Problem& P, int64_t bi, int64_t i0, int64_t mc, int64_t jp0, int64_t jp1, float* apack,
-              float* bpack) {
+void run_task(const Problem& P, const Call& X, int64_t bi, int64_t i0, int64_t mc, int64_t jp0, int64_t jp1,
+              float* apack, float* bpack) {
   const int64_t mc_strips = (mc + kMR - 1) / kMR * kMR;
   alignas(64) float acc[kMR * kNR];
   for (int64_t p0 = 0; p0 < P.k; p0 += kKC) {
     const int64_t kc = std::min(kKC, P.k - p0);
-    pack_a(P, bi, i0, mc_strips, p0, kc, apack);
-    const bool add = P.accumulate || p0 > 0;
+    pack_a(P, X, bi, i0, mc_strips, p0, kc, apack);
+    const bool add = X.accumulate || p0 > 0;
     for (int64_t jp = jp0; jp < jp1; ++jp) {
       const float* b;
       int64_t ldb;
       if (P.b_panel[jp] >= 0) {
-        b = P.b.base + P.b.batch[bi] + P.b_panel[jp] + p0 * P.ldb;
+        b = X.b + P.b.batch[bi] + P.b_panel[jp] + p0 * P.ldb;
         ldb = P.ldb;
-      } else if (P.pack_b_in_task) {
-        pack_b(P, bi, jp, p0, kc, bpack);
+      } else if (X.pack_b_in_task) {
+        pack_b(P, X, bi, jp, p0, kc, bpack);
         b = bpack;
         ldb = kNR;
       } else {
-        b = P.packed_b.data() + ((bi * P.panels + jp) * P.k + p0) * kNR;
+        b = X.packed_b.data() + ((bi * P.panels + jp) * P.k + p0) * kNR;
         ldb = kNR;
       }
       for (int64_t s = 0; s < mc; s += kMR) {
         const float* strip = apack + s * kc;
         const int64_t rows = std::min(kMR, mc - s);
-        if (P.avx512) {
+        if (X.avx512) {
           P.a_strips_by_row ? kernel_12x16_avx512<1>(kc, strip, b, ldb, acc)
                             : kernel_12x16_avx512<kMR>(kc, strip, b, ldb, acc);
         } else if (P.a_strips_by_row) {
@@ -333,7 +344,7 @@ void run_task(const Problem& P, int64_t bi, int64_t i0, int64_t mc, int64_t jp0,
           kernel_6x16<kMR>(kc, strip, b, ldb, acc);
           if (rows > 6) kernel_6x16<kMR>(kc, strip + 6, b, ldb, acc + 6 * kNR);
         }
-        write_c(P, bi, i0 + s, rows, jp, acc, add);
+        write_c(P, X, bi, i0 + s, rows, jp, acc, add);
       }
     }
   }
@@ -359,7 +370,8 @@ void fold_batch(Problem& P) {
   P.batch = 1;
 }
 
-void run(Problem& P) {
+// The geometry's decisions that do not depend on the operands' data or the threads.
+void prepare(Problem& P) {
   fold_batch(P);
   P.a_run.assign(P.k, 1);
   for (int64_t p = P.k - 1; p-- > 0;)
@@ -368,14 +380,17 @@ void run(Problem& P) {
   int64_t direct_ld = 0;
   const bool rows_even = evenly_spaced(P.b.rows.data(), static_cast<int64_t>(P.b.rows.size()), &direct_ld);
   P.ldb = direct_ld;
-  std::vector<int64_t> to_pack;
   for (int64_t jp = 0; jp < P.panels; ++jp) {
     // Rows far apart (a batch dim between them) alias in L1 and L2: such panels are packed.
     const bool direct = rows_even && direct_ld <= kMaxDirectLd && contiguous_panel(P.b.cols, jp * kNR);
     P.b_panel.push_back(direct ? P.b.rows[0] + P.b.cols[jp * kNR] : -1);
-    if (!direct) to_pack.push_back(jp);
+    if (!direct) P.to_pack.push_back(jp);
     P.c_direct.push_back(contiguous_panel(P.c.cols, jp * kNR));
   }
+}
+
+void run(const Problem& P, Call& X) {
+  const std::vector<int64_t>& to_pack = P.to_pack;
   // Tasks: batch x row blocks x panel ranges, enough for every thread when there are few blocks.
   // Row blocks of equal size (whole strips of kMR rows, at most kMC rows), as many as a multiple of
   // the threads when there are few tasks, so that every thread gets the same work.
@@ -388,14 +403,14 @@ void run(Problem& P) {
   const int64_t split = std::clamp<int64_t>((2 * threads + P.batch * blocks - 1) / (P.batch * blocks), 1, P.panels);
   const int64_t per = (P.panels + split - 1) / split;
   const int64_t tasks = P.batch * blocks * split;
-  P.pack_b_in_task = blocks == 1;  // no two tasks read the same panel of one batch entry
-  if (!to_pack.empty() && !P.pack_b_in_task) {
-    P.packed_b.resize(static_cast<size_t>(P.batch * P.panels * P.k * kNR));
+  X.pack_b_in_task = blocks == 1;  // no two tasks read the same panel of one batch entry
+  if (!to_pack.empty() && !X.pack_b_in_task) {
+    X.packed_b.resize(static_cast<size_t>(P.batch * P.panels * P.k * kNR));
     const int64_t jobs = P.batch * static_cast<int64_t>(to_pack.size());
     at::parallel_for(0, jobs, std::max<int64_t>(1, 4096 / std::max<int64_t>(P.k, 1)), [&](int64_t b0, int64_t b1) {
       for (int64_t t = b0; t < b1; ++t) {
         const int64_t bi = t / to_pack.size(), jp = to_pack[t % to_pack.size()];
-        pack_b(P, bi, jp, 0, P.k, P.packed_b.data() + (bi * P.panels + jp) * P.k * kNR);
+        pack_b(P, X, bi, jp, 0, P.k, X.packed_b.data() + (bi * P.panels + jp) * P.k * kNR);
       }
     });
   }
@@ -409,7 +424,7 @@ void run(Problem& P) {
       const int64_t bi = t / (blocks * split), rest = t % (blocks * split);
       const int64_t i0 = (rest / split) * mc, jp0 = (rest % split) * per;
       const int64_t jp1 = std::min(P.panels, jp0 + per);
-      if (jp0 < jp1) run_task(P, bi, i0, std::min(mc, P.m - i0), jp0, jp1, apack.data(), bpack.data());
+      if (jp0 < jp1) run_task(P, X, bi, i0, std::min(mc, P.m - i0), jp0, jp1, apack.data(), bpack.data());
     }
   });
 }
@@ -451,28 +466,66 @@ std::string tile_gemm_set_kernel(const std::string& kernel) {
   return runs_avx512(g_avx512.exchange(kernel == "avx512")) ? "avx512" : "avx2";
 }
 
-void tile_gemm(const GemmOperand& c, const GemmOperand& a, const GemmOperand& b, int64_t m, int64_t n, int64_t k,
-               double alpha, bool accumulate, const std::optional<at::Tensor>& bias, double beta) {
+struct TileGemmPlan {
+  Problem problem;
+  bool empty = false;  // no batch entry, row or column: nothing to write
+  std::vector<int64_t> sizes[3], strides[3];  // C's, A's and B's views
+};
+
+std::shared_ptr<const TileGemmPlan> plan_tile_gemm(const GemmOperand& c, const GemmOperand& a, const GemmOperand& b,
+                                                   int64_t m, int64_t n, int64_t k) {
   TORCH_CHECK(tile_gemm_available(), "tile_gemm needs a CPU with AVX2 and FMA");
   TORCH_CHECK_VALUE(m >= 0 && n >= 0 && k >= 0, "tile_gemm: negative size m=", m, " n=", n, " k=", k);
   const int64_t batch = group_extent(c);
   TORCH_CHECK_VALUE(group_extent(a) == batch && group_extent(b) == batch, "tile_gemm: batch sizes differ: C ",
                     batch, ", A ", group_extent(a), ", B ", group_extent(b));
-  Problem P{tables(c, "C", batch, m, n), tables(a, "A", batch, m, k), tables(b, "B", batch, k, n),
-            batch, m, n, k, static_cast<float>(alpha), accumulate, nullptr, static_cast<float>(beta),
-            (n + kNR - 1) / kNR, {}, 0, {}, {}};
+  auto plan = std::make_shared<TileGemmPlan>(TileGemmPlan{
+      Problem{tables(c, "C", batch, m, n), tables(a, "A", batch, m, k), tables(b, "B", batch, k, n), batch, m, n,
+              k, (n + kNR - 1) / kNR, {}, 0, {}, {}, {}},
+      batch == 0 || m == 0 || n == 0, {}, {}});
+  const GemmOperand* views[3] = {&c, &a, &b};
+  for (int i = 0; i < 3; ++i) {
+    plan->sizes[i] = views[i]->view.sizes().vec();
+    plan->strides[i] = views[i]->view.strides().vec();
+  }
+  if (plan->empty) return plan;
+  TORCH_CHECK_VALUE(k > 0, "tile_gemm: k must be positive (an empty product is a fill)");
+  prepare(plan->problem);
+  return plan;
+}
+
+void run_tile_gemm(const TileGemmPlan& plan, const at::Tensor& c, const at::Tensor& a, const at::Tensor& b,
+                   double alpha, bool accumulate, const std::optional<at::Tensor>& bias, double beta) {
+  const at::Tensor* views[3] = {&c, &a, &b};
+  const char* names[3] = {"C", "A", "B"};
+  for (int i = 0; i < 3; ++i) {
+    const at::Tensor& v = *views[i];
+    TORCH_CHECK_VALUE(v.device().is_cpu() && v.scalar_type() == at::kFloat, names[i],
+                      ": expected a float32 CPU view, got ", v.scalar_type(), " on ", v.device());
+    TORCH_CHECK_VALUE(v.sizes() == c10::IntArrayRef(plan.sizes[i]) && v.strides() == c10::IntArrayRef(plan.strides[i]),
+                      names[i], ": the plan is for a view of sizes ", c10::IntArrayRef(plan.sizes[i]), " and strides ",
+                      c10::IntArrayRef(plan.strides[i]),
+                      ", got ", v.sizes(), " and ", v.strides());
+  }
+  const Problem& P = plan.problem;
+  Call X{c.data_ptr<float>(), a.data_ptr<float>(), b.data_ptr<float>(), static_cast<float>(alpha), accumulate,
+         nullptr, static_cast<float>(beta)};
   if (bias) {
     TORCH_CHECK_VALUE(bias->device().is_cpu() && bias->scalar_type() == at::kFloat && bias->dim() == 1 &&
-                          bias->is_contiguous() && bias->numel() >= n,
-                      "bias: expected a contiguous float32 CPU vector of at least ", n, " elements, got ",
+                          bias->is_contiguous() && bias->numel() >= P.n,
+                      "bias: expected a contiguous float32 CPU vector of at least ", P.n, " elements, got ",
                       bias->sizes(), " ", bias->scalar_type());
     TORCH_CHECK_VALUE(!accumulate, "bias: only without accumulate (C starts from beta * bias)");
-    P.bias = bias->data_ptr<float>();
+    X.bias = bias->data_ptr<float>();
   }
-  if (batch == 0 || m == 0 || n == 0) return;
-  TORCH_CHECK_VALUE(k > 0, "tile_gemm: k must be positive (an empty product is a fill)");
-  P.avx512 = runs_avx512(g_avx512.load(std::memory_order_relaxed));
-  run(P);
+  if (plan.empty) return;
+  X.avx512 = runs_avx512(g_avx512.load(std::memory_order_relaxed));
+  run(P, X);
+}
+
+void tile_gemm(const GemmOperand& c, const GemmOperand& a, const GemmOperand& b, int64_t m, int64_t n, int64_t k,
+               double alpha, bool accumulate, const std::optional<at::Tensor>& bias, double beta) {
+  run_tile_gemm(*plan_tile_gemm(c, a, b, m, n, k), c.view, a.view, b.view, alpha, accumulate, bias, beta);
 }
 
 }  // namespace torch_layouts

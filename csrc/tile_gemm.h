@@ -14,6 +14,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -31,6 +32,16 @@ struct GemmOperand {
 // A bias is a dense float32 vector of n elements or more.
 void tile_gemm(const GemmOperand& c, const GemmOperand& a, const GemmOperand& b, int64_t m, int64_t n, int64_t k,
                double alpha, bool accumulate, const std::optional<at::Tensor>& bias, double beta);
+
+// A tile GEMM planned for its operands' view geometry (sizes, strides, dim groups) and m, n, k:
+// every row's and column's element offset and the packing decisions, computed once (a replay
+// keeps it and runs it on each call's views).
+struct TileGemmPlan;
+std::shared_ptr<const TileGemmPlan> plan_tile_gemm(const GemmOperand& c, const GemmOperand& a, const GemmOperand& b,
+                                                   int64_t m, int64_t n, int64_t k);
+// tile_gemm on views of the sizes and strides the plan was made for (ValueError otherwise).
+void run_tile_gemm(const TileGemmPlan& plan, const at::Tensor& c, const at::Tensor& a, const at::Tensor& b,
+                   double alpha, bool accumulate, const std::optional<at::Tensor>& bias, double beta);
 
 // Whether this CPU runs the kernel (AVX2 and FMA).
 bool tile_gemm_available();
