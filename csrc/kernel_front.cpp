@@ -28,10 +28,10 @@ class AtenRecipe final : public Replay {
   // The compute's views, one set per box of real positions (a single set: the whole views).
   struct Part {
     std::vector<RecipeRead> reads;
-    std::optional<BufferView> result;  // the result's view; absent: the target's read (in place)
+    std::vector<BufferView> results;   // each result's view; none: the target's read (in place)
   };
   std::vector<Part> parts;
-  LayoutPtr out;                       // a new result's layout; nullptr: the target is written
+  std::vector<LayoutPtr> outs;         // the new results' layouts; none: the target is written
   std::optional<c10::OperatorHandle> compute;  // the CPU out= overload
   size_t compute_args = 0;             // arguments passed before the result's view
   std::vector<bool> wrap;              // scalar arguments the compute takes as (wrapped-number) tensors
@@ -183,15 +183,18 @@ void AtenRecipe::run(c10::ArrayRef<c10::IValue> args, int64_t target, std::vecto
     }
   }
   for (const auto& [i, value] : overrides) stack[i] = value;
-  const int64_t first = parts.front().reads.front().arg;
-  at::Tensor value = out ? new_device_tensor(out, args[first].toTensor().device()) : args[target].toTensor();
+  const c10::Device device = args[parts.front().reads.front().arg].toTensor().device();
+  std::vector<at::Tensor> values;
+  for (const LayoutPtr& out : outs) values.push_back(new_device_tensor(out, device));
+  if (outs.empty()) values.push_back(args[target].toTensor());
   for (const Part& part : parts) {
     std::vector<c10::IValue> call = stack;
     for (const RecipeRead& read : part.reads) call[read.arg] = view_of(args[read.arg].toTensor(), read.view);
-    call.emplace_back(part.result ? view_of(value, *part.result) : call[target].toTensor());
+    if (part.results.empty()) call.emplace_back(call[target].toTensor());
+    for (size_t i = 0; i < part.results.size(); ++i) call.emplace_back(view_of(values[i], part.results[i]));
     compute->callBoxed(call);
   }
-  results.emplace_back(std::move(value));
+  for (at::Tensor& value : values) results.emplace_back(std::move(value));
 }
 
 // The views of `part` narrowed to `box` ((begin, count) per dim of every view; a view's dim of
@@ -208,7 +211,7 @@ AtenRecipe::Part narrowed(const AtenRecipe::Part& part, const std::vector<std::p
   };
   AtenRecipe::Part out;
   for (const RecipeRead& read : part.reads) out.reads.push_back(RecipeRead{read.arg, narrow(read.view)});
-  if (part.result) out.result = narrow(*part.result);
+  for (const BufferView& result : part.results) out.results.push_back(narrow(result));
   return out;
 }
 
@@ -335,9 +338,10 @@ void register_front(const std::string& name, py::object fn, bool counted) {
                  torch::CppFunction::makeFromBoxedFunctor(std::make_unique<Front>(id, count, std::move(fn), counted)));
 }
 
-bool offer_recipe(const std::vector<std::optional<at::Tensor>>& args, std::vector<RecipeRead> reads, LayoutPtr out,
-                  std::optional<BufferView> result_view, const std::vector<std::pair<int64_t, py::object>>& overrides,
-                  const std::string& compute, const std::vector<std::vector<std::pair<int64_t, int64_t>>>& boxes) {
+bool offer_recipe(const std::vector<std::optional<at::Tensor>>& args, std::vector<RecipeRead> reads,
+                  std::vector<LayoutPtr> outs, std::vector<BufferView> result_views,
+                  const std::vector<std::pair<int64_t, py::object>>& overrides, const std::string& compute,
+                  const std::vector<std::vector<std::pair<int64_t, int64_t>>>& boxes) {
   if (t_calls.empty() || reads.empty()) return false;
   Call& call = *t_calls.back();
   const std::vector<c10::IValue>& arguments = *call.arguments;
@@ -350,7 +354,9 @@ bool offer_recipe(const std::vector<std::optional<at::Tensor>>& args, std::vecto
     if (!own(read.arg) || !well_formed(read.view)) return false;
     reads_target |= read.arg == call.target;
   }
-  if (result_view && !well_formed(*result_view)) return false;
+  for (const BufferView& v : result_views) {
+    if (!well_formed(v)) return false;
+  }
   for (const auto& box : boxes) {  // each box spans every dim of every view, within it
     auto inside = [&](const BufferView& v) {
       if (box.size() != v.sizes.size()) return false;
@@ -364,10 +370,17 @@ bool offer_recipe(const std::vector<std::optional<at::Tensor>>& args, std::vecto
     for (const RecipeRead& read : reads) {
       if (!inside(read.view)) return false;
     }
-    if (result_view && !inside(*result_view)) return false;
+    for (const BufferView& v : result_views) {
+      if (!inside(v)) return false;
+    }
   }
-  // A new result for a functional call; the out= tensor's view; the target read in place.
-  if (out ? call.target != -1 || !result_view : call.target == -1 || result_view.has_value() == reads_target) {
+  // New results (one view each) for a functional call; the out= tensor's view; the target read in
+  // place.
+  for (const LayoutPtr& out : outs) {
+    if (!out) return false;
+  }
+  if (!outs.empty() ? call.target != -1 || result_views.size() != outs.size()
+                    : call.target == -1 || result_views.size() > 1 || !result_views.empty() == reads_target) {
     return false;
   }
   auto handle = find_op(compute);
@@ -381,7 +394,9 @@ bool offer_recipe(const std::vector<std::optional<at::Tensor>>& args, std::vecto
   }
   auto recipe = std::make_shared<AtenRecipe>();
   const auto& formals = handle->schema().arguments();
-  recipe->compute_args = formals.size() - 1;
+  const size_t written = std::max<size_t>(1, outs.size());  // the compute's out= arguments, last
+  if (formals.size() < written) return false;
+  recipe->compute_args = formals.size() - written;
   for (const RecipeRead& read : reads) {
     if (static_cast<size_t>(read.arg) >= recipe->compute_args) return false;
   }
@@ -397,19 +412,29 @@ bool offer_recipe(const std::vector<std::optional<at::Tensor>>& args, std::vecto
       recipe->wrap.push_back(false);
       continue;
     }
-    const bool tensor = formals[i].real_type()->kind() == c10::TypeKind::TensorType;
+    c10::TypePtr type = formals[i].real_type();
+    const auto optional = type->cast<c10::OptionalType>();
+    if (optional) type = optional->getElementType();
     const c10::IValue& a = arguments[i];
-    if (tensor != a.isTensor() && !(tensor && (a.isDouble() || a.isInt() || a.isBool()))) return false;
-    recipe->wrap.push_back(tensor && !a.isTensor());
+    const bool number = a.isDouble() || a.isInt() || a.isBool();
+    if (type->kind() == c10::TypeKind::TensorType) {
+      // a tensor (undefined: an absent optional one, as autograd passes it), None for Tensor?, or
+      // a number the compute takes wrapped (a plain Tensor parameter)
+      if (!(a.isTensor() || (optional && a.isNone()) || (!optional && number))) return false;
+      recipe->wrap.push_back(!a.isTensor() && !a.isNone());
+    } else {
+      if (a.isTensor()) return false;
+      recipe->wrap.push_back(false);
+    }
   }
   recipe->compute = handle;
-  AtenRecipe::Part whole{std::move(reads), std::move(result_view)};
+  AtenRecipe::Part whole{std::move(reads), std::move(result_views)};
   if (boxes.empty()) {
     recipe->parts.push_back(std::move(whole));
   } else {
     for (const auto& box : boxes) recipe->parts.push_back(narrowed(whole, box));
   }
-  recipe->out = std::move(out);
+  recipe->outs = std::move(outs);
   hold_layouts(*recipe, arguments);
   call.offered = std::move(recipe);
   return true;

@@ -72,15 +72,16 @@ struct RecipeRead {
 // A recipe offered by the Python kernel serving the innermost front call on this thread, for
 // that call's geometry: `compute` (a CPU out= overload of the called op, "aten::add.out") runs on
 // the call's own arguments, each read replaced by its view and each of `overrides` (argument
-// position, value) by its value, with the result's view last. The result is a new tensor of
-// `out`, or the call's target (nullptr): the first argument written in place through its read, or
-// the out= tensor; `result_view` views it (absent: in place). `args`: the kernel's positional
+// position, value) by its value, with the results' views last. The results are new tensors of
+// `outs` (one view each in `result_views`: nll_loss_forward's output and total weight), or the
+// call's target (no `outs`): the first argument written in place through its read (no view), or
+// the out= tensor (its view). `args`: the kernel's positional
 // arguments (each read's tensor must be the call's own). With `boxes` ((begin, count) per dim of
 // the views; a view's dims of size 1 stay whole), the compute runs once per box on the views
 // narrowed to it: a result's positions outside them (its padding) keep what they hold. Returns
 // whether it was kept.
-bool offer_recipe(const std::vector<std::optional<at::Tensor>>& args, std::vector<RecipeRead> reads, LayoutPtr out,
-                  std::optional<BufferView> result_view,
+bool offer_recipe(const std::vector<std::optional<at::Tensor>>& args, std::vector<RecipeRead> reads,
+                  std::vector<LayoutPtr> outs, std::vector<BufferView> result_views,
                   const std::vector<std::pair<int64_t, pybind11::object>>& overrides, const std::string& compute,
                   const std::vector<std::vector<std::pair<int64_t, int64_t>>>& boxes = {});
 

@@ -149,13 +149,27 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("_register_kernel", &register_front, py::arg("name"), py::arg("fn"), py::arg("counted") = true);
   m.def(
       "_offer_recipe",
-      [](const std::vector<std::optional<at::Tensor>>& args, const py::list& reads, std::shared_ptr<BoundLayout> out,
-         std::optional<std::tuple<std::vector<int64_t>, std::vector<int64_t>, int64_t>> result_view,
-         const std::vector<std::pair<int64_t, py::object>>& overrides, const std::string& compute,
-         const std::vector<std::vector<std::pair<int64_t, int64_t>>>& boxes) {
-        auto view = [](std::tuple<std::vector<int64_t>, std::vector<int64_t>, int64_t> v) {
-          return BufferView{std::move(std::get<0>(v)), std::move(std::get<1>(v)), std::get<2>(v)};
+      [](const std::vector<std::optional<at::Tensor>>& args, const py::list& reads, const py::object& out,
+         const py::object& result_view, const std::vector<std::pair<int64_t, py::object>>& overrides,
+         const std::string& compute, const std::vector<std::vector<std::pair<int64_t, int64_t>>>& boxes) {
+        // out: None, a record or a list of records; result_view: None, a (sizes, strides, offset)
+        // tuple or a list of them
+        auto view = [](const py::handle& v) {
+          auto t = py::cast<std::tuple<std::vector<int64_t>, std::vector<int64_t>, int64_t>>(v);
+          return BufferView{std::move(std::get<0>(t)), std::move(std::get<1>(t)), std::get<2>(t)};
         };
+        std::vector<LayoutPtr> outs;
+        if (py::isinstance<py::list>(out)) {
+          for (const auto& o : py::cast<py::list>(out)) outs.push_back(py::cast<std::shared_ptr<BoundLayout>>(o));
+        } else if (!out.is_none()) {
+          outs.push_back(py::cast<std::shared_ptr<BoundLayout>>(out));
+        }
+        std::vector<BufferView> results;
+        if (py::isinstance<py::list>(result_view)) {
+          for (const auto& v : py::cast<py::list>(result_view)) results.push_back(view(v));
+        } else if (!result_view.is_none()) {
+          results.push_back(view(result_view));
+        }
         std::vector<RecipeRead> parsed;
         for (const auto& item : reads) {
           auto t = py::cast<py::tuple>(item);
@@ -163,9 +177,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           parsed.push_back(RecipeRead{py::cast<int64_t>(t[0]), BufferView{py::cast<std::vector<int64_t>>(t[1]),
                                       py::cast<std::vector<int64_t>>(t[2]), py::cast<int64_t>(t[3])}});
         }
-        std::optional<BufferView> result;
-        if (result_view) result = view(std::move(*result_view));
-        return offer_recipe(args, std::move(parsed), std::move(out), std::move(result), overrides, compute, boxes);
+        return offer_recipe(args, std::move(parsed), std::move(outs), std::move(results), overrides, compute, boxes);
       },
       py::arg("args"), py::arg("reads"), py::arg("out"), py::arg("result_view"), py::arg("overrides"),
       py::arg("compute"), py::arg("boxes") = std::vector<std::vector<std::pair<int64_t, int64_t>>>{});

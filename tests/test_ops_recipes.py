@@ -117,6 +117,9 @@ FRONT_CASES = [
     ("gelu-tanh", lambda a, b, c: torch.nn.functional.gelu(a, approximate="tanh"), F32),
     ("maximum-half", lambda a, b, c: torch.maximum(a, b), F16),
     ("clamp", lambda a, b, c: torch.clamp(a, -0.5, 0.5), F32),
+    # optional tensor arguments (Tensor? min, max): one given, one None; both given
+    ("clamp-tensor-min", lambda a, b, c: torch.clamp(a, min=b), F32),
+    ("clamp-tensor-bounds-half", lambda a, b, c: torch.clamp(a, b, c), F16),
     ("addcmul-value", lambda a, b, c: torch.addcmul(c, a, b, value=0.5), F32),
     ("lerp", lambda a, b, c: torch.lerp(a, b, 0.3), F32),
     ("threshold_backward", lambda a, b, c: torch.ops.aten.threshold_backward(a, b, 0.0), F32),

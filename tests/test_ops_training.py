@@ -318,6 +318,58 @@ def test_mse_loss_rejects_unknown_reduction():
         A.mse_loss(x, x, 7)
 
 
+# nll_loss on the device: (input shape, input layout dim order or None, reduction, weighted,
+# ignore_index hit, replayed). Loss, total weight and gradient are the CPU's bits; after the first
+# call of a geometry the runtime's front replays forward and backward without Python, except
+# where the input's classes are split across tiles (70 classes: no strided view of the buffer
+# holds them; CPU copies every call).
+NLL_CASES = [
+    ((32, 10), None, "mean", False, False, True),
+    ((32, 10), [1, 0], "mean", True, True, True),
+    ((32, 10), None, "sum", True, False, True),
+    ((32, 10), None, "none", False, True, True),
+    ((5, 70), None, "mean", True, True, False),
+    ((10,), None, "mean", False, False, True),
+    ((10,), None, "none", True, False, True),
+]
+
+
+@pytest.mark.parametrize("shape, order, reduction, weighted, ignored, replayed", NLL_CASES)
+def test_nll_loss_matches_the_cpu_bit_for_bit_and_is_replayed(shape, order, reduction, weighted, ignored, replayed,
+                                                                monkeypatch):
+    from torch_layouts.ops import losses
+    entered = []
+    monkeypatch.setattr(losses, "_on_views", lambda *a, original=losses._on_views: entered.append(1) or original(*a))
+    classes = shape[-1]
+    for seed in range(3):
+        x = randn(*shape, seed=seed).log_softmax(-1)
+        target = torch.randint(0, classes, shape[:-1], generator=torch.Generator().manual_seed(seed))
+        if ignored:
+            target.view(-1)[0] = 3
+        weight = torch.rand(classes, generator=torch.Generator().manual_seed(seed)) if weighted else None
+        layout = None if order is None else SpyreTensorLayout(shape, F32, order)
+        results = []
+        for device in ("cpu", "spyre"):
+            leaf = (x if device == "cpu" else x.to(device, device_layout=layout)).detach().requires_grad_()
+            loss = nn.functional.nll_loss(leaf, target.to(device), None if weight is None else weight.to(device),
+                                          ignore_index=3 if ignored else -100, reduction=reduction)
+            grad = randn(*loss.shape, seed=seed + 5)
+            loss.backward(grad.to(device))
+            results.append((loss.detach().cpu(), leaf.grad.cpu()))
+        assert all(torch.equal(got, want) for got, want in zip(*results)), results
+        assert padding_holds_pad_value(leaf.grad)
+    no_fallback()
+    assert len(entered) == (2 if replayed else 6)  # the first call's forward and backward, or every call's
+
+
+def test_nll_loss_errors_are_the_cpus():
+    x, target = randn(4, 3).to("spyre"), torch.tensor([0, 5, 1, 1]).to("spyre")
+    with pytest.raises(IndexError, match="Target 5 is out of bounds"):
+        nn.functional.nll_loss(x, target)
+    with pytest.raises(RuntimeError, match="expected target dtype to be Long or Byte"):
+        nn.functional.nll_loss(x, target.int())
+
+
 # -- backward of views --------------------------------------------------------------------------
 SELECT = [((3, 128, 8, 64), 0, 1), ((128, 3, 8, 64), 1, 2), ((16, 8, 64, 3), 3, 0), ((3, 6, 2, 16), 0, 2)]
 

@@ -1,11 +1,23 @@
 """Losses on device memory: ``mse_loss`` and ``mse_loss_backward``, composed of device
-kernels (pointwise ops and reductions), with the CPU kernels' formulas."""
+kernels (pointwise ops and reductions), with the CPU kernels' formulas; ``nll_loss_forward`` and
+``nll_loss_backward`` (``cross_entropy``'s), the CPU kernels on strided views of the device
+buffers (``operands.host_read``), writing the results' views: the CPU's bits and errors, no copy
+of the inputs. Their recipes are offered to the runtime's front, which replays later calls of a
+geometry without Python.
+
+>>> x = torch.randn(4, 3).log_softmax(1)
+>>> t = torch.tensor([0, 2, 1, 1])
+>>> torch.equal(torch.nn.functional.nll_loss(x.to("spyre"), t.to("spyre")).cpu(), torch.nn.functional.nll_loss(x, t))
+True
+"""
 
 from __future__ import annotations
 
 import torch
 
+from .. import _C
 from .elementwise import MUL, SUB, run
+from .operands import default_coords, host_read, new_tensor, raw_view, runtime_record
 from .reductions import reduce
 from .registry import register
 
@@ -34,6 +46,48 @@ def mse_loss_backward(grad: torch.Tensor, x: torch.Tensor, target: torch.Tensor,
     return run(MUL, [out, grad], {}, target=out)
 
 
+def _on_views(op: torch._ops.OpOverload, args: list, inputs: tuple[int, ...], shapes: list[tuple[int, ...]],
+              device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
+    """``op`` (a CPU ``out=`` overload) on strided views of the device tensors at ``inputs`` of
+    ``args``, writing new device tensors of ``shapes`` (default layouts) through their views;
+    the recipe is offered to the runtime's front. Inputs that are not affine views of their
+    buffers go through CPU copies."""
+    outs = [new_tensor(default_coords(shape, dtype), device) for shape in shapes]
+    reads = [(i, host_read(args[i])) for i in inputs if args[i] is not None]
+    written = [host_read(o) for o in outs]
+    names = [a.name for a in op._schema.arguments if a.is_out]
+    if any(r is None for _, r in reads) or any(w is None for w in written):
+        values = op.overloadpacket.default(*[a.cpu() if isinstance(a, torch.Tensor) else a for a in args])
+        values = values if isinstance(values, tuple) else (values,)
+        return tuple(o.copy_(v) for o, v in zip(outs, values))
+    call = list(args)
+    for i, r in reads:
+        call[i] = raw_view(args[i], *r)
+    op(*call, **{name: raw_view(o, *w) for name, o, w in zip(names, outs, written)})
+    _C._offer_recipe([a if isinstance(a, torch.Tensor) else None for a in args], [(i, *r) for i, r in reads],
+                     [runtime_record(default_coords(shape, dtype)) for shape in shapes], list(written), [],
+                     f"aten::{op._schema.name.split('::')[1]}.{op._overloadname}")
+    return tuple(outs)
+
+
+def nll_loss_forward(x: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None, reduction: int,
+                     ignore_index: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The loss (per sample for ``reduction`` none on a batch, else 0-dim) and the total weight."""
+    shape = tuple(target.shape) if _reduction(reduction) == "none" and x.dim() == 2 else ()
+    return _on_views(torch.ops.aten.nll_loss_forward.output, [x, target, weight, reduction, ignore_index], (0, 1, 2),
+                     [shape, ()], x.device, x.dtype)
+
+
+def nll_loss_backward(grad: torch.Tensor, x: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None,
+                      reduction: int, ignore_index: int, total_weight: torch.Tensor) -> torch.Tensor:
+    """The gradient of ``nll_loss_forward``'s loss with respect to ``x`` (zeros off the targets)."""
+    return _on_views(torch.ops.aten.nll_loss_backward.grad_input,
+                     [grad, x, target, weight, reduction, ignore_index, total_weight], (0, 1, 2, 3, 6),
+                     [tuple(x.shape)], x.device, x.dtype)[0]
+
+
 def register_all() -> None:
     register("mse_loss", mse_loss)
     register("mse_loss_backward", mse_loss_backward)
+    register("nll_loss_forward", nll_loss_forward)
+    register("nll_loss_backward", nll_loss_backward)

@@ -119,7 +119,7 @@ MAX_HOST_READS = 1024
 def host_read(x: torch.Tensor) -> Read | None:
     """A strided view of ``x``'s raw buffer that holds ``x``'s elements in ``x``'s own shape (the
     first copy of broadcast ones), or None when its device offsets are not affine in its index
-    (a dim split across tiles) or it is not a floating tensor (integers may be stored narrower).
+    (a dim split across tiles) or ``x`` is a dtype view of its buffer.
     Worked out once per geometry.
 
     >>> x = torch.randn(4, 6, 6).to("spyre").view(2, 2, 6, 6)  # heads split out of one device dim
@@ -137,9 +137,10 @@ def host_read(x: torch.Tensor) -> Read | None:
 
 
 def _affine_read(x: torch.Tensor) -> Read | None:
-    if x.numel() == 0 or x.dtype not in (torch.float32, torch.float16, torch.bfloat16):
-        return None  # integers may be stored narrower (int64 as int32)
-    offsets = _C._view_offsets(record_of(x), list(x.shape), list(x.stride()), x.storage_offset())
+    info = record_of(x)
+    if x.numel() == 0 or info is None or info.layout.dtype != x.dtype:
+        return None  # a dtype view: offsets in units of its buffer's dtype
+    offsets = _C._view_offsets(info, list(x.shape), list(x.stride()), x.storage_offset())
     origin = int(offsets.reshape(-1)[0])
     strides, expected = [], torch.full((), origin, dtype=torch.int64)
     for d, n in enumerate(x.shape):
