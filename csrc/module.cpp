@@ -286,7 +286,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   // and whether it shares the first list's tensor's buffer), None if one carries no layout; and the
   // flat views of whole buffers.
   m.def("_foreach_key", [](const std::vector<std::vector<at::Tensor>>& lists) -> py::object {
-    std::vector<int64_t> key;
+    // how many lists of how many tensors: [a, b] and [a], [b] are different calls
+    std::vector<int64_t> key{static_cast<int64_t>(lists.size()), lists.empty() ? 0 : static_cast<int64_t>(lists[0].size())};
     for (size_t k = 0; k < lists.size(); ++k) {
       TORCH_CHECK_VALUE(lists[k].size() == lists[0].size(), "_foreach lists differ in length: ", lists[0].size(),
                         " and ", lists[k].size());

@@ -98,6 +98,16 @@ def test_foreach_matches_cpu(spec, names):
     assert torch_layouts.stats()["kernel_calls"].get("aten::" + spec.name, 0) == (1 if lined else 0)
 
 
+def test_plans_are_kept_apart_by_how_many_lists_of_how_many_tensors():
+    """One list of two tensors and two lists of one tensor each hold the same tensors in the same
+    order: each call has its own plan (found by the property test below)."""
+    a, b = torch.randn(4, 64), torch.randn(4, 64)
+    da, db = a.to("spyre"), b.to("spyre")
+    torch._foreach_add_([da, db], 1.0)
+    torch._foreach_add_([da], [db])
+    assert torch.equal(da.cpu(), (a + 1) + (b + 1)) and torch.equal(db.cpu(), b + 1)
+
+
 @settings(max_examples=15, deadline=None)
 @given(st.lists(st.sampled_from(list(ENTRIES)), min_size=1, max_size=6), st.integers(0, len(OPS) - 1))
 def test_foreach_property(names, which):
