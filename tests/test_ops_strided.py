@@ -142,7 +142,8 @@ HOST_READS = [
     ("transposed", (6, 2, 16), torch.float32, lambda t: t.transpose(0, 1), True),
     ("sliced", (5, 8, 6), torch.float16, lambda t: t[1:4, 2:], True),
     ("across-sticks", (10, 70), torch.float32, lambda t: t, False),  # 70 = 32 + 32 + 6: tiles apart
-    ("int64-stored-as-int32", (4, 6), torch.int64, lambda t: t, False),
+    ("int64", (4, 6), torch.int64, lambda t: t, True),  # IEEE_INT32's stick, the host dtype's bytes
+    ("dtype-view", (4, 8), torch.float32, lambda t: t.view(torch.int32), False),  # offsets are its buffer's
 ]
 
 
