@@ -187,9 +187,17 @@ void AtenRecipe::run(c10::ArrayRef<c10::IValue> args, int64_t target, std::vecto
   std::vector<at::Tensor> values;
   for (const LayoutPtr& out : outs) values.push_back(new_device_tensor(out, device));
   if (outs.empty()) values.push_back(args[target].toTensor());
+  std::vector<at::Tensor> sources(args.size());  // the staged operands' copies, made once for every part
+  for (const RecipeRead& read : parts.front().reads) {
+    if (!read.staged) continue;
+    sources[read.arg] = new_device_tensor(read.staged, device).copy_(args[read.arg].toTensor());
+    if (read.restickify_bytes > 0) count_restickify(read.restickify_bytes);
+  }
   for (const Part& part : parts) {
     std::vector<c10::IValue> call = stack;
-    for (const RecipeRead& read : part.reads) call[read.arg] = view_of(args[read.arg].toTensor(), read.view);
+    for (const RecipeRead& read : part.reads) {
+      call[read.arg] = view_of(read.staged ? sources[read.arg] : args[read.arg].toTensor(), read.view);
+    }
     if (part.results.empty()) call.emplace_back(call[target].toTensor());
     for (size_t i = 0; i < part.results.size(); ++i) call.emplace_back(view_of(values[i], part.results[i]));
     compute->callBoxed(call);
@@ -210,7 +218,9 @@ AtenRecipe::Part narrowed(const AtenRecipe::Part& part, const std::vector<std::p
     return b;
   };
   AtenRecipe::Part out;
-  for (const RecipeRead& read : part.reads) out.reads.push_back(RecipeRead{read.arg, narrow(read.view)});
+  for (const RecipeRead& read : part.reads) {
+    out.reads.push_back(RecipeRead{read.arg, narrow(read.view), read.staged, read.restickify_bytes});
+  }
   for (const BufferView& result : part.results) out.results.push_back(narrow(result));
   return out;
 }
@@ -352,6 +362,7 @@ bool offer_recipe(const std::vector<std::optional<at::Tensor>>& args, std::vecto
   bool reads_target = false;
   for (const RecipeRead& read : reads) {
     if (!own(read.arg) || !well_formed(read.view)) return false;
+    if (read.staged && read.arg == call.target) return false;  // the target is written where it lies
     reads_target |= read.arg == call.target;
   }
   for (const BufferView& v : result_views) {

@@ -63,10 +63,14 @@ std::optional<c10::OperatorHandle> find_op(const std::string& name);
 // A strided CPU view of a device tensor's buffer.
 inline at::Tensor view_of(const at::Tensor& t, const BufferView& v) { return raw_view(t, v.sizes, v.strides, v.offset); }
 
-// One operand's read: its argument position and its view.
+// One operand's read: its argument position and its view; a staged operand is first copied into
+// a new tensor of `staged` (the restickify or relayout the op's rules ask for; `restickify_bytes`
+// counted each call when it is a restickify) and the view is of that copy.
 struct RecipeRead {
   int64_t arg;
   BufferView view;
+  LayoutPtr staged = nullptr;
+  int64_t restickify_bytes = 0;
 };
 
 // A recipe offered by the Python kernel serving the innermost front call on this thread, for

@@ -173,9 +173,15 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         std::vector<RecipeRead> parsed;
         for (const auto& item : reads) {
           auto t = py::cast<py::tuple>(item);
-          TORCH_CHECK_VALUE(t.size() == 4, "a recipe read is (argument, sizes, strides, offset)");
+          TORCH_CHECK_VALUE(t.size() == 4 || t.size() == 6,
+                            "a recipe read is (argument, sizes, strides, offset[, staged record, restickify bytes])");
           parsed.push_back(RecipeRead{py::cast<int64_t>(t[0]), BufferView{py::cast<std::vector<int64_t>>(t[1]),
                                       py::cast<std::vector<int64_t>>(t[2]), py::cast<int64_t>(t[3])}});
+          if (t.size() == 6) {
+            parsed.back().staged = py::cast<std::shared_ptr<BoundLayout>>(t[4]);
+            TORCH_CHECK_VALUE(parsed.back().staged, "a staged recipe read needs its record, got None");
+            parsed.back().restickify_bytes = py::cast<int64_t>(t[5]);
+          }
         }
         return offer_recipe(args, std::move(parsed), std::move(outs), std::move(results), overrides, compute, boxes);
       },

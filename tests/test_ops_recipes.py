@@ -173,6 +173,32 @@ def test_the_runtime_front_replays_recipes_bit_for_bit(_, fn, dtype, shape, monk
     assert entered[0] >= 1 and entered[2] == entered[1] == entered[0], entered
 
 
+# Operands the rules copy first (a view whose stick holds another dim): (id, the op on a device or
+# CPU tensor of shape (2, 6, 48)). The recipe repeats the copy each call, counted as the first
+# call's restickify, and the front replays it.
+STAGED_CASES = [
+    ("attention-q-scaling", lambda x: x.transpose(0, 1)[..., :16].reshape(6, 4, 8).transpose(0, 1) * 0.35),
+    ("stick-split-view", lambda x: x.view(2, 6, 3, 16).transpose(2, 3) + 1),
+]
+
+
+@pytest.mark.parametrize("_, fn", STAGED_CASES, ids=[c[0] for c in STAGED_CASES])
+def test_the_front_replays_recipes_whose_operands_are_restickified(_, fn, monkeypatch):
+    elementwise.forget_recipes()
+    calls = _calls_into_python(monkeypatch)
+    counts = []
+    for seed in range(3):
+        x = randn(2, 6, 48, seed=seed)
+        torch_layouts.reset_stats()
+        out = fn(x.to("spyre"))
+        counts.append(torch_layouts.stats()["restickify_count"])
+        assert torch.equal(out.cpu(), fn(x)) and padding_holds_pad_value(out)
+        if seed == 0:
+            entered = len(calls)
+    assert entered >= 1 and len(calls) == entered
+    assert counts[0] >= 1 and counts == [counts[0]] * 3
+
+
 def test_the_front_keeps_recipes_apart_by_geometry_and_scalar_kind(monkeypatch):
     """Calls differing in layout, in a number's kind, or in aliasing never replay each other's recipe."""
     elementwise.forget_recipes()

@@ -99,9 +99,10 @@ def native_dropout_backward(grad: torch.Tensor, mask: torch.Tensor, scale: float
     out = run(SCALED, [grad, mask], {"scale": scale}, out_dtype=grad.dtype)
     key = signature(SCALED, [grad, mask], {"scale": scale}, None, grad.dtype)
     recipe = RECIPES.get(key) if key is not None else None
-    if recipe is not None and recipe.unpadded and recipe.out_coords is not None:
+    if (recipe is not None and recipe.unpadded and recipe.out_coords is not None
+            and all(staged is None for *_, staged in recipe.reads)):
         shape = recipe.coords.shape
-        (_, grad_strides, grad_offset), (_, mask_strides, mask_offset) = recipe.reads
+        (_, grad_strides, grad_offset, _), (_, mask_strides, mask_offset, _) = recipe.reads
         _C._offer_dropout_backward(grad, mask, (shape, grad_strides, grad_offset), (shape, mask_strides, mask_offset),
                                    runtime_record(recipe.out_coords), (shape, rowmajor(shape), 0))
     return out

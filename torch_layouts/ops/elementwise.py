@@ -125,6 +125,16 @@ def restickify_to(t: torch.Tensor, coords: BoundLayout) -> torch.Tensor:
     return out
 
 
+def staging_coords(t: torch.Tensor, coords: BoundLayout) -> BoundLayout | None:
+    """The coordinates ``relayout_to`` copies ``t`` into when ``t`` has the coordinates' rank and
+    broadcasts along no grouped dim (a copy a recipe repeats as it is), else None."""
+    if t.dim() != len(coords.size):
+        return None
+    size = tuple(t.shape)
+    layout = operand_layout(coords, size, t.dtype)
+    return None if layout is None else BoundLayout(layout, size, strides_in_order(size, coords.stride))
+
+
 def relayout_to(t: torch.Tensor, coords: BoundLayout) -> torch.Tensor:
     """A copy of ``t`` in a layout whose device dims are the coordinates' own."""
     rank = len(coords.size)
@@ -138,10 +148,12 @@ def relayout_to(t: torch.Tensor, coords: BoundLayout) -> torch.Tensor:
 
 
 def operand_view(op: str, named: list[tuple[str, object]], coords: BoundLayout, i: int, *, primary: bool = False,
-                 mask: bool = False) -> torch.Tensor:
+                 mask: bool = False, staged: dict | None = None) -> torch.Tensor:
     """The view of operand ``named[i]`` in ``coords``: converted to the coordinates' dtype
     or restickified into a compatible layout when it cannot be read as it is (strict mode
-    raises for an operand whose own layout is incompatible; see ``rules``)."""
+    raises for an operand whose own layout is incompatible; see ``rules``). An operand copied
+    as it is (not converted, reshaped or broadcast) goes into ``staged[i]``: the coordinates of
+    its copy and the bytes a restickify moves (0: a relayout)."""
     name, t = named[i]
     p = plan(t, coords)
     if p is not None and p.stick_ok:
@@ -159,17 +171,22 @@ def operand_view(op: str, named: list[tuple[str, object]], coords: BoundLayout, 
                     target if target is not None else coords.layout)
     refined = plan(t, coords, refine=True)
     # Device dims in another order around the same stick: a relayout, not a restickify.
-    t = relayout_to(t, coords) if refined is not None and refined.stick_ok else restickify_to(t, coords)
+    relayout = refined is not None and refined.stick_ok
+    into = staging_coords(t, coords) if staged is not None and t is named[i][1] else None
+    if into is not None:
+        staged[i] = (into, 0 if relayout else t.numel() * t.element_size())
+    t = relayout_to(t, coords) if relayout else restickify_to(t, coords)
     p = plan(t, coords)
     if p is None or not p.stick_ok:
         raise RuntimeError(f"internal error: restickified operand cannot be read in {coords}")
     return view(t, coords, p)
 
 
-def _operand(spec: Spec, coords: BoundLayout, args: list, i: int, primary: bool) -> torch.Tensor:
+def _operand(spec: Spec, coords: BoundLayout, args: list, i: int, primary: bool, staged: dict) -> torch.Tensor:
     names = _names(spec)
     named = [(names[k], args[k]) for k in range(len(args))]
-    return operand_view(spec.name.split(".")[0], named, coords, i, primary=primary, mask=i in spec.masks)
+    return operand_view(spec.name.split(".")[0], named, coords, i, primary=primary, mask=i in spec.masks,
+                        staged=staged)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -214,12 +231,14 @@ def _empty_result(shape: tuple[int, ...], dtype: torch.dtype, device: torch.devi
 # -- the driver ------------------------------------------------------------------------
 class Recipe(NamedTuple):
     """How ``run`` read the operands of a call and wrote its result, for calls of the same
-    geometry (``signature``): every operand read in place, the result a new tensor in the
-    coordinates (or its dtype variant with the same device dims) or the target's buffer."""
+    geometry (``signature``): every operand read in place or copied as it is into coordinates
+    (a restickify or relayout the rules ask for, repeated each call), the result a new tensor in
+    the coordinates (or its dtype variant with the same device dims) or the target's buffer."""
 
     layouts: tuple  # the operands' layout objects: held, so the ids in the signature stay theirs
     coords: BoundLayout
-    reads: tuple[tuple[int, tuple[int, ...], int], ...]  # (argument position, strides, offset)
+    # (argument position, strides, offset, None or (the copy's coordinates, restickify bytes))
+    reads: tuple[tuple[int, tuple[int, ...], int, tuple[BoundLayout, int] | None], ...]
     out_coords: BoundLayout | None  # a new result's layout (None: the target is written)
     target_read: tuple[tuple[int, ...], int] | None  # out=: the target's (strides, offset)
     unpadded: bool  # the coordinates have no padding: one box covers them
@@ -258,8 +277,13 @@ def _replay(recipe: Recipe, spec: Spec, args: tuple | list, kwargs: dict, target
         _offer(recipe, spec, args)
     coords = recipe.coords
     views = list(args)
-    for i, strides, offset in recipe.reads:
-        views[i] = raw_view(args[i], coords.shape, strides, offset)
+    for i, strides, offset, staged in recipe.reads:
+        source = args[i]
+        if staged is not None:
+            source = materialize(source, staged[0])
+            if staged[1]:
+                count_restickify(staged[1])
+        views[i] = raw_view(source, coords.shape, strides, offset)
     if recipe.out_coords is not None:
         out = new_tensor(recipe.out_coords, args[recipe.reads[0][0]].device)
         o = raw_view(out, coords.shape)
@@ -272,7 +296,7 @@ def _replay(recipe: Recipe, spec: Spec, args: tuple | list, kwargs: dict, target
         spec.compute(*views, out=o, **kwargs)
         return out
     pieces, whole = real_slices(coords)
-    shaped = {i for i, _, _ in recipe.reads}
+    shaped = {read[0] for read in recipe.reads}
     for index in pieces:
         spec.compute(*(v[index] if i in shaped else v for i, v in enumerate(views)), out=o[index], **kwargs)
     if whole:
@@ -281,17 +305,22 @@ def _replay(recipe: Recipe, spec: Spec, args: tuple | list, kwargs: dict, target
 
 
 def _record(key: tuple, spec: Spec, args: list, originals: list, positions: list[int], coords: BoundLayout,
-            result: torch.dtype, target: torch.Tensor | None, inplace: bool, front: bool) -> None:
-    """Keep the recipe of a call whose operands were all read in place (see ``Recipe``); with
-    ``front`` (the call is the registered kernel's), offer it to the runtime's front too."""
+            result: torch.dtype, target: torch.Tensor | None, inplace: bool, front: bool, views: list,
+            staged: dict) -> None:
+    """Keep the recipe of a call whose operands were all read in place or copied as they are
+    (``staged``: read through ``views``, see ``Recipe``); with ``front`` (the call is the
+    registered kernel's), offer it to the runtime's front too."""
     reads = []
     for i in positions:
         if args[i] is not originals[i]:
             return
+        if i in staged:
+            reads.append((i, tuple(views[i].stride()), views[i].storage_offset(), staged[i]))
+            continue
         p = plan(args[i], coords)
         if p is None or not p.stick_ok:
             return
-        reads.append((i, p.strides, p.offset))
+        reads.append((i, p.strides, p.offset, None))
     out_coords = target_read = None
     if target is None:
         out_coords = coords_with_dtype(coords, result)
@@ -322,7 +351,8 @@ def _offer(recipe: Recipe, spec: Spec, args: tuple | list) -> None:
               None if recipe.target_read is None else (shape, *recipe.target_read))
     boxes = [] if recipe.unpadded else [[(s.start, s.stop - s.start) for s in box] for box in pieces]
     _C._offer_recipe([t if isinstance(t, torch.Tensor) else None for t in args],
-                     [(i, shape, strides, offset) for i, strides, offset in recipe.reads],
+                     [(i, shape, strides, offset) + (() if staged is None else (runtime_record(staged[0]), staged[1]))
+                      for i, strides, offset, staged in recipe.reads],
                      None if recipe.out_coords is None else runtime_record(recipe.out_coords), result,
                      [(len(args) + i, v) for i, v in enumerate(spec.extra)], "aten::" + spec.native, boxes)
 
@@ -384,6 +414,7 @@ def run(spec: Spec, args: tuple | list, kwargs: dict, *, target: torch.Tensor | 
             coords = coords_for(args[primary])
     views = list(args)
     shaped = set()  # operands read as views shaped like the coordinates
+    staged: dict = {}  # operands copied into the coordinates (see operand_view)
     for i in positions:
         t = args[i]
         if t.device.type != "spyre":
@@ -393,7 +424,7 @@ def run(spec: Spec, args: tuple | list, kwargs: dict, *, target: torch.Tensor | 
             if views[i] is None:
                 views[i] = t.cpu()
             continue
-        views[i] = _operand(spec, coords, args, i, primary=(i == primary or (inplace and i == 0)))
+        views[i] = _operand(spec, coords, args, i, primary=(i == primary or (inplace and i == 0)), staged=staged)
         shaped.add(i)
     if inplace:
         out, o, finish = target, views[0], None
@@ -409,7 +440,7 @@ def run(spec: Spec, args: tuple | list, kwargs: dict, *, target: torch.Tensor | 
     elif whole:
         _C._fill_padding(out)
     if key is not None and len(shaped) == len(positions):
-        _record(key, spec, args, originals, positions, coords, result, target, inplace, front)
+        _record(key, spec, args, originals, positions, coords, result, target, inplace, front, views, staged)
     return out
 
 
