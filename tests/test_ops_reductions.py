@@ -182,6 +182,38 @@ def test_replayed_reductions_match_the_planning_path(shape, dtype, data, kind):
     torch.testing.assert_close(replayed, getattr(second, kind)(dim=dims, keepdim=keepdim), **tolerance(dtype, count))
 
 
+# Whole-tensor sums and means (``loss.mean()``) of tensors whose stick is right: the CPU's reduction
+# on the input's strided view of its buffer (no copy, no restickify), replayed by the runtime's
+# front after the first call of a geometry. id, base shape, dtype, the view, kind.
+WHOLE = [
+    ("attention-loss-mean", (6, 2, 16), F32, lambda t: t.transpose(0, 1), "mean"),
+    ("heads-split-sum", (4, 6, 6), F32, lambda t: t.view(2, 2, 6, 6), "sum"),
+    ("short-stick-mean-half", (3, 40), F16, lambda t: t, "mean"),
+    ("transposed-sum-bf16", (6, 4, 10), torch.bfloat16, lambda t: t.transpose(0, 2), "sum"),
+]
+
+
+@pytest.mark.parametrize("_, shape, dtype, make, kind", WHOLE, ids=[c[0] for c in WHOLE])
+def test_whole_tensor_reductions_read_the_buffer_in_place(_, shape, dtype, make, kind, monkeypatch):
+    from torch_layouts.ops import reductions
+    reductions.PLANS.clear()
+    entered, calls = [], []
+    original = reductions.geometry_key
+    monkeypatch.setattr(reductions, "geometry_key", lambda t: entered.append(1) or original(t))
+    for seed in range(3):
+        x = torch.randn(shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
+        y = make(x.to("spyre"))
+        torch_layouts.reset_stats()
+        before = len(entered)
+        out = getattr(y, kind)()
+        calls.append(len(entered) - before)
+        assert torch_layouts.stats()["restickify_count"] == 0
+        ref = getattr(make(x), kind)()
+        assert out.shape == () and out.dtype == ref.dtype and padding_holds_pad_value(out)
+        torch.testing.assert_close(out.cpu(), ref, **tolerance(dtype, math.prod(shape)))
+    assert calls[0] >= 1 and calls[1:] == [0, 0], calls
+
+
 # Views whose reduced dims split a device dim (attention's heads): reduced as strided views of the
 # buffer instead of restickified. id, base shape, dtype, the view, kind, dims, keepdim.
 STRIDED = [

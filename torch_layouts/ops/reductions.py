@@ -318,16 +318,17 @@ def _real_box(coords: BoundLayout, red: tuple[int, ...]) -> tuple[tuple[int, int
 
 
 def reduce(kind: str, x: torch.Tensor, dim: int | Sequence[int] | None, keepdim: bool,
-           dtype: torch.dtype | None) -> torch.Tensor:
+           dtype: torch.dtype | None, whole: bool = False) -> torch.Tensor:
     """One reduction (``kind`` in sum, mean, amax, amin, all, any) on device memory; the plan
-    of a call whose input is read in place is kept per geometry (``ReducePlan``)."""
+    of a call whose input is read in place is kept per geometry (``ReducePlan``). ``whole``:
+    the call is a whole-tensor overload's (``x.sum()``)."""
     geometry = geometry_key(x)
     key = None
     if geometry is not None:
-        key = (kind, geometry, dim if dim is None or isinstance(dim, int) else tuple(dim), keepdim, dtype)
+        key = (kind, geometry, dim if dim is None or isinstance(dim, int) else tuple(dim), keepdim, dtype, whole)
         kept = PLANS.get(key)
         if isinstance(kept, strided_reductions.StridedPlan):
-            return strided_reductions.run(kind, x, kept, normalize_dims(dim, x.dim()), keepdim, dtype)
+            return strided_reductions.run(kind, x, kept, normalize_dims(dim, x.dim()), keepdim, dtype, whole)
         if kept is not None:
             v = raw_view(x, kept.coords.layout.device_size, *kept.read)
             values = _boxed_values(kind, v, kept.coords, kept.red, kept.row_sums, kept.count, x.device,
@@ -345,12 +346,16 @@ def reduce(kind: str, x: torch.Tensor, dim: int | Sequence[int] | None, keepdim:
         host = getattr(torch, kind)(x.cpu(), dims, keepdim, **({"dtype": dtype} if kind in ("sum", "mean") else {}))
         return host.to(x.device)
     final = restickified_coords(x, dims)
+    if final is None and len(dims) == x.dim():  # every dim reduced: their device dims' order does not matter
+        own = coords_for(x)
+        p = plan(x, own)
+        final = own if p is not None and p.stick_ok else None
     if key is not None and final is not None:  # a strided view of the buffer, if it reads as one, instead
         out_coords = result_coords(final, dims, keepdim, out_dtype)
         strided = strided_reductions.strided_plan(kind, x, dims, out_coords)
         if strided is not None:
             keep(PLANS, key, strided, MAX_PLANS)
-            return strided_reductions.run(kind, x, strided, dims, keepdim, dtype)
+            return strided_reductions.run(kind, x, strided, dims, keepdim, dtype, whole)
     original = x
     x, coords, v, red, exact = readable(x, dims)
     pad = x.device_tensor_layout().pad_value
@@ -425,7 +430,7 @@ def sum_dim(x: torch.Tensor, dim: Sequence[int] | None = None, keepdim: bool = F
 
 
 def sum_all(x: torch.Tensor, *, dtype: torch.dtype | None = None) -> torch.Tensor:
-    return reduce("sum", x, None, False, dtype)
+    return reduce("sum", x, None, False, dtype, whole=True)
 
 
 def mean_dim(x: torch.Tensor, dim: Sequence[int] | None = None, keepdim: bool = False, *,
@@ -434,7 +439,7 @@ def mean_dim(x: torch.Tensor, dim: Sequence[int] | None = None, keepdim: bool = 
 
 
 def mean_all(x: torch.Tensor, *, dtype: torch.dtype | None = None) -> torch.Tensor:
-    return reduce("mean", x, None, False, dtype)
+    return reduce("mean", x, None, False, dtype, whole=True)
 
 
 def amax(x: torch.Tensor, dim: Sequence[int] = (), keepdim: bool = False) -> torch.Tensor:

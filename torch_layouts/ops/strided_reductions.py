@@ -5,7 +5,8 @@ A view whose stick is right but whose reduced host dims do not map onto whole de
 coordinates (attention's ``weights.view(bsz, heads, L, S).mean(1)``, the heads split out of one
 device dim) would be copied into the default layout first (a view whose stick the rules reject is
 still restickified, as the hardware would). When its device offsets are affine in its index
-(``operands.host_read``), the CPU's own reduction runs on that strided view of the buffer instead,
+(``operands.host_read``), the CPU's own reduction runs on that strided view of the buffer instead
+(and so does a reduction over every dim of any input whose stick is right: ``loss.mean()``),
 writing the result's strided view in the layout the restickified path gives (or its values, copied
 in, when that layout cuts the result's dims across tiles): no copy of the input, the CPU's bits.
 The plan is kept per geometry; a call of a ``.dim`` overload offers the runtime's front its replay
@@ -29,6 +30,9 @@ from .operands import Read, host_read, layouts_of, new_tensor, raw_view, runtime
 KINDS = {"sum": torch.sum, "mean": torch.mean, "amax": torch.amax, "amin": torch.amin}
 NATIVE = {"sum": "aten::sum.IntList_out", "mean": "aten::mean.out", "amax": "aten::amax.out",
           "amin": "aten::amin.out"}
+# The out= overloads of the whole-tensor overloads (``x.sum()``, ``x.mean()``: self and dtype).
+NATIVE_ALL = {"sum": "aten::sum.out", "mean": "aten::mean.dtype_out"}
+OUT_ALL = {"sum": torch.ops.aten.sum.out, "mean": torch.ops.aten.mean.dtype_out}
 FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 
 
@@ -55,16 +59,21 @@ def strided_plan(kind: str, x: torch.Tensor, dims: tuple[int, ...], out_coords: 
 
 
 def run(kind: str, x: torch.Tensor, plan: StridedPlan, dims: tuple[int, ...], keepdim: bool,
-        dtype: torch.dtype | None) -> torch.Tensor:
+        dtype: torch.dtype | None, whole: bool = False) -> torch.Tensor:
     """The reduction of ``x`` over host ``dims`` by ``plan``: the CPU op on the input's view, into
-    the result's view; the runtime's front is offered the replay (it takes those of the ``.dim``
-    overloads, whose arguments the ``out=`` overload takes)."""
+    the result's view; the runtime's front is offered the replay (the ``out=`` overload that takes
+    the call's own arguments: the ``.dim`` overloads', or with ``whole`` the whole-tensor ``sum``'s
+    and ``mean``'s)."""
     v = raw_view(x, *plan.read)
     out = new_tensor(plan.out_coords, x.device)
     fn = KINDS[kind]
     extra = {"dtype": dtype} if kind in ("sum", "mean") else {}
     if plan.result is None:
-        return out.copy_(fn(v, list(dims), keepdim, **extra))
-    fn(v, list(dims), keepdim, **extra, out=raw_view(out, *plan.result))
-    _C._offer_recipe([x], [(0, *plan.read)], runtime_record(plan.out_coords), plan.result, [], NATIVE[kind])
+        return out.copy_(fn(v, **extra) if whole else fn(v, list(dims), keepdim, **extra))
+    if whole:
+        OUT_ALL[kind](v, **extra, out=raw_view(out, *plan.result))
+    else:
+        fn(v, list(dims), keepdim, **extra, out=raw_view(out, *plan.result))
+    _C._offer_recipe([x], [(0, *plan.read)], runtime_record(plan.out_coords), plan.result, [],
+                     NATIVE_ALL[kind] if whole else NATIVE[kind])
     return out
