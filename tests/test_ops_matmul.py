@@ -151,6 +151,34 @@ def test_bmm_of_views_whose_batch_dim_is_split(heads):
     close(out, torch.bmm(ha, hb))
     close(torch.bmm(out, a), torch.bmm(torch.bmm(ha, hb), ha))
 
+# Operands the rule restickifies and no plan reads in the GEMM's coordinates: attention's heads of
+# a packed projection (a stick holds two heads), k padded to whole sticks. id, the packed
+# projection's shape, q's and k's views of it. The GEMM packs them where they lie (each counted as
+# the restickify it is) and gives the bits it gives on their copies, call after call.
+PACKED_IN_PLACE = [
+    ("attention-scores", (2, 6, 48), lambda p: p.transpose(0, 1)[..., :16].reshape(6, 4, 8).transpose(0, 1),
+     lambda p: p.transpose(0, 1)[..., 16:32].reshape(6, 4, 8).transpose(0, 1).transpose(1, 2)),
+    ("attention-values", (2, 6, 48), lambda p: torch.softmax(p[..., :6].reshape(4, 3, 6), -1),
+     lambda p: p.transpose(0, 1)[..., 32:].reshape(6, 4, 8).transpose(0, 1)),
+]
+
+
+@pytest.mark.parametrize("_, shape, make_a, make_b", PACKED_IN_PLACE, ids=[c[0] for c in PACKED_IN_PLACE])
+def test_restickified_operands_are_packed_where_they_lie(_, shape, make_a, make_b):
+    restickified = []
+    for seed in range(3):
+        p = torch.randn(shape, generator=torch.Generator().manual_seed(seed))
+        dp = p.to("spyre")
+        a, b = make_a(dp), make_b(dp)
+        copies = torch.bmm(a.contiguous(), b.contiguous()).cpu()
+        torch_layouts.reset_stats()
+        out = torch.bmm(a, b)
+        restickified.append(restickifies())
+        assert torch.equal(out.cpu(), copies)
+        close(out, torch.bmm(make_a(p), make_b(p)))
+    assert restickified[0] >= 1 and restickified == [restickified[0]] * 3
+
+
 def test_operands_sticked_on_the_wrong_dim_are_restickified():
     a, b = torch.randn(40, 64), torch.randn(64, 96)
     a_on_m = a.to("spyre", device_layout=SpyreTensorLayout((40, 64), F32, [1, 0]))

@@ -134,6 +134,29 @@ def test_empty_is_a_no_op():
     assert strided_copy(dst, torch.empty(0, 5)) is dst
 
 
+# factored_read: a view's elements as one strided view of its buffer, host dims split where their
+# device offsets step unevenly. id, base shape, the view, the expected split counts (None: no view).
+FACTORED = [
+    ("whole", (4, 6, 6), lambda t: t, (1, 1, 1)),
+    ("heads-of-packed-projection", (6, 2, 16), lambda t: t.transpose(0, 1).reshape(4, 6, 8).transpose(1, 2),
+     (1, 1, 2)),
+    ("rows-of-half-sticks", (6, 2, 16), lambda t: t.transpose(0, 1).reshape(4, 6, 8), (1, 2, 1)),
+    ("heads-view", (4, 6, 6), lambda t: t.view(2, 2, 6, 6), (1, 1, 1, 1)),
+    ("across-sticks", (10, 70), lambda t: t, None),  # 70 = 32 + 32 + 6: no split steps evenly
+]
+
+
+@pytest.mark.parametrize("_, shape, make, counts", FACTORED, ids=[c[0] for c in FACTORED])
+def test_factored_read_splits_dims_where_offsets_step_unevenly(_, shape, make, counts):
+    from torch_layouts.ops.operands import factored_read, raw_view
+    x = torch.randn(shape)
+    y = make(x.to("spyre"))
+    r = factored_read(y)
+    assert (None if r is None else r.counts) == counts
+    if r is not None:
+        assert len(r.read[0]) == sum(counts) and torch.equal(raw_view(y, *r.read).reshape(y.shape), make(x))
+
+
 # host_read: a view's elements as one strided view of its buffer in its own shape, where its device
 # offsets are affine in its index. id, base shape, dtype, the view, whether it reads so.
 HOST_READS = [

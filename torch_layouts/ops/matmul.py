@@ -36,6 +36,7 @@ live in device memory (``operands.scratch``), like a kernel's scratchpad.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from typing import NamedTuple
 
@@ -47,7 +48,7 @@ from ..spyre import SpyreTensorLayout
 from . import rules
 from .. import _C
 from .elementwise import ADD, MUL, broadcast_shape, copy_real, fill_, materialize, operand_view, run
-from .operands import (Read, ViewPlan, default_coords, has_padding, in_place, is_whole_dense, keep, layouts_of,
+from .operands import (Read, ViewPlan, default_coords, factored_read, has_padding, in_place, is_whole_dense, keep, layouts_of,
                        new_tensor, plan, plan_key, raw, raw_view, read_of, record_of, rowmajor, runtime_record, scratch,
                        view)
 from .registry import register
@@ -149,14 +150,44 @@ def _tiles(t: torch.Tensor, coords: BoundLayout, p: ViewPlan) -> Tiles:
 
 
 def _operand(op: str, named: list[tuple[str, torch.Tensor]], i: int, coords: BoundLayout, exact: bool,
-             requirement: str, effects: list[Effect] | None = None) -> Tiles:
+             requirement: str, effects: list[Effect] | None = None, packed: bool = False) -> Tiles:
     """Operand ``i`` read in ``coords`` (see ``_readable``), or as the transpose of its
-    transpose's tiles (``_flipped``); restickifies the rule asks for go to ``effects``."""
+    transpose's tiles (``_flipped``); restickifies the rule asks for go to ``effects``. With
+    ``packed`` (the tile GEMM, which packs what it reads), an operand that would be copied into
+    ``coords`` first is read as the strided view of its buffer in its own shape where it is one
+    (``_strided``)."""
     flipped = None if exact else _flipped(op, named, i, coords, requirement, effects)
     if flipped is not None:
         return flipped
+    if packed:
+        strided = _strided(op, named, i, coords, exact, requirement, effects)
+        if strided is not None:
+            return strided
     t, p = _readable(op, named, i, coords, exact, requirement, True, effects)
     return _tiles(t, coords, p)._replace(staged=None if t is named[i][1] else coords)
+
+
+def _strided(op: str, named: list[tuple[str, torch.Tensor]], i: int, coords: BoundLayout, exact: bool,
+             requirement: str, effects: list[Effect] | None) -> Tiles | None:
+    """An operand that breaks the rule and that no plan reads in ``coords`` (a head-split view:
+    a stick holding two heads), or whose k must be padded, as the strided view of its buffer in
+    its own shape, dims split where their offsets step unevenly (``operands.factored_read``):
+    the restickify the rule asks for (counted; strict mode raises) is done by the GEMM's
+    packing, which reads only the k real columns. None where the operand reads in place, or no
+    strided view holds it."""
+    t = named[i][1]
+    p = plan(t, coords, refine=True)
+    info = record_of(t)
+    breaks = p is None or not p.stick_ok or (exact and (not p.exact or info.layout.pad_value != 0))
+    if not breaks or (p is not None and not exact):
+        return None  # read in place (a refined plan: the packing copies it anyway)
+    factored = factored_read(t)
+    if factored is None:
+        return None
+    _restickified(op, named, i, requirement, coords.layout, effects)
+    first = list(itertools.accumulate(factored.counts, initial=0))
+    groups = [tuple(range(first[d], first[d + 1])) for d in range(t.dim())]
+    return Tiles(raw_view(t, *factored.read), sum(groups[:-2], ()), groups[-2], groups[-1])
 
 
 class Effect(NamedTuple):
@@ -311,8 +342,8 @@ def matmul(op: str, a: torch.Tensor, b: torch.Tensor, names: tuple[str, str] = (
     b_rule = "mat2 sticked on n (its last dim), with k padded to whole sticks of zeros"
     if dtype == torch.float32 and TILE_GEMM and min(m, n, k) < BLAS_FROM_DIM:
         effects: list[Effect] = []
-        tiles = [_operand(op, named, 0, a_coords, padded_k, a_rule, effects),
-                 _operand(op, named, 1, b_coords, padded_k, b_rule, effects)]
+        tiles = [_operand(op, named, 0, a_coords, padded_k, a_rule, effects, packed=True),
+                 _operand(op, named, 1, b_coords, padded_k, b_rule, effects, packed=True)]
         out, bias_row = _tile_gemm(out, c_coords, *tiles, (m, n, k), bias, beta, alpha)
         live = bias is not None and beta != 0
         if not live or bias_row is not None and in_place([bias_row], [bias]):

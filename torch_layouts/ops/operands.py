@@ -112,46 +112,94 @@ def read_of(v: torch.Tensor) -> Read:
     return tuple(v.shape), tuple(v.stride()), v.storage_offset()
 
 
-HOST_READS: dict[tuple, tuple[Read | None, tuple]] = {}  # geometry_key -> (host_read, layouts held)
+class FactoredRead(NamedTuple):
+    """A strided view of a raw buffer holding a tensor's elements in a refinement of its shape:
+    host dim ``d`` split into ``counts[d]`` consecutive dims of ``read`` (outer first), so that
+    index ``i`` of dim ``d`` is those dims' row-major index."""
+
+    read: Read
+    counts: tuple[int, ...]
+
+
+HOST_READS: dict[tuple, tuple[FactoredRead | None, tuple]] = {}  # geometry_key -> (read, layouts held)
 MAX_HOST_READS = 1024
 
 
-def host_read(x: torch.Tensor) -> Read | None:
-    """A strided view of ``x``'s raw buffer that holds ``x``'s elements in ``x``'s own shape (the
-    first copy of broadcast ones), or None when its device offsets are not affine in its index
-    (a dim split across tiles) or ``x`` is a dtype view of its buffer.
-    Worked out once per geometry.
+def factored_read(x: torch.Tensor) -> FactoredRead | None:
+    """The strided view of ``x``'s raw buffer that holds ``x``'s elements, each host dim split
+    where its device offsets step unevenly (a dim whose halves lie in two tiles: attention's heads
+    of a packed projection), or None when no such view holds them (offsets that are not affine in
+    any split, or ``x`` a dtype view of its buffer). Worked out once per geometry.
 
-    >>> x = torch.randn(4, 6, 6).to("spyre").view(2, 2, 6, 6)  # heads split out of one device dim
-    >>> size, strides, offset = host_read(x)
-    >>> torch.equal(raw_view(x, size, strides, offset), x.cpu())
-    True
+    >>> x = torch.randn(6, 2, 16).to("spyre").transpose(0, 1).reshape(4, 6, 8)  # 4 = 2 x 2 heads
+    >>> r = factored_read(x)
+    >>> r.counts, torch.equal(raw_view(x, *r.read).reshape(x.shape), x.cpu())
+    ((2, 1, 1), True)
     """
     key = geometry_key(x)
     if key is None:
         return None
     kept = HOST_READS.get(key)
     if kept is None:
-        kept = keep(HOST_READS, key, (_affine_read(x), layouts_of([x])), MAX_HOST_READS)
+        kept = keep(HOST_READS, key, (_factored(x), layouts_of([x])), MAX_HOST_READS)
     return kept[0]
 
 
-def _affine_read(x: torch.Tensor) -> Read | None:
+def host_read(x: torch.Tensor) -> Read | None:
+    """``factored_read`` where no dim is split: a strided view of ``x``'s raw buffer in ``x``'s
+    own shape (the first copy of broadcast ones), else None.
+
+    >>> x = torch.randn(4, 6, 6).to("spyre").view(2, 2, 6, 6)  # heads split out of one device dim
+    >>> size, strides, offset = host_read(x)
+    >>> torch.equal(raw_view(x, size, strides, offset), x.cpu())
+    True
+    """
+    r = factored_read(x)
+    return r.read if r is not None and all(c == 1 for c in r.counts) else None
+
+
+def _factors(steps: list[int]) -> list[tuple[int, int]] | None:
+    """(size, stride) factors, outer first, of a sequence of offsets (from 0) that is a row-major
+    affine function of them, or None."""
+    n = len(steps)
+    if n == 1:
+        return [(1, 0)]
+    step = steps[1]
+    run = 1
+    while run < n and steps[run] == run * step:
+        run += 1
+    if step < 0 or n % run:
+        return None
+    outer = steps[::run]
+    if any(steps[j + r] != steps[j] + r * step for j in range(0, n, run) for r in range(run)):
+        return None
+    rest = [] if run == n else _factors(outer)
+    return None if rest is None else rest + [(run, step)]
+
+
+def _factored(x: torch.Tensor) -> FactoredRead | None:
     info = record_of(x)
     if x.numel() == 0 or info is None or info.layout.dtype != x.dtype:
         return None  # a dtype view: offsets in units of its buffer's dtype
     offsets = _C._view_offsets(info, list(x.shape), list(x.stride()), x.storage_offset())
     origin = int(offsets.reshape(-1)[0])
-    strides, expected = [], torch.full((), origin, dtype=torch.int64)
+    sizes, strides, counts = [], [], []
     for d, n in enumerate(x.shape):
-        step = int(offsets.select(d, 1).reshape(-1)[0]) - origin if n > 1 else 0
-        if step < 0:
+        line = offsets.movedim(d, 0).reshape(n, -1)[:, 0]  # dim d's offsets, every other index 0
+        factors = _factors([int(v) - origin for v in line])
+        if factors is None:
             return None
-        strides.append(step)
-        shape = [1] * x.dim()
-        shape[d] = n
+        sizes += [f for f, _ in factors]
+        strides += [s for _, s in factors]
+        counts.append(len(factors))
+    expected = torch.full((), origin, dtype=torch.int64)
+    for k, (n, step) in enumerate(zip(sizes, strides)):
+        shape = [1] * len(sizes)
+        shape[k] = n
         expected = expected + torch.arange(n, dtype=torch.int64).view(shape) * step
-    return (tuple(x.shape), tuple(strides), origin) if torch.equal(offsets, expected.expand(x.shape)) else None
+    if not torch.equal(offsets.reshape(-1), expected.expand(sizes).reshape(-1)):
+        return None
+    return FactoredRead((tuple(sizes), tuple(strides), origin), tuple(counts))
 
 
 def in_place(views: Sequence[torch.Tensor], tensors: Sequence[torch.Tensor]) -> bool:
