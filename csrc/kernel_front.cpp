@@ -44,10 +44,17 @@ class AtenRecipe final : public Replay {
 class CloneRecipe final : public Replay {
  public:
   LayoutPtr out;
+  std::optional<std::pair<BufferView, BufferView>> reads;  // the source's, the result's
 
   void run(c10::ArrayRef<c10::IValue> args, int64_t, std::vector<c10::IValue>& results) const override {
     const at::Tensor& src = args[0].toTensor();
-    results.emplace_back(new_device_tensor(out, src.device()).copy_(src));
+    at::Tensor result = new_device_tensor(out, src.device());
+    if (reads) {
+      view_of(result, reads->second).copy_(view_of(src, reads->first));
+    } else {
+      result.copy_(src);
+    }
+    results.emplace_back(std::move(result));
   }
 };
 
@@ -451,10 +458,16 @@ bool offer_recipe(const std::vector<std::optional<at::Tensor>>& args, std::vecto
   return true;
 }
 
-bool offer_clone_recipe(const at::Tensor& src, LayoutPtr out) {
+bool offer_clone_recipe(const at::Tensor& src, LayoutPtr out, std::optional<std::pair<BufferView, BufferView>> reads) {
   if (!out) return false;
+  if (reads && (c10::multiply_integers(reads->first.sizes) != src.numel() || reads->second.sizes != reads->first.sizes ||
+                reads->first.strides.size() != reads->first.sizes.size() ||
+                reads->second.strides.size() != reads->second.sizes.size())) {
+    return false;
+  }
   auto recipe = std::make_shared<CloneRecipe>();
   recipe->out = std::move(out);
+  recipe->reads = std::move(reads);
   return offer_replay(std::move(recipe), "aten::clone", {{0, src}});
 }
 

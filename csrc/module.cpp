@@ -187,9 +187,15 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       },
       py::arg("args"), py::arg("reads"), py::arg("out"), py::arg("result_view"), py::arg("overrides"),
       py::arg("compute"), py::arg("boxes") = std::vector<std::vector<std::pair<int64_t, int64_t>>>{});
-  m.def("_offer_clone_recipe", [](const at::Tensor& src, std::shared_ptr<BoundLayout> out) {
-    return offer_clone_recipe(src, std::move(out));
-  });
+  m.def(
+      "_offer_clone_recipe",
+      [](const at::Tensor& src, std::shared_ptr<BoundLayout> out, const py::object& src_read,
+         const py::object& out_read) {
+        std::optional<std::pair<BufferView, BufferView>> reads;
+        if (!src_read.is_none() && !out_read.is_none()) reads.emplace(buffer_view(src_read), buffer_view(out_read));
+        return offer_clone_recipe(src, std::move(out), std::move(reads));
+      },
+      py::arg("src"), py::arg("out"), py::arg("src_read") = py::none(), py::arg("out_read") = py::none());
   m.def("_offer_softmax", [](const std::string& op, const std::vector<std::pair<int64_t, at::Tensor>>& own,
                              const py::list& rows, std::shared_ptr<BoundLayout> out, int64_t width, bool log,
                              bool safe) {
@@ -258,10 +264,17 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                             std::shared_ptr<BoundLayout> out, const py::object& result) {
     return offer_reduce(kind, x, buffer_view(input), std::move(order), dtype, std::move(out), buffer_view(result));
   });
-  m.def("_offer_view_backward", [](const std::string& op, const at::Tensor& grad, std::shared_ptr<BoundLayout> out,
-                                   std::vector<int64_t> sizes, std::vector<int64_t> strides, int64_t offset) {
-    return offer_view_backward(op, grad, std::move(out), std::move(sizes), std::move(strides), offset);
-  });
+  m.def(
+      "_offer_view_backward",
+      [](const std::string& op, const at::Tensor& grad, std::shared_ptr<BoundLayout> out, std::vector<int64_t> sizes,
+         std::vector<int64_t> strides, int64_t offset, const py::object& grad_read, const py::object& view_read) {
+        std::optional<std::pair<BufferView, BufferView>> reads;
+        if (!grad_read.is_none() && !view_read.is_none()) reads.emplace(buffer_view(grad_read), buffer_view(view_read));
+        return offer_view_backward(op, grad, std::move(out), std::move(sizes), std::move(strides), offset,
+                                   std::move(reads));
+      },
+      py::arg("op"), py::arg("grad"), py::arg("out"), py::arg("sizes"), py::arg("strides"), py::arg("offset"),
+      py::arg("grad_read") = py::none(), py::arg("view_read") = py::none());
   m.def("_offer_fill", [](const std::string& op, const at::Tensor& x, const py::list& boxes, bool restore_padding) {
     std::vector<BufferView> parsed;
     for (const auto& b : boxes) parsed.push_back(buffer_view(b));

@@ -9,8 +9,11 @@
 namespace torch_layouts {
 
 // `op`: "aten::select_backward" or "aten::slice_backward"; `grad` its argument 0; the view of a new
-// tensor of `out`: host `sizes`, `strides`, `offset`.
+// tensor of `out`: host `sizes`, `strides`, `offset`. With `reads` (the gradient's and that view's
+// strided views of their buffers, in one refinement of the gradient's shape: ops/operands.py
+// common_reads) the copy runs on them, as a CPU copy.
 bool offer_view_backward(const std::string& op, const at::Tensor& grad, LayoutPtr out, std::vector<int64_t> sizes,
-                         std::vector<int64_t> strides, int64_t offset);
+                         std::vector<int64_t> strides, int64_t offset,
+                         std::optional<std::pair<BufferView, BufferView>> reads = std::nullopt);
 
 }  // namespace torch_layouts

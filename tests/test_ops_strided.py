@@ -4,11 +4,13 @@ every element size, views of device buffers and of scratch device memory."""
 
 from __future__ import annotations
 
+import math
 from types import SimpleNamespace
 
 import pytest
 import torch
 
+from ops_support import padding_holds_pad_value
 from torch_layouts.ops import strided
 from torch_layouts.ops.operands import raw, scratch
 from torch_layouts.ops.strided import strided_copy
@@ -155,6 +157,31 @@ def test_factored_read_splits_dims_where_offsets_step_unevenly(_, shape, make, c
     assert (None if r is None else r.counts) == counts
     if r is not None:
         assert len(r.read[0]) == sum(counts) and torch.equal(raw_view(y, *r.read).reshape(y.shape), make(x))
+
+
+# common_reads: strided views of two tensors' buffers in one refinement of their shape, so that one
+# strided copy moves one into the other. id, base shapes, the views, whether they have one.
+COMMON = [
+    ("same-split", (6, 2, 16), (6, 2, 16), lambda t: t.transpose(0, 1).reshape(4, 6, 8),
+     lambda t: t.transpose(0, 1).reshape(4, 6, 8), True),
+    ("nested-splits", (6, 2, 16), (4, 6, 8), lambda t: t.transpose(0, 1).reshape(4, 6, 8), lambda t: t, True),
+    ("heads-of-a-wider-buffer", (6, 4, 32), (6, 2, 16), lambda t: t[:, :2, :16], lambda t: t, True),
+    ("across-sticks", (10, 70), (10, 70), lambda t: t, lambda t: t.t().contiguous().t(), False),
+]
+
+
+@pytest.mark.parametrize("_, shape_a, shape_b, make_a, make_b, found", COMMON, ids=[c[0] for c in COMMON])
+def test_common_reads_copy_one_tensor_into_another(_, shape_a, shape_b, make_a, make_b, found):
+    from torch_layouts.ops.operands import common_reads, raw_view
+    x = torch.randn(shape_a)
+    a, b = make_a(x.to("spyre")), make_b(torch.zeros(shape_b).to("spyre"))
+    reads = common_reads(a, b)
+    assert (reads is not None) == found
+    if reads is not None:
+        src, dst = reads
+        assert src[0] == dst[0] and math.prod(src[0]) == a.numel()
+        raw_view(b, *dst).copy_(raw_view(a, *src))
+        assert torch.equal(b.cpu(), make_a(x)) and padding_holds_pad_value(b)
 
 
 # host_read: a view's elements as one strided view of its buffer in its own shape, where its device

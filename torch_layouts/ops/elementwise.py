@@ -43,9 +43,9 @@ from ..dma.relayout import relayout_transfers
 from ..runtime.layout_records import default_layout
 from ..spyre import SpyreTensorLayout
 from . import rules
-from .operands import (coords_for, coords_with_dtype, default_coords, geometry_key, has_padding, is_whole_dense, keep,
-                       layouts_of, new_tensor, operand_layout, ordered_coords, plan, raw, raw_view, real_slices,
-                       record_of, rowmajor, runtime_record, scalar_view, stick_dim, strides_in_order, view)
+from .operands import (common_reads, coords_for, coords_with_dtype, default_coords, geometry_key, has_padding,
+                       is_whole_dense, keep, layouts_of, new_tensor, operand_layout, ordered_coords, plan, raw, raw_view,
+                       real_slices, record_of, rowmajor, runtime_record, scalar_view, stick_dim, strides_in_order, view)
 from .registry import check_cast, out_overload, register, write_out
 from .stats import count_kernel, count_restickify
 from .strided import strided_copy
@@ -518,7 +518,8 @@ def clone(x: torch.Tensor, *, memory_format: torch.memory_format | None = None) 
     A copy that moves the stick to another dim (``k.transpose(-2, -1).contiguous()``) is
     counted as a restickify. The result's coordinates are kept per geometry (``CLONES``); a clone
     that is no restickify is then replayed by the runtime's front (a new tensor of those
-    coordinates, the runtime's copy into it)."""
+    coordinates, a CPU copy between strided views of the two buffers where they have them,
+    ``operands.common_reads``, else the runtime's copy into it)."""
     key = geometry_key(x)
     key = None if key is None else (key, memory_format)
     kept = CLONES.get(key) if key is not None else None
@@ -536,7 +537,7 @@ def clone(x: torch.Tensor, *, memory_format: torch.memory_format | None = None) 
             count_restickify(x.numel() * x.element_size())
             return out
     if key is not None:  # the runtime's front then clones this geometry itself
-        _C._offer_clone_recipe(x, runtime_record(coords))
+        _C._offer_clone_recipe(x, runtime_record(coords), *(common_reads(x, out) or (None, None)))
     return out
 
 

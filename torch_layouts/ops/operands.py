@@ -158,6 +158,71 @@ def host_read(x: torch.Tensor) -> Read | None:
     return r.read if r is not None and all(c == 1 for c in r.counts) else None
 
 
+def common_reads(a: torch.Tensor, b: torch.Tensor) -> tuple[Read, Read] | None:
+    """Strided views of ``a``'s and ``b``'s buffers holding their elements (tensors of one shape)
+    in one refinement of that shape, so that one strided copy moves ``a`` into ``b``; None where
+    either has no ``factored_read`` or their splits of a dim do not nest.
+
+    >>> g = torch.randn(6, 4, 32).to("spyre")[:, :2, :16]  # two heads of a wider buffer
+    >>> out = torch.zeros(6, 2, 16).to("spyre")
+    >>> src, dst = common_reads(g, out)
+    >>> _ = raw_view(out, *dst).copy_(raw_view(g, *src))
+    >>> torch.equal(out.cpu(), g.cpu())
+    True
+    """
+    ra, rb = factored_read(a), factored_read(b)
+    if ra is None or rb is None or a.shape != b.shape:
+        return None
+    factors = [_per_dim(r) for r in (ra, rb)]
+    reads: list[list[tuple[int, int]]] = [[], []]
+    for d in range(a.dim()):
+        sizes = _common_sizes([f for f, _ in factors[0][d]], [f for f, _ in factors[1][d]])
+        if sizes is None:
+            return None
+        for k in (0, 1):
+            split = _resplit(factors[k][d], sizes)
+            if split is None:
+                return None
+            reads[k] += split
+    origins = (ra.read[2], rb.read[2])
+    return tuple((tuple(n for n, _ in r), tuple(st for _, st in r), o) for r, o in zip(reads, origins))
+
+
+def _per_dim(r: FactoredRead) -> list[list[tuple[int, int]]]:
+    """A factored read's (size, stride) factors, grouped per host dim."""
+    pairs = list(zip(*r.read[:2]))
+    first = list(itertools.accumulate(r.counts, initial=0))
+    return [pairs[first[d]:first[d + 1]] for d in range(len(r.counts))]
+
+
+def _common_sizes(a: list[int], b: list[int]) -> list[int] | None:
+    """The factor sizes (outer first) that split a dim at every boundary of both splits, or None."""
+    def bounds(sizes: list[int]) -> set[int]:
+        return set(itertools.accumulate(reversed(sizes), lambda acc, n: acc * n))
+    cuts = sorted(bounds(a) | bounds(b) | {1})
+    if any(hi % lo for lo, hi in zip(cuts, cuts[1:])):
+        return None
+    return [hi // lo for lo, hi in zip(cuts, cuts[1:])][::-1] or [1]
+
+
+def _resplit(factors: list[tuple[int, int]], sizes: list[int]) -> list[tuple[int, int]] | None:
+    """``factors`` (size, stride; outer first) split further into factors of ``sizes``."""
+    out: list[tuple[int, int]] = []
+    pending = list(sizes)
+    for n, stride in reversed(factors):
+        covered = 1
+        while covered < n and pending:
+            m = pending.pop()
+            out.append((m, stride * covered))
+            covered *= m
+        if covered != n:
+            return None
+    if pending and any(m != 1 for m in pending):
+        return None
+    out += [(1, 0)] * len(pending)
+    return out[::-1]
+
+
 def _factors(steps: list[int]) -> list[tuple[int, int]] | None:
     """(size, stride) factors, outer first, of a sequence of offsets (from 0) that is a row-major
     affine function of them, or None."""

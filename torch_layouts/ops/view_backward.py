@@ -3,7 +3,8 @@
 Each is a zero tensor of the input's size (default layout) with the gradient copied into the
 view the forward took (the runtime plans that copy between the two buffers, ``view_copy``). A
 call offers the runtime's front its replay (``csrc/view_backward_recipe.cpp``): later calls of its
-geometry make the zeros and the copy without Python.
+geometry make the zeros and the copy without Python (a CPU copy between strided views of the two
+buffers where they have them, ``operands.common_reads``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import torch
 
 from .. import _C
 from .elementwise import fill_
-from .operands import default_coords, new_tensor, runtime_record
+from .operands import common_reads, default_coords, new_tensor, runtime_record
 from .registry import register
 
 
@@ -27,7 +28,7 @@ def into_zeros(op: str, grad: torch.Tensor, input_sizes: Sequence[int],
     if grad.numel():
         view.copy_(grad)
     _C._offer_view_backward("aten::" + op, grad, runtime_record(coords), list(view.shape), list(view.stride()),
-                            view.storage_offset())
+                            view.storage_offset(), *(common_reads(grad, view) or (None, None)))
     return out
 
 
