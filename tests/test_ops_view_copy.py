@@ -311,6 +311,31 @@ def test_refined_view_copies_stage_nothing(make):
     assert torch.equal(bits(out.cpu()), bits(want))
 
 
+# D2D copies of views that no coordinates of the copy's shape read (attention's heads of a packed
+# projection: a stick holds two heads) but strided views of both buffers hold in one refinement of
+# the shape (operands.common_reads): one strided copy, planned once, then replayed by the runtime.
+COMMON_BOX = [
+    ("head-split-q", (2, 6, 48), lambda t: t.transpose(0, 1)[..., :16].reshape(6, 4, 8).transpose(0, 1)),
+    ("head-split-k-transposed", (2, 6, 48),
+     lambda t: t.transpose(0, 1)[..., 16:32].reshape(6, 4, 8).transpose(0, 1).transpose(1, 2)),
+]
+
+
+@pytest.mark.parametrize("_, shape, source", COMMON_BOX, ids=[c[0] for c in COMMON_BOX])
+def test_views_held_by_a_common_refinement_copy_in_one_box(_, shape, source, python_copies):
+    for step in range(3):
+        x = torch.randn(shape)
+        src = source(x.to("spyre"))
+        out = torch.empty(src.shape, device="spyre")
+        torch_layouts.reset_stats()
+        out.copy_(src)
+        stats = torch_layouts.stats()
+        assert stats["view_scatters"] == stats["view_gathers"] == stats["host_bounces"] == 0
+        assert torch.equal(bits(out.cpu()), bits(source(x))) and padding_holds_pad_value(out)
+        device_copies = [c for c in python_copies if c[1] == c[2] == "spyre"]
+        assert len(device_copies) == 1, f"step {step}: {len(device_copies)} copies planned in Python"
+
+
 @pytest.mark.parametrize("shift", [-3, 3, 0])
 def test_copies_within_one_buffer_read_every_source_element_first(shift):
     """Overlapping parts of one buffer: the result is the source's values before the copy."""

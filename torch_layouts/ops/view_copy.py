@@ -10,7 +10,9 @@ shape in each dim_order, up to rank 4), and the coordinates' real positions are 
 a time (runs of whole sticks, or a transpose; ``strided.on_executor`` picks the copy); the
 boxes are kept per geometry. Where one tensor reads coordinates without padding only with some
 of their dims split into factors (its sticks in another order, or along another dim), the
-other's strides split the same way and the copy is one box. A host side is staged through a
+other's strides split the same way and the copy is one box; where no coordinates read them but
+strided views of both buffers hold them in one refinement of their shape
+(``operands.common_reads``: attention's head-split views), that is the one box. A host side is staged through a
 fresh device tensor in those coordinates (one whole-buffer DMA); a source that no coordinates
 read together with the destination is first moved into coordinates that read the destination
 (``materialize``, also the ops' way into their coordinates). A tensor that no coordinates read,
@@ -37,8 +39,8 @@ import torch
 
 from .. import _C
 from ..core.layout import BoundLayout
-from .operands import (Read, ViewPlan, coords_for, keep, layouts_of, new_tensor, ordered_coords, plan, plan_key,
-                       raw, raw_view, read_of, real_slices, record_of, view)
+from .operands import (Read, ViewPlan, common_reads, coords_for, keep, layouts_of, new_tensor, ordered_coords, plan,
+                       plan_key, raw, raw_view, read_of, real_slices, record_of, view)
 from .strided import executor_copy, on_executor, strided_copy
 
 # A box: the reads of both buffers, and whether the executor copies it (``strided.on_executor``).
@@ -116,7 +118,18 @@ def _boxes(dst: torch.Tensor, src: torch.Tensor) -> tuple[Box, ...]:
             continue
         dv, sv = view(dst, coords, d), view(src, coords, s)
         return tuple(_box(dv[index], sv[index]) for index in pieces)
-    return next(filter(None, (_refined_box(dst, src, c) for c in _candidates(dst, src))), ())
+    refined = next(filter(None, (_refined_box(dst, src, c) for c in _candidates(dst, src))), None)
+    return refined or _common_box(dst, src)
+
+
+def _common_box(dst: torch.Tensor, src: torch.Tensor) -> tuple[Box] | tuple[()]:
+    """One box where strided views of both buffers hold the tensors in one refinement of their
+    shape (``operands.common_reads``: attention's head-split views, whose sticks no coordinates
+    of the copy's shape read), else ()."""
+    reads = common_reads(src, dst)
+    if reads is None:
+        return ()
+    return (_box(raw_view(dst, *reads[1]), raw_view(src, *reads[0])),)
 
 
 def _refined_box(dst: torch.Tensor, src: torch.Tensor, coords: BoundLayout) -> tuple[Box] | None:
