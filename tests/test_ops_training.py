@@ -368,6 +368,8 @@ def test_nll_loss_errors_are_the_cpus():
         nn.functional.nll_loss(x, target)
     with pytest.raises(RuntimeError, match="expected target dtype to be Long or Byte"):
         nn.functional.nll_loss(x, target.int())
+    with pytest.raises(RuntimeError, match="same device.*cpu and spyre:0"):
+        nn.functional.nll_loss(x, torch.tensor([0, 2, 1, 1]))
 
 
 # -- backward of views --------------------------------------------------------------------------

@@ -52,6 +52,11 @@ def _on_views(op: torch._ops.OpOverload, args: list, inputs: tuple[int, ...], sh
     ``args``, writing new device tensors of ``shapes`` (default layouts) through their views;
     the recipe is offered to the runtime's front. Inputs that are not affine views of their
     buffers go through CPU copies."""
+    devices = {a.device for a in args if isinstance(a, torch.Tensor)}
+    if len(devices) > 1:
+        first, second = sorted(map(str, devices))[:2]
+        raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, "
+                           f"{first} and {second}!")
     outs = [new_tensor(default_coords(shape, dtype), device) for shape in shapes]
     reads = [(i, host_read(args[i])) for i in inputs if args[i] is not None]
     written = [host_read(o) for o in outs]
