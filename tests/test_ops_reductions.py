@@ -193,11 +193,13 @@ WHOLE = [
 ]
 
 
-@pytest.mark.parametrize("_, shape, dtype, make, kind", WHOLE, ids=[c[0] for c in WHOLE])
-def test_whole_tensor_reductions_read_the_buffer_in_place(_, shape, dtype, make, kind, monkeypatch):
-    from torch_layouts.ops import reductions
+def _in_place_calls(shape, dtype, make, reduce_, monkeypatch) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """Three calls of ``reduce_`` on ``make`` of fresh device tensors, none restickifying: per call
+    the result, the CPU's, and ``x``; after the first, none enters the Python kernel."""
+    from torch_layouts.ops import elementwise, reductions
+    elementwise.forget_recipes()
     reductions.PLANS.clear()
-    entered, calls = [], []
+    entered, calls, results = [], [], []
     original = reductions.geometry_key
     monkeypatch.setattr(reductions, "geometry_key", lambda t: entered.append(1) or original(t))
     for seed in range(3):
@@ -205,13 +207,19 @@ def test_whole_tensor_reductions_read_the_buffer_in_place(_, shape, dtype, make,
         y = make(x.to("spyre"))
         torch_layouts.reset_stats()
         before = len(entered)
-        out = getattr(y, kind)()
+        out = reduce_(y)
         calls.append(len(entered) - before)
-        assert torch_layouts.stats()["restickify_count"] == 0
-        ref = getattr(make(x), kind)()
-        assert out.shape == () and out.dtype == ref.dtype and padding_holds_pad_value(out)
-        torch.testing.assert_close(out.cpu(), ref, **tolerance(dtype, math.prod(shape)))
+        assert torch_layouts.stats()["restickify_count"] == 0 and padding_holds_pad_value(out)
+        results.append((out, reduce_(make(x)), x))
     assert calls[0] >= 1 and calls[1:] == [0, 0], calls
+    return results
+
+
+@pytest.mark.parametrize("_, shape, dtype, make, kind", WHOLE, ids=[c[0] for c in WHOLE])
+def test_whole_tensor_reductions_read_the_buffer_in_place(_, shape, dtype, make, kind, monkeypatch):
+    for out, ref, _x in _in_place_calls(shape, dtype, make, lambda t: getattr(t, kind)(), monkeypatch):
+        assert out.shape == () and out.dtype == ref.dtype
+        torch.testing.assert_close(out.cpu(), ref, **tolerance(dtype, math.prod(shape)))
 
 
 # Views whose reduced dims split a device dim (attention's heads): reduced as strided views of the
@@ -229,23 +237,8 @@ STRIDED = [
 def test_views_splitting_a_device_dim_reduce_in_place(_, shape, dtype, make, kind, dims, keepdim, monkeypatch):
     """The CPU's values bit for bit, in the layout the restickified path gives, with no restickify;
     after the first call of a geometry, the runtime's front replays it without entering Python."""
-    from torch_layouts.ops import elementwise, reductions
-    elementwise.forget_recipes()
-    reductions.PLANS.clear()
-    entered, calls = [], []
-    original = reductions.geometry_key
-    monkeypatch.setattr(reductions, "geometry_key", lambda t: entered.append(1) or original(t))
-    for seed in range(3):
-        x = torch.randn(shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
-        y = make(x.to("spyre"))
-        torch_layouts.reset_stats()
-        before = len(entered)
-        out = getattr(y, kind)(dim=dims, keepdim=keepdim)
-        calls.append(len(entered) - before)
-        assert torch_layouts.stats()["restickify_count"] == 0
-        ref = getattr(make(x), kind)(dim=dims, keepdim=keepdim)
-        assert out.dtype == ref.dtype and torch.equal(out.cpu(), ref) and padding_holds_pad_value(out)
-        layout = getattr(make(x).to("spyre"), kind)(dim=dims, keepdim=keepdim).device_tensor_layout()
-        assert out.device_tensor_layout() == layout
-    assert calls[0] >= 1 and calls[1:] == [0, 0], calls
+    fn = lambda t: getattr(t, kind)(dim=dims, keepdim=keepdim)  # noqa: E731
+    for out, ref, x in _in_place_calls(shape, dtype, make, fn, monkeypatch):
+        assert out.dtype == ref.dtype and torch.equal(out.cpu(), ref)
+        assert out.device_tensor_layout() == fn(make(x).to("spyre")).device_tensor_layout()
 
