@@ -12,7 +12,7 @@ tensor through the device's pointwise kernels, as ATen's composite ``_foreach`` 
 Example::
 
     >>> params = [torch.ones(256, device="spyre")]
-    >>> torch._foreach_add_(params, [torch.ones(256, device="spyre")], alpha=0.5)
+    >>> _ = torch._foreach_add_(params, [torch.ones(256, device="spyre")], alpha=0.5)
     >>> params[0].cpu()[:2]
     tensor([1.5000, 1.5000])
 """

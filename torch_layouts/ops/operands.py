@@ -131,7 +131,7 @@ def factored_read(x: torch.Tensor) -> FactoredRead | None:
     of a packed projection), or None when no such view holds them (offsets that are not affine in
     any split, or ``x`` a dtype view of its buffer). Worked out once per geometry.
 
-    >>> x = torch.randn(6, 2, 16).to("spyre").transpose(0, 1).reshape(4, 6, 8)  # 4 = 2 x 2 heads
+    >>> x = torch.randn(6, 64).to("spyre").view(6, 4, 16).transpose(0, 1)  # 4 heads, 2 per stick
     >>> r = factored_read(x)
     >>> r.counts, torch.equal(raw_view(x, *r.read).reshape(x.shape), x.cpu())
     ((2, 1, 1), True)
