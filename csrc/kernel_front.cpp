@@ -458,13 +458,14 @@ bool offer_recipe(const std::vector<std::optional<at::Tensor>>& args, std::vecto
   return true;
 }
 
+bool copy_views_fit(const std::pair<BufferView, BufferView>& views, int64_t numel) {
+  const auto& [src, dst] = views;
+  return c10::multiply_integers(src.sizes) == numel && dst.sizes == src.sizes && src.strides.size() == src.sizes.size() &&
+         dst.strides.size() == dst.sizes.size();
+}
+
 bool offer_clone_recipe(const at::Tensor& src, LayoutPtr out, std::optional<std::pair<BufferView, BufferView>> reads) {
-  if (!out) return false;
-  if (reads && (c10::multiply_integers(reads->first.sizes) != src.numel() || reads->second.sizes != reads->first.sizes ||
-                reads->first.strides.size() != reads->first.sizes.size() ||
-                reads->second.strides.size() != reads->second.sizes.size())) {
-    return false;
-  }
+  if (!out || (reads && !copy_views_fit(*reads, src.numel()))) return false;
   auto recipe = std::make_shared<CloneRecipe>();
   recipe->out = std::move(out);
   recipe->reads = std::move(reads);

@@ -33,6 +33,10 @@ struct BufferView {
   int64_t offset = 0;
 };
 
+// Whether a copy's two views (source, destination) have one shape of `numel` elements, one
+// stride per dim each (a clone's or a view backward's copy between two buffers).
+bool copy_views_fit(const std::pair<BufferView, BufferView>& views, int64_t numel);
+
 // A replay kept for one call geometry: the call run from its arguments, without Python.
 class Replay {
  public:

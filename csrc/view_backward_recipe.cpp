@@ -33,10 +33,7 @@ class ViewBackward final : public Replay {
 bool offer_view_backward(const std::string& op, const at::Tensor& grad, LayoutPtr out, std::vector<int64_t> sizes,
                          std::vector<int64_t> strides, int64_t offset,
                          std::optional<std::pair<BufferView, BufferView>> reads) {
-  if (!out || sizes.size() != strides.size() || offset < 0) return false;
-  if (reads && (c10::multiply_integers(reads->first.sizes) != grad.numel() || reads->second.sizes != reads->first.sizes ||
-                reads->first.strides.size() != reads->first.sizes.size() ||
-                reads->second.strides.size() != reads->second.sizes.size())) {
+  if (!out || sizes.size() != strides.size() || offset < 0 || (reads && !copy_views_fit(*reads, grad.numel()))) {
     return false;
   }
   auto r = std::make_shared<ViewBackward>();
