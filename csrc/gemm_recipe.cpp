@@ -29,13 +29,15 @@ class Gemm final : public Replay {
     auto operand = [&](const GemmRead& r) {
       const at::Tensor& t = args[r.arg].toTensor();
       const at::Tensor source = r.staged ? new_device_tensor(r.staged, t.device()).copy_(t) : t;
-      return GemmOperand{view_of(source, r.view), r.batch, r.rows, r.cols};
+      // a staged copy lives only in its (owning) view; the call's own tensors outlive the GEMM
+      return GemmOperand{r.staged ? view_of(source, r.view) : borrowed_view_of(t, r.view), r.batch, r.rows, r.cols};
     };
     const at::Tensor& first = args[a.arg].toTensor();
     at::Tensor out = new_device_tensor(c, first.device());
     std::optional<at::Tensor> row;
-    if (bias) row = view_of(args[bias->first].toTensor(), bias->second);
-    const GemmOperand oc{raw_view(out, c_sizes, c10::contiguous_strides(c_sizes), 0), c_batch, c_rows, c_cols};
+    if (bias) row = borrowed_view_of(args[bias->first].toTensor(), bias->second);
+    const GemmOperand oc{raw_view(out, c_sizes, c10::contiguous_strides(c_sizes), 0, /*owning=*/false), c_batch, c_rows,
+                         c_cols};
     const GemmOperand oa = operand(a), ob = operand(b);
     // Every call's views have the same sizes and strides: the first call plans the GEMM for all.
     std::call_once(planned_, [&] { plan_ = plan_tile_gemm(oc, oa, ob, m, n, k); });

@@ -202,11 +202,11 @@ void AtenRecipe::run(c10::ArrayRef<c10::IValue> args, int64_t target, std::vecto
   }
   for (const Part& part : parts) {
     std::vector<c10::IValue> call = stack;
-    for (const RecipeRead& read : part.reads) {
-      call[read.arg] = view_of(read.staged ? sources[read.arg] : args[read.arg].toTensor(), read.view);
+    for (const RecipeRead& read : part.reads) {  // the arguments, sources and results outlive the call
+      call[read.arg] = borrowed_view_of(read.staged ? sources[read.arg] : args[read.arg].toTensor(), read.view);
     }
     if (part.results.empty()) call.emplace_back(call[target].toTensor());
-    for (size_t i = 0; i < part.results.size(); ++i) call.emplace_back(view_of(values[i], part.results[i]));
+    for (size_t i = 0; i < part.results.size(); ++i) call.emplace_back(borrowed_view_of(values[i], part.results[i]));
     compute->callBoxed(call);
   }
   for (at::Tensor& value : values) results.emplace_back(std::move(value));

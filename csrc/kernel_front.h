@@ -66,6 +66,10 @@ std::optional<c10::OperatorHandle> find_op(const std::string& name);
 
 // A strided CPU view of a device tensor's buffer.
 inline at::Tensor view_of(const at::Tensor& t, const BufferView& v) { return raw_view(t, v.sizes, v.strides, v.offset); }
+// The same view borrowing the buffer: for one compute call on it while `t` lives.
+inline at::Tensor borrowed_view_of(const at::Tensor& t, const BufferView& v) {
+  return raw_view(t, v.sizes, v.strides, v.offset, /*owning=*/false);
+}
 
 // One operand's read: its argument position and its view; a staged operand is first copied into
 // a new tensor of `staged` (the restickify or relayout the op's rules ask for; `restickify_bytes`

@@ -146,7 +146,8 @@ at::Tensor raw_buffer(const at::Tensor& tensor, c10::ScalarType dtype, int64_t n
       at::TensorOptions().dtype(dtype).device(at::kCPU));
 }
 
-at::Tensor raw_view(const at::Tensor& tensor, c10::IntArrayRef sizes, c10::IntArrayRef strides, int64_t offset) {
+at::Tensor raw_view(const at::Tensor& tensor, c10::IntArrayRef sizes, c10::IntArrayRef strides, int64_t offset,
+                    bool owning) {
   TORCH_CHECK_VALUE(sizes.size() == strides.size(), "raw view has ", sizes.size(), " sizes but ", strides.size(),
                     " strides");
   c10::Storage storage = tensor.storage();
@@ -161,12 +162,10 @@ at::Tensor raw_view(const at::Tensor& tensor, c10::IntArrayRef sizes, c10::IntAr
   }
   TORCH_CHECK_INDEX(offset >= 0 && (empty || last < numel), "raw view of elements [", offset, ", ", last,
                     "] reaches outside its device buffer of ", numel, " elements");
-  return at::for_blob(static_cast<char*>(storage.mutable_data()), sizes)
-      .strides(strides)
-      .storage_offset(offset)
-      .deleter([storage](void*) mutable { storage = c10::Storage(); })
-      .options(at::TensorOptions().dtype(tensor.scalar_type()).device(at::kCPU))
-      .make_tensor();
+  auto maker = at::for_blob(static_cast<char*>(storage.mutable_data()), sizes);
+  maker.strides(strides).storage_offset(offset).options(at::TensorOptions().dtype(tensor.scalar_type()).device(at::kCPU));
+  if (owning) maker.deleter([storage](void*) mutable { storage = c10::Storage(); });
+  return maker.make_tensor();
 }
 
 }  // namespace torch_layouts

@@ -71,6 +71,9 @@ at::Tensor raw_buffer(const at::Tensor& tensor, c10::ScalarType dtype, int64_t n
 
 // A strided CPU view of the device buffer in the tensor's own dtype, made without dispatching an
 // op (no profiler event, no as_strided call); IndexError where it would reach outside the buffer.
-at::Tensor raw_view(const at::Tensor& tensor, c10::IntArrayRef sizes, c10::IntArrayRef strides, int64_t offset);
+// `owning`: the view holds the buffer; else it borrows it (a replay's views, used only while the
+// call's tensors live, skip the deleter's allocation).
+at::Tensor raw_view(const at::Tensor& tensor, c10::IntArrayRef sizes, c10::IntArrayRef strides, int64_t offset,
+                    bool owning = true);
 
 }  // namespace torch_layouts
