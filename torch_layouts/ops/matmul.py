@@ -87,6 +87,15 @@ def _matrix_order(rank: int) -> tuple[int, ...]:
     return (rank - 1, *range(rank - 2), rank - 2, rank)
 
 
+def _refined_plan(t: torch.Tensor, coords: BoundLayout, exact: bool) -> tuple[ViewPlan | None, bool]:
+    """``t``'s refined plan in ``coords`` and whether ``t`` breaks the rule there: no plan, its
+    stick elsewhere, or (``exact``: k is padded) a buffer that is not the coordinates' own with
+    zero padding."""
+    p = plan(t, coords, refine=True)
+    breaks = p is None or not p.stick_ok or (exact and (not p.exact or record_of(t).layout.pad_value != 0))
+    return p, breaks
+
+
 def _readable(op: str, named: list[tuple[str, torch.Tensor]], i: int, coords: BoundLayout, exact: bool,
               requirement: str, refine: bool, effects: list[Effect] | None = None) -> tuple[torch.Tensor, ViewPlan]:
     """Operand ``i`` and its plan in ``coords``. One that breaks the rule (its stick elsewhere)
@@ -96,9 +105,7 @@ def _readable(op: str, named: list[tuple[str, torch.Tensor]], i: int, coords: Bo
     coordinates (a relayout that keeps the stick: not a restickify). With ``exact`` (k is
     padded) the buffer must be the coordinates' own, zero padded."""
     name, t = named[i]
-    p = plan(t, coords, refine=True)
-    info = record_of(t)
-    breaks = p is None or not p.stick_ok or (exact and (not p.exact or info.layout.pad_value != 0))
+    p, breaks = _refined_plan(t, coords, exact)
     if breaks:
         _restickified(op, named, i, requirement, coords.layout, effects)
     if p is not None and (refine and not exact or not breaks and p.shape is None):
@@ -176,9 +183,7 @@ def _strided(op: str, named: list[tuple[str, torch.Tensor]], i: int, coords: Bou
     packing, which reads only the k real columns. None where the operand reads in place, or no
     strided view holds it."""
     t = named[i][1]
-    p = plan(t, coords, refine=True)
-    info = record_of(t)
-    breaks = p is None or not p.stick_ok or (exact and (not p.exact or info.layout.pad_value != 0))
+    p, breaks = _refined_plan(t, coords, exact)
     if not breaks or (p is not None and not exact):
         return None  # read in place (a refined plan: the packing copies it anyway)
     factored = factored_read(t)

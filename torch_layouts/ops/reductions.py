@@ -84,15 +84,19 @@ def readable(x: torch.Tensor, dims: tuple[int, ...]
     return x, coords, view(x, coords, p), red, p.exact
 
 
-def restickified_coords(x: torch.Tensor, dims: tuple[int, ...]) -> BoundLayout | None:
-    """The coordinates ``readable`` reads ``x`` in when it copies ``x`` first only because the
-    reduced dims split its coordinates' device dims (its stick is right), else None (no copy, or
-    one the stick rule asks for: a restickify the hardware makes too)."""
+def strided_coords(x: torch.Tensor, dims: tuple[int, ...]) -> BoundLayout | None:
+    """The coordinates a reduction of ``x``'s strided view lays its result out from (see
+    ``ops/strided_reductions.py``), where ``x``'s stick is right (else None: a restickify the
+    hardware makes too): the default layout of ``x``'s shape where ``readable`` would copy ``x``
+    into it only because the reduced dims split its coordinates' device dims; ``x``'s own
+    coordinates where every dim is reduced (their device dims' order does not matter); else None."""
     coords = coords_for(x)
     p = plan(x, coords)
-    if p is None or not p.stick_ok or reduced_dims(coords, frozenset(dims)) is not None:
+    if p is None or not p.stick_ok:
         return None
-    return default_coords(tuple(x.shape), x.dtype)
+    if reduced_dims(coords, frozenset(dims)) is None:
+        return default_coords(tuple(x.shape), x.dtype)
+    return coords if len(dims) == x.dim() else None
 
 
 def masked(v: torch.Tensor, coords: BoundLayout, exact: bool, pad_value: object, value: object) -> torch.Tensor:
@@ -345,11 +349,7 @@ def reduce(kind: str, x: torch.Tensor, dim: int | Sequence[int] | None, keepdim:
     if x.numel() == 0:
         host = getattr(torch, kind)(x.cpu(), dims, keepdim, **({"dtype": dtype} if kind in ("sum", "mean") else {}))
         return host.to(x.device)
-    final = restickified_coords(x, dims)
-    if final is None and len(dims) == x.dim():  # every dim reduced: their device dims' order does not matter
-        own = coords_for(x)
-        p = plan(x, own)
-        final = own if p is not None and p.stick_ok else None
+    final = strided_coords(x, dims)
     if key is not None and final is not None:  # a strided view of the buffer, if it reads as one, instead
         out_coords = result_coords(final, dims, keepdim, out_dtype)
         strided = strided_reductions.strided_plan(kind, x, dims, out_coords)

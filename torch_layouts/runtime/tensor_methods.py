@@ -49,10 +49,17 @@ def empty_with_layout(spec: object, size: Sequence[int], dtype: torch.dtype, dev
     """
     size = tuple(size)
     layout = bind(spec, size, dtype, stride)
-    info = bound_record_for(layout, size) if stride is None else bound_record(layout, size, tuple(stride))
-    if stride is not None:
-        layout.resolve(size, tuple(stride))
-    return _C._empty_with_layout(info, device.index)
+    return _C._empty_with_layout(_record(layout, size, None if stride is None else tuple(stride)), device.index)
+
+
+def _record(layout: DeviceLayout, size: tuple[int, ...], stride: tuple[int, ...] | None) -> _C.BoundLayout:
+    """The runtime record of a new tensor of ``size`` in bound ``layout``, its stride_map read in
+    ``stride`` (None: the strides the layout reads it in)."""
+    if stride is None:
+        return bound_record_for(layout, size)
+    info = bound_record(layout, size, stride)
+    layout.resolve(size, stride)
+    return info
 
 
 def _is_whole(tensor: torch.Tensor) -> bool:
@@ -108,12 +115,7 @@ def _host_move(x: torch.Tensor, spec: object) -> _C.BoundLayout:
         int64_downcast(x.dtype)  # as bind() does: once, or every time under set_warn_always
         return hit[1]
     layout = bind(spec, x.shape, x.dtype, x.stride())
-    stride = storage_strides(layout, x.shape, x.stride())
-    if stride is None:
-        info = bound_record_for(layout, x.shape)
-    else:
-        layout.resolve(tuple(x.shape), stride)
-        info = bound_record(layout, tuple(x.shape), stride)
+    info = _record(layout, tuple(x.shape), storage_strides(layout, x.shape, x.stride()))
     if len(_HOST_MOVES) >= MAX_HOST_MOVES:
         _HOST_MOVES.pop(next(iter(_HOST_MOVES)))
     _HOST_MOVES[key] = (spec, info)
