@@ -194,9 +194,10 @@ void AtenRecipe::run(c10::ArrayRef<c10::IValue> args, int64_t target, std::vecto
   std::vector<at::Tensor> values;
   for (const LayoutPtr& out : outs) values.push_back(new_device_tensor(out, device));
   if (outs.empty()) values.push_back(args[target].toTensor());
-  std::vector<at::Tensor> sources(args.size());  // the staged operands' copies, made once for every part
+  std::vector<at::Tensor> sources;  // the staged operands' copies, made once for every part
   for (const RecipeRead& read : parts.front().reads) {
     if (!read.staged) continue;
+    sources.resize(args.size());
     sources[read.arg] = new_device_tensor(read.staged, device).copy_(args[read.arg].toTensor());
     if (read.restickify_bytes > 0) count_restickify(read.restickify_bytes);
   }

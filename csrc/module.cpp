@@ -44,6 +44,12 @@ BufferView buffer_view(const py::handle& v) {
   return BufferView{py::cast<std::vector<int64_t>>(t[0]), py::cast<std::vector<int64_t>>(t[1]), py::cast<int64_t>(t[2])};
 }
 
+// A copy's source and destination views, where both are given.
+std::optional<std::pair<BufferView, BufferView>> copy_views(const py::object& src, const py::object& dst) {
+  if (src.is_none() || dst.is_none()) return std::nullopt;
+  return std::make_pair(buffer_view(src), buffer_view(dst));
+}
+
 std::optional<BufferView> optional_view(const py::object& v) {
   if (v.is_none()) return std::nullopt;
   return buffer_view(v);
@@ -154,10 +160,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
          const std::string& compute, const std::vector<std::vector<std::pair<int64_t, int64_t>>>& boxes) {
         // out: None, a record or a list of records; result_view: None, a (sizes, strides, offset)
         // tuple or a list of them
-        auto view = [](const py::handle& v) {
-          auto t = py::cast<std::tuple<std::vector<int64_t>, std::vector<int64_t>, int64_t>>(v);
-          return BufferView{std::move(std::get<0>(t)), std::move(std::get<1>(t)), std::get<2>(t)};
-        };
         std::vector<LayoutPtr> outs;
         if (py::isinstance<py::list>(out)) {
           for (const auto& o : py::cast<py::list>(out)) outs.push_back(py::cast<std::shared_ptr<BoundLayout>>(o));
@@ -166,9 +168,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         }
         std::vector<BufferView> results;
         if (py::isinstance<py::list>(result_view)) {
-          for (const auto& v : py::cast<py::list>(result_view)) results.push_back(view(v));
+          for (const auto& v : py::cast<py::list>(result_view)) results.push_back(buffer_view(v));
         } else if (!result_view.is_none()) {
-          results.push_back(view(result_view));
+          results.push_back(buffer_view(result_view));
         }
         std::vector<RecipeRead> parsed;
         for (const auto& item : reads) {
@@ -191,9 +193,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       "_offer_clone_recipe",
       [](const at::Tensor& src, std::shared_ptr<BoundLayout> out, const py::object& src_read,
          const py::object& out_read) {
-        std::optional<std::pair<BufferView, BufferView>> reads;
-        if (!src_read.is_none() && !out_read.is_none()) reads.emplace(buffer_view(src_read), buffer_view(out_read));
-        return offer_clone_recipe(src, std::move(out), std::move(reads));
+        return offer_clone_recipe(src, std::move(out), copy_views(src_read, out_read));
       },
       py::arg("src"), py::arg("out"), py::arg("src_read") = py::none(), py::arg("out_read") = py::none());
   m.def("_offer_softmax", [](const std::string& op, const std::vector<std::pair<int64_t, at::Tensor>>& own,
@@ -268,10 +268,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       "_offer_view_backward",
       [](const std::string& op, const at::Tensor& grad, std::shared_ptr<BoundLayout> out, std::vector<int64_t> sizes,
          std::vector<int64_t> strides, int64_t offset, const py::object& grad_read, const py::object& view_read) {
-        std::optional<std::pair<BufferView, BufferView>> reads;
-        if (!grad_read.is_none() && !view_read.is_none()) reads.emplace(buffer_view(grad_read), buffer_view(view_read));
         return offer_view_backward(op, grad, std::move(out), std::move(sizes), std::move(strides), offset,
-                                   std::move(reads));
+                                   copy_views(grad_read, view_read));
       },
       py::arg("op"), py::arg("grad"), py::arg("out"), py::arg("sizes"), py::arg("strides"), py::arg("offset"),
       py::arg("grad_read") = py::none(), py::arg("view_read") = py::none());
