@@ -9,6 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ops_support import padding_holds_pad_value
 from torch_layouts.ops import strided
@@ -206,3 +208,40 @@ def test_host_read_is_the_view_where_it_is_affine(_, shape, dtype, make, expecte
     assert (read is not None) == expected
     if read is not None:
         assert read[0] == tuple(y.shape) and torch.equal(raw_view(y, *read), make(x))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(1, 8), min_size=1, max_size=2),
+       st.one_of(st.integers(1, 160), st.sampled_from([32, 48, 64, 96, 128])),  # whole sticks, or half of one more
+       st.sampled_from([torch.float32, torch.float16]), st.data())
+def test_factored_and_common_reads_hold_any_view_bit_for_bit(outer, inner, dtype, data):
+    """Over random shapes, dim orders, dtypes and views (a dim split into heads, then a
+    permutation): a factored read, where there is one, holds the view's elements; a copy through
+    common reads into a fresh tensor, and the runtime's copy of the view, give the CPU's bits,
+    padding kept."""
+    from torch_layouts import SpyreTensorLayout
+    from torch_layouts.ops.operands import common_reads, factored_read, raw_view
+    shape = [*outer, inner]  # the last dim spans several sticks
+    order = data.draw(st.permutations(range(len(shape))))
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(sum(shape))).to(dtype)
+    dx = x.to("spyre", device_layout=SpyreTensorLayout(tuple(shape), dtype, list(order)))
+    view, host = dx, x
+    split = data.draw(st.sampled_from([(len(shape) - 1, k) for k in (2, 4, 8) if inner % k == 0] or [None]))
+    if split is not None:  # heads: a dim viewed as (k, n / k), as attention splits its features
+        d, k = split
+        new_shape = (*shape[:d], k, shape[d] // k, *shape[d + 1:])
+        view, host = view.view(new_shape), host.view(new_shape)
+    perm = data.draw(st.permutations(range(view.dim())))
+    view, host = view.permute(*perm), host.permute(*perm)
+    r = factored_read(view)
+    if r is not None:
+        assert torch.equal(raw_view(view, *r.read).reshape(view.shape).view(torch.int16 if dtype == torch.float16
+                                                                            else torch.int32),
+                           host.view(torch.int16 if dtype == torch.float16 else torch.int32))
+    out = torch.zeros(host.shape, dtype=dtype).to("spyre")
+    reads = common_reads(view, out)
+    if reads is not None:
+        raw_view(out, *reads[1]).copy_(raw_view(view, *reads[0]))
+        assert torch.equal(out.cpu(), host) and padding_holds_pad_value(out)
+    copied = torch.empty(host.shape, dtype=dtype, device="spyre").copy_(view)
+    assert torch.equal(copied.cpu(), host) and padding_holds_pad_value(copied)
