@@ -15,6 +15,7 @@ import torch_layouts
 from ops_support import padding_holds_pad_value
 from torch_layouts import LayoutError, SpyreTensorLayout, _C
 from torch_layouts.ops import elementwise, reductions
+from torch_layouts.ops.operands import piece_reads
 
 F16, F32 = torch.float16, torch.float32
 
@@ -569,6 +570,38 @@ def test_fills_replay_in_the_runtime_front(_, fn, shape, pad, monkeypatch):
         dx = x.to("spyre", device_layout=layout)
         out = fn(dx, k)
         assert torch.equal(out.cpu(), fn(x, k)) and padding_holds_pad_value(out)
+    assert len(entered) == 1
+
+
+# fill_ and zero_ on views: id, shape and dtype of the whole tensor, the view (an index), the op
+# (a call number k picks the value), the number of strided buffer views the fill writes.
+VIEW_FILL_CASES = [
+    ("rows-in-one-stick", (4, 70), F32, (slice(1, 3), slice(5, 30)), lambda v, k: v.fill_(k + 0.5), 1),
+    ("straddling-sticks", (4, 70), F32, (slice(1, 3), slice(5, 40)), lambda v, k: v.zero_(), 2),
+    ("past-the-last-stick", (4, 70), F32, (slice(None), slice(30, 70)), lambda v, k: v.fill_(-k), 3),
+    ("stepped", (6, 70), F32, (slice(0, 6, 2), slice(1, 69, 3)), lambda v, k: v.fill_(k), 3),
+    ("one-row", (5, 64), F16, (2,), lambda v, k: v.fill_(2 * k), 1),
+    ("heads-of-a-packed-projection", (2, 6, 48), F32, (Ellipsis, slice(16, 32)), lambda v, k: v.zero_(), 1),
+    ("a-column-of-a-4d-tensor", (8, 4, 32, 16), F16, (slice(None), 1, slice(3, 20)), lambda v, k: v.fill_(k), 1),
+]
+
+
+@pytest.mark.parametrize("_, shape, dtype, index, fn, boxes", VIEW_FILL_CASES, ids=[c[0] for c in VIEW_FILL_CASES])
+def test_view_fills_write_their_elements_in_place_and_replay(_, shape, dtype, index, fn, boxes, monkeypatch):
+    """A fill of a view writes its elements where they lie (a few strided views of the buffer, cut
+    where a dim's offsets change step), nothing else, the padding kept; later calls of that
+    geometry replay in the runtime's front, whatever value each passes."""
+    elementwise.forget_recipes()
+    entered = []
+    monkeypatch.setattr(elementwise, "_fill_buffer", lambda *a, original=elementwise._fill_buffer:
+                        entered.append(1) or original(*a))
+    host = randn(*shape, seed=1).to(dtype)
+    dev = host.to("spyre")
+    assert len(piece_reads(dev[index])) == boxes
+    for k in range(3):
+        fn(dev[index], k)
+        fn(host[index], k)
+        assert torch.equal(dev.cpu(), host) and padding_holds_pad_value(dev), k
     assert len(entered) == 1
 
 

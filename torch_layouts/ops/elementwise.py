@@ -44,8 +44,9 @@ from ..runtime.layout_records import default_layout
 from ..spyre import SpyreTensorLayout
 from . import rules
 from .operands import (common_reads, coords_for, coords_with_dtype, default_coords, geometry_key, has_padding,
-                       is_whole_dense, keep, layouts_of, new_tensor, operand_layout, ordered_coords, plan, raw, raw_view,
-                       real_slices, record_of, rowmajor, runtime_record, scalar_view, stick_dim, strides_in_order, view)
+                       is_whole_dense, keep, layouts_of, new_tensor, operand_layout, ordered_coords, piece_reads, plan,
+                       raw, raw_view, real_slices, record_of, rowmajor, runtime_record, scalar_view, stick_dim,
+                       strides_in_order, view)
 from .registry import check_cast, out_overload, register, write_out
 from .stats import count_kernel, count_restickify
 from .strided import strided_copy
@@ -589,13 +590,11 @@ def _in_buffer_order(x: torch.Tensor, own: BoundLayout, stride: tuple[int, ...])
 
 
 class FillPlan(NamedTuple):
-    """How ``fill_`` writes a tensor that is its buffer's whole tensor: its coordinates, the
-    boxes of real positions (``operands.real_slices``), whether the padding is restored after
-    filling the whole buffer, and ``layouts_of`` the tensor (so that the id in the plan's key
-    stays its layout's)."""
+    """How ``fill_`` writes a tensor: the strided views of its raw buffer (shape, strides, offset)
+    that hold its elements, whether the padding is restored after filling the whole buffer, and
+    ``layouts_of`` the tensor (so that the id in the plan's key stays its layout's)."""
 
-    coords: BoundLayout
-    pieces: tuple
+    boxes: tuple[tuple[tuple[int, ...], tuple[int, ...], int], ...]
     restore_padding: bool
     layouts: tuple
 
@@ -604,10 +603,36 @@ FILLS: dict[tuple, FillPlan] = {}
 MAX_FILLS = 1024
 
 
+def _fill_plan(x: torch.Tensor) -> FillPlan | None:
+    """The buffer views ``fill_`` writes for ``x``: the boxes of real positions of a tensor that is
+    its buffer's whole tensor (``operands.real_slices``), or the strided views holding a view's
+    elements (``operands.piece_reads``: a slice, a head of a packed projection, a gradient viewing
+    a larger buffer); None where no few strided views hold them."""
+    coords = coords_for(x)
+    p = plan(x, coords)
+    if p is not None and p.exact:
+        pieces, restore = real_slices(coords)
+        shape, strides = coords.shape, rowmajor(coords.shape)
+        boxes = tuple((tuple(s.stop - s.start for s in index) if index else shape, strides,
+                       sum(s.start * t for s, t in zip(index, strides))) for index in pieces)
+        return FillPlan(boxes, restore, layouts_of([x]))
+    info = record_of(x)
+    if info is None or BoundLayout(info.layout, tuple(info.base_size), tuple(info.base_stride)).broadcast:
+        return None  # a layout keeping copies of elements: the view holds only their first copies
+    reads = piece_reads(x)
+    return None if reads is None else FillPlan(reads, False, layouts_of([x]))
+
+
 def fill_(x: torch.Tensor, value: Any, op: str = "fill_") -> torch.Tensor:
-    """Set every element of ``x`` (the real positions of its buffer) to ``value``; the plan of a
-    tensor that is its whole buffer is kept per geometry (``zeros``/``ones`` fill fresh ones) and
-    offered to the runtime's front for the call of ``op`` it serves (``csrc/fill_recipe.cpp``)."""
+    """Set every element of ``x`` to ``value`` (the positions of its raw buffer that hold them;
+    padding keeps its pad value). The plan is kept per geometry and offered to the runtime's front
+    for the call of ``op`` it serves (``csrc/fill_recipe.cpp``); ``zeros``/``ones`` fill fresh tensors.
+
+    >>> x = torch.ones(4, 70).to("spyre")
+    >>> _ = x[1:3, 5:40].zero_()
+    >>> int(x.cpu().sum())
+    210
+    """
     if isinstance(value, torch.Tensor):
         if value.dim() != 0:
             raise RuntimeError(f"fill_ only supports 0-dimension value tensor but got tensor with {value.dim()} "
@@ -616,29 +641,30 @@ def fill_(x: torch.Tensor, value: Any, op: str = "fill_") -> torch.Tensor:
     key = geometry_key(x)
     known = FILLS.get(key) if key is not None else None
     if known is None:
-        coords = coords_for(x)
-        p = plan(x, coords)
-        if p is None or not p.exact:  # a view: fill a fresh tensor and copy it in
+        known = _fill_plan(x)
+        if known is None:  # elements no strided view holds: fill a fresh tensor and copy it in
             coords = default_coords(tuple(x.shape), x.dtype)
-            return x.copy_(_fill_buffer(new_tensor(coords, x.device), coords, *real_slices(coords), value))
-        known = FillPlan(coords, *real_slices(coords), layouts_of([x]) if key is not None else ())
+            fresh = new_tensor(coords, x.device)
+            pieces, restore = real_slices(coords)
+            buffer = raw_view(fresh, coords.shape)
+            for index in pieces:
+                buffer[index].fill_(value)
+            if restore:
+                _C._fill_padding(fresh)
+            return x.copy_(fresh)
         if key is not None:
             keep(FILLS, key, known, MAX_FILLS)
     if key is not None:
-        shape, strides = known.coords.shape, rowmajor(known.coords.shape)
-        _C._offer_fill("aten::" + op, x, [(tuple(s.stop - s.start for s in index) if index else shape, strides,
-                                           sum(s.start * t for s, t in zip(index, strides)))
-                                          for index in known.pieces], known.restore_padding)
-    return _fill_buffer(x, known.coords, known.pieces, known.restore_padding, value)
+        _C._offer_fill("aten::" + op, x, list(known.boxes), known.restore_padding)
+    return _fill_buffer(x, known, value)
 
 
-def _fill_buffer(x: torch.Tensor, coords: BoundLayout, pieces: tuple, restore_padding: bool, value: Any
-                 ) -> torch.Tensor:
-    """Fill the real positions of the buffer of ``x`` (its whole tensor in ``coords``)."""
-    buffer = raw_view(x, coords.shape)
-    for index in pieces:
-        buffer[index].fill_(value)
-    if restore_padding:
+def _fill_buffer(x: torch.Tensor, fill: FillPlan, value: Any) -> torch.Tensor:
+    """Write ``value`` into the buffer views of ``fill`` (``x``'s elements) in Python: a call the
+    runtime's front does not replay."""
+    for box in fill.boxes:
+        raw_view(x, *box).fill_(value)
+    if fill.restore_padding:
         _C._fill_padding(x)
     return x
 

@@ -158,6 +158,48 @@ def host_read(x: torch.Tensor) -> Read | None:
     return r.read if r is not None and all(c == 1 for c in r.counts) else None
 
 
+def piece_reads(x: torch.Tensor, limit: int = 16) -> tuple[Read, ...] | None:
+    """Strided views of ``x``'s raw buffer that together hold each of ``x``'s elements once:
+    ``factored_read``'s one view, else ``x`` cut along each dim where its device offsets change
+    step (a slice straddling sticks: ``x[:, 5:40]`` of float32 is 27 + 8 columns) into at most
+    ``limit`` boxes that each have one; None otherwise.
+
+    >>> x = torch.randn(4, 70).to("spyre")[1:3, 5:40]
+    >>> [size for size, _, _ in piece_reads(x)]
+    [(2, 27), (2, 8)]
+    """
+    read = factored_read(x)
+    if read is not None:
+        return (read.read,)
+    info = record_of(x)
+    if x.numel() == 0 or info is None or info.layout.dtype != x.dtype:
+        return None
+    offsets = _C._view_offsets(info, list(x.shape), list(x.stride()), x.storage_offset())
+    cuts = []
+    for d, n in enumerate(x.shape):
+        line = offsets.movedim(d, 0).reshape(n, -1)[:, 0].tolist()
+        runs, start = [], 0
+        while start < n:
+            end = start + 1
+            if end < n:
+                step = line[end] - line[start]
+                while end + 1 < n and line[end + 1] - line[end] == step:
+                    end += 1
+                end += 1
+            runs.append(slice(start, end))
+            start = end
+        cuts.append(runs)
+    if math.prod(len(r) for r in cuts) > limit:
+        return None
+    reads = []
+    for box in itertools.product(*cuts):
+        r = factored_read(x[box])
+        if r is None:
+            return None
+        reads.append(r.read)
+    return tuple(reads)
+
+
 def common_reads(a: torch.Tensor, b: torch.Tensor) -> tuple[Read, Read] | None:
     """Strided views of ``a``'s and ``b``'s buffers holding their elements (tensors of one shape)
     in one refinement of that shape, so that one strided copy moves ``a`` into ``b``; None where
