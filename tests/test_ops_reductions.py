@@ -190,6 +190,9 @@ WHOLE = [
     ("heads-split-sum", (4, 6, 6), F32, lambda t: t.view(2, 2, 6, 6), "sum"),
     ("short-stick-mean-half", (3, 40), F16, lambda t: t, "mean"),
     ("transposed-sum-bf16", (6, 4, 10), torch.bfloat16, lambda t: t.transpose(0, 2), "sum"),
+    ("rows-of-four-sticks-sum", (32, 128), F32, lambda t: t, "sum"),
+    ("rows-of-four-sticks-mean-half", (8, 128, 256), F16, lambda t: t, "mean"),
+    ("rows-of-three-sticks-mean", (5, 96), F32, lambda t: t.t(), "mean"),
 ]
 
 

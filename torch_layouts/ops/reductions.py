@@ -352,7 +352,7 @@ def reduce(kind: str, x: torch.Tensor, dim: int | Sequence[int] | None, keepdim:
     final = strided_coords(x, dims)
     if key is not None and final is not None:  # a strided view of the buffer, if it reads as one, instead
         out_coords = result_coords(final, dims, keepdim, out_dtype)
-        strided = strided_reductions.strided_plan(kind, x, dims, out_coords)
+        strided = strided_reductions.strided_plan(kind, x, dims, out_coords, whole)
         if strided is not None:
             keep(PLANS, key, strided, MAX_PLANS)
             return strided_reductions.run(kind, x, strided, dims, keepdim, dtype, whole)

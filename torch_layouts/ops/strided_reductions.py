@@ -7,8 +7,10 @@ device dim) would be copied into the default layout first (a view whose stick th
 still restickified, as the hardware would). When its device offsets are affine in its index
 (``operands.host_read``), the CPU's own reduction runs on that strided view of the buffer instead
 (and so does a reduction over every dim of any input whose stick is right: ``loss.mean()``),
-writing the result's strided view in the layout the restickified path gives (or its values, copied
-in, when that layout cuts the result's dims across tiles): no copy of the input, the CPU's bits.
+writing the result's strided view in the layout the restickified path gives (or its values,
+copied in, when that layout cuts the result's dims across tiles): no copy of the input, the CPU's
+bits. A whole-tensor overload (``x.sum()``) also reads rows of several sticks, its dims split
+where they cross tiles: its sum in the buffer's order, within the CPU's rounding of its own.
 The plan is kept per geometry; a call of a ``.dim`` overload offers the runtime's front its replay
 (the CPU ``out=`` overload on the two views, the call's own dims).
 
@@ -25,7 +27,7 @@ import torch
 
 from .. import _C
 from ..core.layout import BoundLayout
-from .operands import Read, host_read, layouts_of, new_tensor, raw_view, runtime_record
+from .operands import Read, factored_read, host_read, layouts_of, new_tensor, raw_view, runtime_record
 
 KINDS = {"sum": torch.sum, "mean": torch.mean, "amax": torch.amax, "amin": torch.amin}
 NATIVE = {"sum": "aten::sum.IntList_out", "mean": "aten::mean.out", "amax": "aten::amax.out",
@@ -46,12 +48,18 @@ class StridedPlan(NamedTuple):
     layouts: tuple
 
 
-def strided_plan(kind: str, x: torch.Tensor, dims: tuple[int, ...], out_coords: BoundLayout) -> StridedPlan | None:
+def strided_plan(kind: str, x: torch.Tensor, dims: tuple[int, ...], out_coords: BoundLayout,
+                 whole: bool = False) -> StridedPlan | None:
     """The plan of a reduction of ``x`` over host ``dims`` into a new tensor of ``out_coords``, or
-    None (another kind, an integer input, or offsets that are not affine)."""
+    None (another kind, an integer input, or offsets that are not affine). A whole-tensor
+    overload's (``whole``) reads ``x``'s elements in any shape: its dims split where they cross
+    tiles (``operands.factored_read``: a row of several sticks), summed in the buffer's order."""
     if kind not in KINDS or x.dtype not in FLOATS or not dims:
         return None
     read = host_read(x)
+    if read is None and whole:
+        factored = factored_read(x)
+        read = factored.read if factored is not None else None
     if read is None:
         return None
     out = new_tensor(out_coords, x.device)
