@@ -94,7 +94,9 @@ int64_t written_argument(const c10::FunctionSchema& schema) {
 // (a CPU tensor): no recipe is kept or replayed for such calls.
 std::vector<int64_t> call_key(int64_t front, const c10::FunctionSchema& schema, c10::ArrayRef<c10::IValue> args,
                               int64_t target) {
-  std::vector<int64_t> key{front};
+  std::vector<int64_t> key;
+  key.reserve(128);
+  key.push_back(front);
   const void* target_data = target >= 0 && args[target].isTensor() && args[target].toTensor().defined()
                                 ? args[target].toTensor().storage().data()
                                 : nullptr;
@@ -111,10 +113,10 @@ std::vector<int64_t> call_key(int64_t front, const c10::FunctionSchema& schema, 
         continue;
       }
       if (!t.is_privateuseone()) return {};
-      std::vector<int64_t> g = geometry_key(t);
-      if (g.empty()) return {};
-      key.insert(key.end(), {-1, static_cast<int64_t>(g.size())});
-      key.insert(key.end(), g.begin(), g.end());
+      key.insert(key.end(), {-1, 0});
+      const size_t start = key.size();
+      if (!append_geometry_key(key, t)) return {};
+      key[start - 1] = static_cast<int64_t>(key.size() - start);
       key.push_back(target_data != nullptr && t.storage().data() == target_data);
       continue;
     }
@@ -127,10 +129,10 @@ std::vector<int64_t> call_key(int64_t front, const c10::FunctionSchema& schema, 
       for (size_t j = 0; j < list.size(); ++j) {
         const at::Tensor t = list[j];
         if (!t.defined() || !t.is_privateuseone()) return {};
-        std::vector<int64_t> g = geometry_key(t);
-        if (g.empty()) return {};
-        key.push_back(static_cast<int64_t>(g.size()));
-        key.insert(key.end(), g.begin(), g.end());
+        key.push_back(0);
+        const size_t start = key.size();
+        if (!append_geometry_key(key, t)) return {};
+        key[start - 1] = static_cast<int64_t>(key.size() - start);
         key.push_back(t.storage().data() == lead.get(j).storage().data());
       }
       continue;

@@ -59,17 +59,23 @@ LayoutPtr layout_of(const at::Tensor& tensor) {
   return nullptr;
 }
 
-std::vector<int64_t> geometry_key(const at::Tensor& tensor) {
-  LayoutPtr layout = tensor.is_privateuseone() ? layout_of(tensor) : nullptr;
-  if (!layout) return {};
-  std::vector<int64_t> key{tensor.device().index(), static_cast<int64_t>(tensor.scalar_type()), tensor.dim()};
+bool append_geometry_key(std::vector<int64_t>& key, const at::Tensor& tensor) {
+  const LayoutPtr layout = tensor.is_privateuseone() ? layout_of(tensor) : nullptr;
+  if (!layout) return false;
+  key.insert(key.end(), {tensor.device().index(), static_cast<int64_t>(tensor.scalar_type()), tensor.dim()});
   key.insert(key.end(), tensor.sizes().begin(), tensor.sizes().end());
   key.insert(key.end(), tensor.strides().begin(), tensor.strides().end());
-  key.push_back(tensor.storage_offset());
-  key.push_back(reinterpret_cast<intptr_t>(layout->layout->get()));
-  key.push_back(static_cast<int64_t>(layout->base_size.size()));
+  key.insert(key.end(), {tensor.storage_offset(), static_cast<int64_t>(reinterpret_cast<intptr_t>(layout->layout->get())),
+                         static_cast<int64_t>(layout->base_size.size())});
   key.insert(key.end(), layout->base_size.begin(), layout->base_size.end());
   key.insert(key.end(), layout->base_stride.begin(), layout->base_stride.end());
+  return true;
+}
+
+std::vector<int64_t> geometry_key(const at::Tensor& tensor) {
+  std::vector<int64_t> key;
+  key.reserve(32);
+  if (!append_geometry_key(key, tensor)) key.clear();
   return key;
 }
 

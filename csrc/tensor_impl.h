@@ -43,6 +43,9 @@ LayoutPtr layout_of(const at::Tensor& tensor);
 // strides, storage offset, its buffer's layout object (by address) and that layout's base size
 // and strides; empty when it carries no layout (ops/operands.geometry_key, csrc/view_copies.cpp).
 std::vector<int64_t> geometry_key(const at::Tensor& tensor);
+// The same appended to `key` (a call's key, built without a vector per tensor); false, and nothing
+// appended, when the tensor carries no layout.
+bool append_geometry_key(std::vector<int64_t>& key, const at::Tensor& tensor);
 
 // The layout addressing this tensor's elements: the buffer's, or for a dtype view of another
 // element size the buffer's layout seen through that size (dtype_views.h); nullptr when the
