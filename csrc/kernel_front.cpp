@@ -44,16 +44,13 @@ class AtenRecipe final : public Replay {
 class CloneRecipe final : public Replay {
  public:
   LayoutPtr out;
-  std::optional<std::pair<BufferView, BufferView>> reads;  // the source's, the result's
+  std::vector<std::pair<BufferView, BufferView>> pieces;  // the source's and the result's views; none: the runtime's copy
 
   void run(c10::ArrayRef<c10::IValue> args, int64_t, std::vector<c10::IValue>& results) const override {
     const at::Tensor& src = args[0].toTensor();
     at::Tensor result = new_device_tensor(out, src.device());
-    if (reads) {
-      view_of(result, reads->second).copy_(view_of(src, reads->first));
-    } else {
-      result.copy_(src);
-    }
+    for (const auto& [from, to] : pieces) borrowed_view_of(result, to).copy_(borrowed_view_of(src, from));
+    if (pieces.empty()) result.copy_(src);
     results.emplace_back(std::move(result));
   }
 };
@@ -467,11 +464,17 @@ bool copy_views_fit(const std::pair<BufferView, BufferView>& views, int64_t nume
          dst.strides.size() == dst.sizes.size();
 }
 
-bool offer_clone_recipe(const at::Tensor& src, LayoutPtr out, std::optional<std::pair<BufferView, BufferView>> reads) {
-  if (!out || (reads && !copy_views_fit(*reads, src.numel()))) return false;
+bool offer_clone_recipe(const at::Tensor& src, LayoutPtr out, std::vector<std::pair<BufferView, BufferView>> pieces) {
+  int64_t numel = 0;
+  for (const auto& piece : pieces) {
+    const int64_t n = c10::multiply_integers(piece.first.sizes);
+    if (!copy_views_fit(piece, n)) return false;
+    numel += n;
+  }
+  if (!out || (!pieces.empty() && numel != src.numel())) return false;
   auto recipe = std::make_shared<CloneRecipe>();
   recipe->out = std::move(out);
-  recipe->reads = std::move(reads);
+  recipe->pieces = std::move(pieces);
   return offer_replay(std::move(recipe), "aten::clone", {{0, src}});
 }
 

@@ -99,10 +99,10 @@ bool offer_recipe(const std::vector<std::optional<at::Tensor>>& args, std::vecto
 
 // A recipe offered by `clone`'s kernel for the call it serves (`src` its argument): a new tensor
 // of `out` that the runtime copies `src` into (a kept view copy, csrc/view_copies.h), or, with
-// `reads` (strided views of `src`'s and the new tensor's buffers in one shape), a CPU copy
-// between those views.
+// `pieces` (strided views of `src`'s and the new tensor's buffers, one shape per pair, together
+// every element once), a CPU copy between each pair.
 bool offer_clone_recipe(const at::Tensor& src, LayoutPtr out,
-                        std::optional<std::pair<BufferView, BufferView>> reads = std::nullopt);
+                        std::vector<std::pair<BufferView, BufferView>> pieces = {});
 
 // How many recipes are kept, and forgetting them (ops/elementwise.forget_recipes).
 int64_t kept_recipes();

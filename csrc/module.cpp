@@ -191,11 +191,16 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       py::arg("compute"), py::arg("boxes") = std::vector<std::vector<std::pair<int64_t, int64_t>>>{});
   m.def(
       "_offer_clone_recipe",
-      [](const at::Tensor& src, std::shared_ptr<BoundLayout> out, const py::object& src_read,
-         const py::object& out_read) {
-        return offer_clone_recipe(src, std::move(out), copy_views(src_read, out_read));
+      [](const at::Tensor& src, std::shared_ptr<BoundLayout> out, const py::list& pieces) {
+        std::vector<std::pair<BufferView, BufferView>> views;
+        for (const auto& piece : pieces) {
+          auto pair = py::cast<py::tuple>(piece);
+          TORCH_CHECK_VALUE(pair.size() == 2, "a clone piece is (source view, result view)");
+          views.emplace_back(buffer_view(pair[0]), buffer_view(pair[1]));
+        }
+        return offer_clone_recipe(src, std::move(out), std::move(views));
       },
-      py::arg("src"), py::arg("out"), py::arg("src_read") = py::none(), py::arg("out_read") = py::none());
+      py::arg("src"), py::arg("out"), py::arg("pieces") = py::list());
   m.def("_offer_softmax", [](const std::string& op, const std::vector<std::pair<int64_t, at::Tensor>>& own,
                              const py::list& rows, std::shared_ptr<BoundLayout> out, int64_t width, bool log,
                              bool safe) {

@@ -283,6 +283,38 @@ def test_reductions_and_clones_replay_in_the_runtime_front(_, fn, shape, dtype, 
     assert layouts[0] == layouts[1] == layouts[2]
 
 
+# Clones of views that no one strided view of their buffer holds (a dim whose offsets change step:
+# a stick holds two of q, k, v; columns straddling sticks): id, base shape, dtype, the view, how many
+# strided copies the clone makes.
+CLONE_PIECES = [
+    ("packed-projection-q-k-v", (6, 2, 48), F32,
+     lambda t: t.unflatten(-1, (3, 16)).unsqueeze(0).transpose(0, -2).squeeze(-2), 2),
+    ("columns-straddling-sticks", (10, 70), F32, lambda t: t[:, 5:40], 3),  # cut at both sides' stick ends
+    ("rows-and-columns-straddling-half", (8, 150), F16, lambda t: t[1:7, 60:140], 4),
+]
+
+
+@pytest.mark.parametrize("_, shape, dtype, make, pieces", CLONE_PIECES, ids=[c[0] for c in CLONE_PIECES])
+def test_clones_of_views_copy_their_pieces_in_place(_, shape, dtype, make, pieces, monkeypatch):
+    """Each call: the CPU's bits and padding, no copy through the host or the runtime's element
+    path (a few strided CPU copies between the buffers); after the first, no Python."""
+    from torch_layouts.ops.operands import piece_common_reads
+    elementwise.forget_recipes()
+    calls = _calls_into_python(monkeypatch, elementwise, "geometry_key")
+    entered = []
+    for seed in range(3):
+        x = randn(*shape, seed=seed, dtype=dtype)
+        view = make(x.to("spyre"))
+        torch_layouts.reset_stats()
+        out = view.contiguous()
+        stats = torch_layouts.stats()
+        assert stats["view_gathers"] == stats["host_bounces"] == stats["d2h_bytes"] == stats["h2d_bytes"] == 0, stats
+        assert torch.equal(out.cpu(), make(x).contiguous()) and padding_holds_pad_value(out)
+        entered.append(len(calls))
+    assert entered[0] >= 1 and entered[2] == entered[1] == entered[0], entered
+    assert len(piece_common_reads(view, out)) == pieces
+
+
 # Reductions over several device dims (a bias gradient's sum over a (batch*tokens, features) view;
 # amax and amin over two dims): id, function, base shape, dtype, view of the device tensor.
 MULTI_DIM_CASES = [

@@ -217,10 +217,10 @@ def test_host_read_is_the_view_where_it_is_affine(_, shape, dtype, make, expecte
 def test_factored_and_common_reads_hold_any_view_bit_for_bit(outer, inner, dtype, data):
     """Over random shapes, dim orders, dtypes and views (a dim split into heads, then a
     permutation): a factored read, where there is one, holds the view's elements; a copy through
-    common reads into a fresh tensor, and the runtime's copy of the view, give the CPU's bits,
-    padding kept."""
+    common reads into a fresh tensor, through the pieces of piece_common_reads (each element in
+    one), and the runtime's copy of the view, give the CPU's bits, padding kept."""
     from torch_layouts import SpyreTensorLayout
-    from torch_layouts.ops.operands import common_reads, factored_read, raw_view
+    from torch_layouts.ops.operands import common_reads, factored_read, piece_common_reads, raw_view
     shape = [*outer, inner]  # the last dim spans several sticks
     order = data.draw(st.permutations(range(len(shape))))
     x = torch.randn(shape, generator=torch.Generator().manual_seed(sum(shape))).to(dtype)
@@ -242,6 +242,14 @@ def test_factored_and_common_reads_hold_any_view_bit_for_bit(outer, inner, dtype
     reads = common_reads(view, out)
     if reads is not None:
         raw_view(out, *reads[1]).copy_(raw_view(view, *reads[0]))
+        assert torch.equal(out.cpu(), host) and padding_holds_pad_value(out)
+    pieces = piece_common_reads(view, out.zero_())
+    if reads is not None:
+        assert pieces == (reads,)
+    if pieces is not None:  # each element in exactly one piece: the copies give every bit
+        assert sum(math.prod(src[0]) for src, _ in pieces) == view.numel()
+        for src, dst in pieces:
+            raw_view(out, *dst).copy_(raw_view(view, *src))
         assert torch.equal(out.cpu(), host) and padding_holds_pad_value(out)
     copied = torch.empty(host.shape, dtype=dtype, device="spyre").copy_(view)
     assert torch.equal(copied.cpu(), host) and padding_holds_pad_value(copied)

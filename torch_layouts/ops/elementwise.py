@@ -43,8 +43,8 @@ from ..dma.relayout import relayout_transfers
 from ..runtime.layout_records import default_layout
 from ..spyre import SpyreTensorLayout
 from . import rules
-from .operands import (common_reads, coords_for, coords_with_dtype, default_coords, geometry_key, has_padding,
-                       is_whole_dense, keep, layouts_of, new_tensor, operand_layout, ordered_coords, piece_reads, plan,
+from .operands import (coords_for, coords_with_dtype, default_coords, geometry_key, has_padding, is_whole_dense, keep,
+                       layouts_of, new_tensor, operand_layout, ordered_coords, piece_common_reads, piece_reads, plan,
                        raw, raw_view, real_slices, record_of, rowmajor, runtime_record, scalar_view, stick_dim,
                        strides_in_order, view)
 from .registry import check_cast, out_overload, register, write_out
@@ -519,8 +519,8 @@ def clone(x: torch.Tensor, *, memory_format: torch.memory_format | None = None) 
     A copy that moves the stick to another dim (``k.transpose(-2, -1).contiguous()``) is
     counted as a restickify. The result's coordinates are kept per geometry (``CLONES``); a clone
     that is no restickify is then replayed by the runtime's front (a new tensor of those
-    coordinates, a CPU copy between strided views of the two buffers where they have them,
-    ``operands.common_reads``, else the runtime's copy into it)."""
+    coordinates, CPU copies between strided views of the two buffers where they have them,
+    ``operands.piece_common_reads``, else the runtime's copy into it)."""
     key = geometry_key(x)
     key = None if key is None else (key, memory_format)
     kept = CLONES.get(key) if key is not None else None
@@ -528,17 +528,21 @@ def clone(x: torch.Tensor, *, memory_format: torch.memory_format | None = None) 
     if key is not None and kept is None:
         keep(CLONES, key, (coords, layouts_of([x])), MAX_CLONES)
     p = plan(x, coords)
-    if p is not None and p.stick_ok:
-        out = new_tensor(coords, x.device)
-        if not copy_between(out, x):  # box reads kept per geometry, and by the runtime
-            out = run(COPY, [x], {}, out_dtype=x.dtype, coords=coords)
-    else:
-        out = materialize(x, coords)
+    out = new_tensor(coords, x.device)
+    if p is None or not p.stick_ok:
         if stick_dim(x) != stick_dim(out):
             count_restickify(x.numel() * x.element_size())
-            return out
+            return materialize(x, coords)
+    pieces = piece_common_reads(x, out)
+    for src, dst in pieces or ():
+        raw_view(out, *dst).copy_(raw_view(x, *src))
+    if pieces is None:
+        if p is None or not p.stick_ok:
+            out = materialize(x, coords)
+        elif not copy_between(out, x):  # box reads kept per geometry, and by the runtime
+            out = run(COPY, [x], {}, out_dtype=x.dtype, coords=coords)
     if key is not None:  # the runtime's front then clones this geometry itself
-        _C._offer_clone_recipe(x, runtime_record(coords), *(common_reads(x, out) or (None, None)))
+        _C._offer_clone_recipe(x, runtime_record(coords), list(pieces or ()))
     return out
 
 

@@ -171,33 +171,61 @@ def piece_reads(x: torch.Tensor, limit: int = 16) -> tuple[Read, ...] | None:
     read = factored_read(x)
     if read is not None:
         return (read.read,)
-    info = record_of(x)
-    if x.numel() == 0 or info is None or info.layout.dtype != x.dtype:
+    boxes = _piece_boxes([x], limit)
+    if boxes is None:
         return None
-    offsets = _C._view_offsets(info, list(x.shape), list(x.stride()), x.storage_offset())
-    cuts = []
-    for d, n in enumerate(x.shape):
-        line = offsets.movedim(d, 0).reshape(n, -1)[:, 0].tolist()
-        runs, start = [], 0
-        while start < n:
-            end = start + 1
-            if end < n:
-                step = line[end] - line[start]
-                while end + 1 < n and line[end + 1] - line[end] == step:
-                    end += 1
-                end += 1
-            runs.append(slice(start, end))
-            start = end
-        cuts.append(runs)
-    if math.prod(len(r) for r in cuts) > limit:
+    reads = [factored_read(x[box]) for box in boxes]
+    return None if any(r is None for r in reads) else tuple(r.read for r in reads)
+
+
+def piece_common_reads(a: torch.Tensor, b: torch.Tensor, limit: int = 16) -> tuple[tuple[Read, Read], ...] | None:
+    """``common_reads`` of ``a`` and ``b`` (one shape), else of the boxes both are cut into where
+    either's device offsets change step (``piece_reads``): strided copies that together move all
+    of ``a`` into ``b``; None where some box has none.
+
+    >>> p = torch.randn(6, 2, 48).to("spyre").unflatten(-1, (3, 16)).permute(2, 0, 1, 3)  # q, k, v
+    >>> out = torch.empty(3, 6, 2, 16).to("spyre")
+    >>> pieces = piece_common_reads(p, out)
+    >>> for src, dst in pieces: _ = raw_view(out, *dst).copy_(raw_view(p, *src))
+    >>> len(pieces), torch.equal(out.cpu(), p.cpu())
+    (2, True)
+    """
+    pair = common_reads(a, b)
+    if pair is not None:
+        return (pair,)
+    boxes = _piece_boxes([a, b], limit) if a.shape == b.shape else None
+    if boxes is None:
         return None
-    reads = []
-    for box in itertools.product(*cuts):
-        r = factored_read(x[box])
-        if r is None:
+    pairs = [common_reads(a[box], b[box]) for box in boxes]
+    return None if any(p is None for p in pairs) else tuple(pairs)
+
+
+def _piece_boxes(tensors: Sequence[torch.Tensor], limit: int) -> list[tuple[slice, ...]] | None:
+    """The boxes that cut tensors of one shape along each dim wherever any one's device offsets
+    change step (at most ``limit``), or None (too many, a dtype view, no layout)."""
+    shape = tensors[0].shape
+    cuts: list[set[int]] = [set() for _ in shape]
+    for x in tensors:
+        info = record_of(x)
+        if x.numel() == 0 or info is None or info.layout.dtype != x.dtype:
             return None
-        reads.append(r.read)
-    return tuple(reads)
+        offsets = _C._view_offsets(info, list(x.shape), list(x.stride()), x.storage_offset())
+        for d, n in enumerate(shape):
+            line = offsets.movedim(d, 0).reshape(n, -1)[:, 0].tolist()
+            start = 0
+            while start < n:  # a run of one step from start; the next starts where the step changes
+                end = start + 1
+                if end < n:
+                    step = line[end] - line[start]
+                    while end + 1 < n and line[end + 1] - line[end] == step:
+                        end += 1
+                    end += 1
+                cuts[d].add(start)
+                start = end
+    runs = [[slice(a, b) for a, b in zip(sorted(c), sorted(c)[1:] + [n])] for c, n in zip(cuts, shape)]
+    if math.prod(len(r) for r in runs) > limit:
+        return None
+    return list(itertools.product(*runs))
 
 
 def common_reads(a: torch.Tensor, b: torch.Tensor) -> tuple[Read, Read] | None:
