@@ -190,6 +190,23 @@ def test_repeated_moves_into_one_layout_object(helpers, _, spec, shapes, permute
             assert same_bits(y.cpu(), x) and not y.requires_grad
 
 
+# The forms of a spyre device a host move names (Tensor.to's first argument): each gives the same
+# tensor as the differentiable path, on the device it names (the current one when it names none).
+MOVE_DEVICES = ["spyre", "spyre:0", torch.device("spyre"), torch.device("spyre", 0)]
+
+
+@pytest.mark.parametrize("device", MOVE_DEVICES, ids=[str(d) for d in MOVE_DEVICES])
+def test_host_moves_name_their_device_in_any_form(helpers, device):
+    x = helpers.random_bits(6 * 40, F16, 3).view(6, 40)
+    spec = SpyreTensorLayout((6, 40), F16, [1, 0])
+    for _ in range(2):
+        y = x.to(device, device_layout=spec)
+        made = x.detach().requires_grad_().to(device, device_layout=spec)
+        assert y.device == made.device == torch.device("spyre", torch.spyre.current_device())
+        assert y.device_tensor_layout() == made.device_tensor_layout() and y.stride() == made.stride()
+        assert same_bits(y.cpu(), x) and not y.requires_grad
+
+
 BAD_CREATION = [
     ("layout dtype differs", lambda: torch.empty((3, 40), device="spyre", device_layout=L34), ValueError, "float16"),
     ("layout for another shape", lambda: torch.zeros(3, 41, dtype=F16).to("spyre", device_layout=L34), ValueError,
