@@ -253,6 +253,10 @@ REPLAYED_CASES = [
     ("sum-short-stick", lambda x: x.sum(0), (32, 10), F32, lambda t: t),  # padding beside the reduced dim
     ("sum-keepdim-short-stick-3d", lambda x: x.sum(1, keepdim=True), (4, 12, 6), F32, lambda t: t),
     ("amax-short-stick-half", lambda x: x.amax(0), (40, 20), F16, lambda t: t),
+    ("sum-over-a-padded-stick", lambda x: x.sum(1), (32, 10), F32, lambda t: t),  # logits of 10 classes
+    ("amax-over-a-padded-stick-half", lambda x: x.amax(-1), (16, 40), F16, lambda t: t),
+    ("sum-keepdim-over-a-padded-stick-3d", lambda x: x.sum(-1, keepdim=True), (4, 6, 20), F32, lambda t: t),
+    ("amin-over-a-padded-stick", lambda x: x.amin(1), (8, 3, 20), F32, lambda t: t.transpose(1, 2)),
     ("clone", lambda x: x.clone(), (8, 128, 256), F32, lambda t: t),
     ("clone-transposed", lambda x: x.clone(), (8, 128, 256), F32, lambda t: t.transpose(0, 1)),
     ("contiguous-of-a-slice", lambda x: x.contiguous(), (3, 64, 4, 64), F32, lambda t: t[:, 1]),

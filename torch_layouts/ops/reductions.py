@@ -247,6 +247,11 @@ def reduce_view(v: torch.Tensor, red: tuple[int, ...], kind: str, device: torch.
     return v if dtype is None or v.dtype == dtype else v.to(dtype)
 
 
+# Inputs from which sums over sticks take the C++ row sums: below, ATen's sum on the view, which
+# the runtime's front replays (a row-sum plan runs its Python every call: ~100 us).
+ROW_SUMS_FROM = 1 << 20
+
+
 def _row_sums_apply(v: torch.Tensor, red: tuple[int, ...], out_dtype: torch.dtype) -> bool:
     """Whether the C++ row sums take this sum: floating inputs and results, and the reduced
     dims hold the view's contiguous dim (a sum over sticks; others reduce faster in ATen)."""
@@ -300,9 +305,9 @@ def _values(kind: str, v: torch.Tensor, red: tuple[int, ...], row_sums: bool, co
 
 def _boxed_values(kind: str, v: torch.Tensor, coords: BoundLayout, red: tuple[int, ...], row_sums: bool, count: int,
                   device: torch.device, out_dtype: torch.dtype, dtype: torch.dtype | None) -> torch.Tensor:
-    """``_values`` of the view ``v`` in ``coords``; where the real positions are one box whole
-    along the reduced dims, of that box only (the padding beside it neither read nor reduced: the
-    CPU kernel walks the real elements as it walks a tensor of their shape), the rest zeros."""
+    """``_values`` of the view ``v`` in ``coords``; where the real positions are one box, of that
+    box only (the padding beside it and within the reduced dims neither read nor reduced: the CPU
+    kernel walks the real elements as it walks a tensor of their shape), the rest zeros."""
     box = _real_box(coords, red)
     if box is None:
         return _values(kind, v, red, row_sums, count, device, out_dtype, dtype)
@@ -313,12 +318,10 @@ def _boxed_values(kind: str, v: torch.Tensor, coords: BoundLayout, red: tuple[in
     return values
 
 
-@functools.lru_cache(maxsize=1024)
 def _real_box(coords: BoundLayout, red: tuple[int, ...]) -> tuple[tuple[int, int], ...] | None:
-    """The one box of the coordinates' real positions when they have padding and the box spans
-    the reduced device dims ``red`` whole, else None."""
-    box = one_real_box(coords)
-    return None if box is None or any(box[d] != (0, coords.shape[d]) for d in red) else box
+    """The one box of the coordinates' real positions when they have padding (a reduced device
+    dim's padding too: a stick dim longer than the host dim it holds), else None."""
+    return one_real_box(coords)
 
 
 def reduce(kind: str, x: torch.Tensor, dim: int | Sequence[int] | None, keepdim: bool,
@@ -362,7 +365,7 @@ def reduce(kind: str, x: torch.Tensor, dim: int | Sequence[int] | None, keepdim:
     boxed = _real_box(coords, red) is not None  # the padding is never read: no mask
     masked_v = v if boxed else masked(v, coords, exact, pad, identity(kind, x.dtype))
     count = math.prod(x.shape[d] for d in dims)
-    row_sums = kind in ("sum", "mean") and _row_sums_apply(masked_v, red, out_dtype)
+    row_sums = kind in ("sum", "mean") and x.numel() >= ROW_SUMS_FROM and _row_sums_apply(masked_v, red, out_dtype)
     values = _boxed_values(kind, masked_v, coords, red, row_sums, count, x.device, out_dtype, dtype)
     if key is not None and x is original and masked_v is v:
         kept = keep(PLANS, key, ReducePlan(out_dtype, coords, (tuple(v.stride()), v.storage_offset()), red, dims,
@@ -376,12 +379,13 @@ NATIVE = {"sum": "aten::sum.IntList_out", "amax": "aten::amax.out", "amin": "ate
 
 def _offer(kind: str, x: torch.Tensor, v: torch.Tensor, kept: ReducePlan, keepdim: bool, values: torch.Tensor,
            dtype: torch.dtype | None) -> None:
-    """Offer the runtime's front this call's replay (``csrc/kernel_front.cpp``), where any padding
-    lies outside the reduced dims, the input's real positions one box (the replay reduces that
-    box) and the result's the same box, reduced. One reduced device dim: the CPU reduction of the
-    input's view written straight into the result's buffer, where the result's view is laid out
-    as ``values`` (so the CPU kernel walks the elements in the same order: the same bits).
-    Several: the same per-dim reductions as ``reduce_view``, their values copied into the result
+    """Offer the runtime's front this call's replay (``csrc/kernel_front.cpp``), where the input's
+    real positions are one box (the replay reduces that box, padding within the reduced dims
+    unread) and the result's the same box, reduced. One reduced device dim: the CPU reduction of
+    the input's view written straight into the result's buffer, where the result's view is laid
+    out as ``values`` (so the CPU kernel walks the elements in the same order: the same bits).
+    Several, or a result laid out otherwise (a sum over a padded stick: one value per stick): the
+    same per-dim reductions as ``reduce_view``, their values copied into the result
     (``csrc/reduce_recipe.cpp``)."""
     if kind not in NATIVE or kept.row_sums or values.dtype != kept.out_dtype:
         return
@@ -394,15 +398,15 @@ def _offer(kind: str, x: torch.Tensor, v: torch.Tensor, kept: ReducePlan, keepdi
         return
     size = w.src.shape
     strides, offset = w.read if w.mode == "strided" else (rowmajor(size), 0)
-    if len(kept.red) != 1:
+    direct = len(kept.red) == 1 and tuple(values.shape) == tuple(size) and all(
+        n == 1 or s == t for n, s, t in zip(size, strides, values.stride()))
+    if not direct:  # several dims, or a result laid out otherwise than the values (a sum over a padded stick)
         box = boxes[0] if boxes else [(0, n) for n in coords.shape]
         start = sum(b * s for (b, _), s in zip(box, v.stride()))
         result_start = sum(b * s for d, ((b, _), s) in enumerate(zip(box, strides)) if d not in kept.red)
         _C._offer_reduce(kind, x, (tuple(n for _, n in box), tuple(v.stride()), v.storage_offset() + start),
                          sorted(kept.red, key=lambda d: (v.stride(d), d)), dtype, runtime_record(w.out_coords),
                          (tuple(1 if d in kept.red else n for d, (_, n) in enumerate(box)), strides, offset + result_start))
-        return
-    if tuple(values.shape) != tuple(size) or any(n != 1 and s != t for n, s, t in zip(size, strides, values.stride())):
         return
     _C._offer_recipe([x], [(0, tuple(v.shape), tuple(v.stride()), v.storage_offset())], runtime_record(w.out_coords),
                      (size, strides, offset), [(1, list(kept.red)), (2, True)], NATIVE[kind], boxes)
