@@ -327,6 +327,10 @@ MULTI_DIM_CASES = [
     ("sum-half", lambda x: x.sum(0), (8, 32, 64), F16, lambda t: t.view(256, 64)),
     ("amax-two-dims", lambda x: x.amax((0, 1)), (4, 8, 64), F32, lambda t: t),
     ("amin-two-dims-half", lambda x: x.amin((0, 1)), (4, 8, 64), F16, lambda t: t),
+    # rows of several sticks, the last one partial: the zero padding read and summed with them
+    ("row-sums-of-1000-classes", lambda x: x.sum(1), (8, 1000), F32, lambda t: t),
+    ("column-sums-over-padded-sticks", lambda x: x.sum(0), (64, 100), F32, lambda t: t),
+    ("column-sums-keepdim-half", lambda x: x.sum(0, keepdim=True), (4, 7, 70), F16, lambda t: t),
 ]
 
 

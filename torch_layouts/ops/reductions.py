@@ -394,6 +394,8 @@ def _offer(kind: str, x: torch.Tensor, v: torch.Tensor, kept: ReducePlan, keepdi
     if w.mode == "move":
         return
     boxes = _reduced_box(coords, kept.red, w.out_coords if w.mode == "same" else w.src)
+    if boxes is None and kind == "sum" and x.device_tensor_layout().pad_value == 0 == w.out_coords.layout.pad_value:
+        boxes = []  # whole views: the input's zero padding sums to zeros, written over the result's zero padding
     if boxes is None:
         return
     size = w.src.shape
@@ -416,13 +418,13 @@ def _offer(kind: str, x: torch.Tensor, v: torch.Tensor, kept: ReducePlan, keepdi
 def _reduced_box(coords: BoundLayout, red: tuple[int, ...], result: BoundLayout
                  ) -> list[list[tuple[int, int]]] | None:
     """The boxes a recipe of a reduction over device dims ``red`` narrows its views to (``[]``: no
-    padding on either side, the whole views; else ``_real_box``, where the result's real
+    padding on either side, the whole views; else ``_real_box``, or the whole coordinates where
+    the real positions are several boxes (the caller reads padding that holds the reduction's
+    identity: a sum over rows of several sticks, the last one partial), where the result's real
     positions are that box reduced), or None."""
     if not has_padding(coords):
         return None if has_padding(result) else []
-    box = _real_box(coords, red)
-    if box is None:
-        return None
+    box = _real_box(coords, red) or tuple((0, n) for n in coords.shape)
     out_pieces, out_whole = real_slices(result)
     reduced = tuple(slice(0, 1) if d in red else slice(b, b + n) for d, (b, n) in enumerate(box))
     return [list(box)] if not out_whole and out_pieces == (reduced,) else None
