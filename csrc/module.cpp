@@ -264,11 +264,16 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     for (const auto& [arg, index, layout] : copies) parsed.push_back(ForeachCopy{arg, index, layout});
     return offer_foreach(op, lists, std::move(numels), std::move(parsed), std::move(padded));
   });
-  m.def("_offer_reduce", [](const std::string& kind, const at::Tensor& x, const py::object& input,
-                            std::vector<int64_t> order, std::optional<at::ScalarType> dtype,
-                            std::shared_ptr<BoundLayout> out, const py::object& result) {
-    return offer_reduce(kind, x, buffer_view(input), std::move(order), dtype, std::move(out), buffer_view(result));
-  });
+  m.def(
+      "_offer_reduce",
+      [](const std::string& kind, const at::Tensor& x, const py::object& input, std::vector<int64_t> order,
+         std::optional<at::ScalarType> dtype, std::shared_ptr<BoundLayout> out, const py::object& result, int64_t count,
+         std::optional<at::ScalarType> out_dtype) {
+        return offer_reduce(kind, x, buffer_view(input), std::move(order), dtype, std::move(out), buffer_view(result),
+                            count, out_dtype);
+      },
+      py::arg("kind"), py::arg("x"), py::arg("input"), py::arg("order"), py::arg("dtype"), py::arg("out"),
+      py::arg("result"), py::arg("count") = 1, py::arg("out_dtype") = py::none());
   m.def(
       "_offer_view_backward",
       [](const std::string& op, const at::Tensor& grad, std::shared_ptr<BoundLayout> out, std::vector<int64_t> sizes,

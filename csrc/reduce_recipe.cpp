@@ -7,14 +7,16 @@
 namespace torch_layouts {
 namespace {
 
-enum class Kind { kSum, kAmax, kAmin };
+enum class Kind { kSum, kAmax, kAmin, kMean };
 
 class ReduceReplay final : public Replay {
  public:
   BufferView input, result;
   std::vector<int64_t> order;
   Kind kind = Kind::kSum;
-  std::optional<c10::ScalarType> dtype;
+  std::optional<c10::ScalarType> dtype;  // a sum's (a mean's sums') dtype
+  int64_t count = 1;                      // a mean's reduced elements
+  c10::ScalarType out_dtype = at::kFloat;  // a mean's result dtype
   LayoutPtr out;
 
   void run(c10::ArrayRef<c10::IValue> args, int64_t, std::vector<c10::IValue>& results) const override {
@@ -22,11 +24,13 @@ class ReduceReplay final : public Replay {
     at::Tensor v = view_of(x, input);
     for (int64_t d : order) {
       switch (kind) {
-        case Kind::kSum: v = at::sum(v, {d}, true, dtype); break;
+        case Kind::kSum:
+        case Kind::kMean: v = at::sum(v, {d}, true, dtype); break;
         case Kind::kAmax: v = at::amax(v, {d}, true); break;
         case Kind::kAmin: v = at::amin(v, {d}, true); break;
       }
     }
+    if (kind == Kind::kMean) v = v.to(at::kFloat).div(count).to(out_dtype);  // as ops/reductions._values
     at::Tensor r = new_device_tensor(out, x.device());
     view_of(r, result).copy_(v);
     results.emplace_back(std::move(r));
@@ -36,8 +40,9 @@ class ReduceReplay final : public Replay {
 }  // namespace
 
 bool offer_reduce(const std::string& kind, const at::Tensor& x, BufferView input, std::vector<int64_t> order,
-                  std::optional<c10::ScalarType> dtype, LayoutPtr out, BufferView result) {
-  if (!out || input.sizes.size() != input.strides.size() || result.sizes.size() != result.strides.size() ||
+                  std::optional<c10::ScalarType> dtype, LayoutPtr out, BufferView result, int64_t count,
+                  std::optional<c10::ScalarType> out_dtype) {
+  if (!out || (kind == "mean" && (count <= 0 || !out_dtype)) || input.sizes.size() != input.strides.size() || result.sizes.size() != result.strides.size() ||
       result.sizes.size() != input.sizes.size()) {
     return false;
   }
@@ -48,6 +53,10 @@ bool offer_reduce(const std::string& kind, const at::Tensor& x, BufferView input
     r->kind = Kind::kAmax;
   } else if (kind == "amin") {
     r->kind = Kind::kAmin;
+  } else if (kind == "mean") {
+    r->kind = Kind::kMean;
+    r->count = count;
+    r->out_dtype = *out_dtype;
   } else {
     return false;
   }

@@ -331,6 +331,12 @@ MULTI_DIM_CASES = [
     ("row-sums-of-1000-classes", lambda x: x.sum(1), (8, 1000), F32, lambda t: t),
     ("column-sums-over-padded-sticks", lambda x: x.sum(0), (64, 100), F32, lambda t: t),
     ("column-sums-keepdim-half", lambda x: x.sum(0, keepdim=True), (4, 7, 70), F16, lambda t: t),
+    # means: the sums above, divided in float32 and rounded to the result's dtype
+    ("mean-over-a-padded-stick", lambda x: x.mean(-1), (32, 10), F32, lambda t: t),
+    ("mean-of-rows-of-sticks", lambda x: x.mean(-1), (8, 128, 256), F32, lambda t: t),
+    ("mean-over-the-batch-half", lambda x: x.mean(0), (64, 128), F16, lambda t: t),
+    ("mean-two-dims-keepdim", lambda x: x.mean((0, 1), keepdim=True), (8, 1000), F32, lambda t: t),
+    ("mean-half-into-float32", lambda x: x.mean(-1, dtype=torch.float32), (6, 70), F16, lambda t: t),
 ]
 
 

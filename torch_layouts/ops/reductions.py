@@ -384,31 +384,34 @@ def _offer(kind: str, x: torch.Tensor, v: torch.Tensor, kept: ReducePlan, keepdi
     unread) and the result's the same box, reduced. One reduced device dim: the CPU reduction of
     the input's view written straight into the result's buffer, where the result's view is laid
     out as ``values`` (so the CPU kernel walks the elements in the same order: the same bits).
-    Several, or a result laid out otherwise (a sum over a padded stick: one value per stick): the
-    same per-dim reductions as ``reduce_view``, their values copied into the result
-    (``csrc/reduce_recipe.cpp``)."""
-    if kind not in NATIVE or kept.row_sums or values.dtype != kept.out_dtype:
+    Several, a result laid out otherwise (a sum over a padded stick: one value per stick), or a
+    mean: the same per-dim reductions as ``reduce_view`` (a mean's sums divided as ``_values``
+    does), their values copied into the result (``csrc/reduce_recipe.cpp``)."""
+    if (kind not in NATIVE and kind != "mean") or kept.row_sums or values.dtype != kept.out_dtype:
         return
     coords, dims = kept.coords, kept.dims
     w = write_plan(coords, dims, keepdim, values.dtype)
     if w.mode == "move":
         return
     boxes = _reduced_box(coords, kept.red, w.out_coords if w.mode == "same" else w.src)
-    if boxes is None and kind == "sum" and x.device_tensor_layout().pad_value == 0 == w.out_coords.layout.pad_value:
+    if boxes is None and kind in ("sum", "mean") and \
+            x.device_tensor_layout().pad_value == 0 == w.out_coords.layout.pad_value:
         boxes = []  # whole views: the input's zero padding sums to zeros, written over the result's zero padding
     if boxes is None:
         return
     size = w.src.shape
     strides, offset = w.read if w.mode == "strided" else (rowmajor(size), 0)
-    direct = len(kept.red) == 1 and tuple(values.shape) == tuple(size) and all(
+    direct = kind in NATIVE and len(kept.red) == 1 and tuple(values.shape) == tuple(size) and all(
         n == 1 or s == t for n, s, t in zip(size, strides, values.stride()))
     if not direct:  # several dims, or a result laid out otherwise than the values (a sum over a padded stick)
         box = boxes[0] if boxes else [(0, n) for n in coords.shape]
         start = sum(b * s for (b, _), s in zip(box, v.stride()))
         result_start = sum(b * s for d, ((b, _), s) in enumerate(zip(box, strides)) if d not in kept.red)
+        sums = dtype if kind != "mean" else None if kept.out_dtype in LOW_PRECISION else kept.out_dtype  # as _values
         _C._offer_reduce(kind, x, (tuple(n for _, n in box), tuple(v.stride()), v.storage_offset() + start),
-                         sorted(kept.red, key=lambda d: (v.stride(d), d)), dtype, runtime_record(w.out_coords),
-                         (tuple(1 if d in kept.red else n for d, (_, n) in enumerate(box)), strides, offset + result_start))
+                         sorted(kept.red, key=lambda d: (v.stride(d), d)), sums, runtime_record(w.out_coords),
+                         (tuple(1 if d in kept.red else n for d, (_, n) in enumerate(box)), strides, offset + result_start),
+                         kept.count, kept.out_dtype)
         return
     _C._offer_recipe([x], [(0, tuple(v.shape), tuple(v.stride()), v.storage_offset())], runtime_record(w.out_coords),
                      (size, strides, offset), [(1, list(kept.red)), (2, True)], NATIVE[kind], boxes)
