@@ -193,6 +193,8 @@ WHOLE = [
     ("rows-of-four-sticks-sum", (32, 128), F32, lambda t: t, "sum"),
     ("rows-of-four-sticks-mean-half", (8, 128, 256), F16, lambda t: t, "mean"),
     ("rows-of-three-sticks-mean", (5, 96), F32, lambda t: t.t(), "mean"),
+    ("padded-rows-of-sticks-mean", (5, 70), F32, lambda t: t, "mean"),  # the zero padding summed
+    ("rows-of-1000-classes-sum-half", (8, 1000), F16, lambda t: t, "sum"),
 ]
 
 
