@@ -529,16 +529,16 @@ def clone(x: torch.Tensor, *, memory_format: torch.memory_format | None = None) 
         keep(CLONES, key, (coords, layouts_of([x])), MAX_CLONES)
     p = plan(x, coords)
     out = new_tensor(coords, x.device)
-    if p is None or not p.stick_ok:
-        if stick_dim(x) != stick_dim(out):
-            count_restickify(x.numel() * x.element_size())
-            return materialize(x, coords)
+    readable = p is not None and p.stick_ok
+    if not readable and stick_dim(x) != stick_dim(out):
+        count_restickify(x.numel() * x.element_size())
+        return materialize(x, coords, out)
     pieces = piece_common_reads(x, out)
     for src, dst in pieces or ():
         raw_view(out, *dst).copy_(raw_view(x, *src))
     if pieces is None:
-        if p is None or not p.stick_ok:
-            out = materialize(x, coords)
+        if not readable:
+            materialize(x, coords, out)
         elif not copy_between(out, x):  # box reads kept per geometry, and by the runtime
             out = run(COPY, [x], {}, out_dtype=x.dtype, coords=coords)
     if key is not None:  # the runtime's front then clones this geometry itself
@@ -647,15 +647,8 @@ def fill_(x: torch.Tensor, value: Any, op: str = "fill_") -> torch.Tensor:
     if known is None:
         known = _fill_plan(x)
         if known is None:  # elements no strided view holds: fill a fresh tensor and copy it in
-            coords = default_coords(tuple(x.shape), x.dtype)
-            fresh = new_tensor(coords, x.device)
-            pieces, restore = real_slices(coords)
-            buffer = raw_view(fresh, coords.shape)
-            for index in pieces:
-                buffer[index].fill_(value)
-            if restore:
-                _C._fill_padding(fresh)
-            return x.copy_(fresh)
+            fresh = new_tensor(default_coords(tuple(x.shape), x.dtype), x.device)
+            return x.copy_(_fill_buffer(fresh, _fill_plan(fresh), value))
         if key is not None:
             keep(FILLS, key, known, MAX_FILLS)
     if key is not None:

@@ -54,11 +54,11 @@ READABLE: dict[tuple, tuple[BoundLayout | None, tuple]] = {}
 MAX_PLANS = 512
 
 
-def materialize(t: torch.Tensor, coords: BoundLayout) -> torch.Tensor:
-    """A new tensor in ``coords`` holding ``t`` (same shape and dtype): a strided copy
-    between the two buffers when ``t`` can be read in those coordinates, else the
-    runtime's copy (relayout nests, or gathers and scatters)."""
-    out = new_tensor(coords, t.device)
+def materialize(t: torch.Tensor, coords: BoundLayout, out: torch.Tensor | None = None) -> torch.Tensor:
+    """A new tensor in ``coords`` (or ``out``, a fresh one there) holding ``t`` (same shape and
+    dtype): a strided copy between the two buffers when ``t`` can be read in those coordinates,
+    else the runtime's copy (relayout nests, or gathers and scatters)."""
+    out = new_tensor(coords, t.device) if out is None else out
     p = plan(t, coords, refine=True)
     if p is None:
         return out.copy_(t)
