@@ -615,16 +615,21 @@ def _fill_plan(x: torch.Tensor) -> FillPlan | None:
     coords = coords_for(x)
     p = plan(x, coords)
     if p is not None and p.exact:
-        pieces, restore = real_slices(coords)
-        shape, strides = coords.shape, rowmajor(coords.shape)
-        boxes = tuple((tuple(s.stop - s.start for s in index) if index else shape, strides,
-                       sum(s.start * t for s, t in zip(index, strides))) for index in pieces)
-        return FillPlan(boxes, restore, layouts_of([x]))
+        return _whole_fill(coords, layouts_of([x]))
     info = record_of(x)
     if info is None or BoundLayout(info.layout, tuple(info.base_size), tuple(info.base_stride)).broadcast:
         return None  # a layout keeping copies of elements: the view holds only their first copies
     reads = piece_reads(x)
     return None if reads is None else FillPlan(reads, False, layouts_of([x]))
+
+
+def _whole_fill(coords: BoundLayout, layouts: tuple) -> FillPlan:
+    """The fill of a whole buffer in ``coords``: the boxes of its real positions."""
+    pieces, restore = real_slices(coords)
+    shape, strides = coords.shape, rowmajor(coords.shape)
+    boxes = tuple((tuple(s.stop - s.start for s in index) if index else shape, strides,
+                   sum(s.start * t for s, t in zip(index, strides))) for index in pieces)
+    return FillPlan(boxes, restore, layouts)
 
 
 def fill_(x: torch.Tensor, value: Any, op: str = "fill_") -> torch.Tensor:
@@ -647,8 +652,8 @@ def fill_(x: torch.Tensor, value: Any, op: str = "fill_") -> torch.Tensor:
     if known is None:
         known = _fill_plan(x)
         if known is None:  # elements no strided view holds: fill a fresh tensor and copy it in
-            fresh = new_tensor(default_coords(tuple(x.shape), x.dtype), x.device)
-            return x.copy_(_fill_buffer(fresh, _fill_plan(fresh), value))
+            coords = default_coords(tuple(x.shape), x.dtype)
+            return x.copy_(_fill_buffer(new_tensor(coords, x.device), _whole_fill(coords, ()), value))
         if key is not None:
             keep(FILLS, key, known, MAX_FILLS)
     if key is not None:
