@@ -234,14 +234,16 @@ class Recipe(NamedTuple):
     """How ``run`` read the operands of a call and wrote its result, for calls of the same
     geometry (``signature``): every operand read in place or copied as it is into coordinates
     (a restickify or relayout the rules ask for, repeated each call), the result a new tensor in
-    the coordinates (or its dtype variant with the same device dims) or the target's buffer."""
+    the coordinates (or its dtype variant: with other device dims, a comparison's bool result,
+    written through its view in the coordinates) or the target's buffer."""
 
     layouts: tuple  # the operands' layout objects: held, so the ids in the signature stay theirs
     coords: BoundLayout
     # (argument position, strides, offset, None or (the copy's coordinates, restickify bytes))
     reads: tuple[tuple[int, tuple[int, ...], int, tuple[BoundLayout, int] | None], ...]
     out_coords: BoundLayout | None  # a new result's layout (None: the target is written)
-    target_read: tuple[tuple[int, ...], int] | None  # out=: the target's (strides, offset)
+    # out=: the target's (strides, offset); a new result of another stick length (a bool one): its view's
+    target_read: tuple[tuple[int, ...], int] | None
     unpadded: bool  # the coordinates have no padding: one box covers them
 
 
@@ -287,7 +289,7 @@ def _replay(recipe: Recipe, spec: Spec, args: tuple | list, kwargs: dict, target
         views[i] = raw_view(source, coords.shape, strides, offset)
     if recipe.out_coords is not None:
         out = new_tensor(recipe.out_coords, args[recipe.reads[0][0]].device)
-        o = raw_view(out, coords.shape)
+        o = raw_view(out, coords.shape, *(recipe.target_read or ()))
     elif recipe.target_read is not None:
         out = target
         o = raw_view(target, coords.shape, *recipe.target_read)
@@ -327,7 +329,11 @@ def _record(key: tuple, spec: Spec, args: list, originals: list, positions: list
         out_coords = coords_with_dtype(coords, result)
         if (out_coords.layout.device_size, out_coords.layout.stride_map) != (coords.layout.device_size,
                                                                              coords.layout.stride_map):
-            return
+            # another stick length (a comparison's bool result): written through its view in the coordinates
+            p = plan(new_tensor(out_coords, args[positions[0]].device), coords)
+            if p is None or not p.stick_ok or p.shape is not None:
+                return
+            target_read = (p.strides, p.offset)
     elif not inplace:
         p = plan(target, coords)
         target_read = (p.strides, p.offset)
@@ -348,7 +354,7 @@ def _offer(recipe: Recipe, spec: Spec, args: tuple | list) -> None:
     if whole:
         return  # too many boxes: the padding is restored after a whole-buffer compute
     shape = recipe.coords.shape
-    result = ((shape, rowmajor(shape), 0) if recipe.out_coords is not None else
+    result = ((shape, rowmajor(shape), 0) if recipe.out_coords is not None and recipe.target_read is None else
               None if recipe.target_read is None else (shape, *recipe.target_read))
     boxes = [] if recipe.unpadded else [[(s.start, s.stop - s.start) for s in box] for box in pieces]
     _C._offer_recipe([t if isinstance(t, torch.Tensor) else None for t in args],
@@ -799,6 +805,8 @@ NATIVE = {
     "clamp_max": "clamp_max.out", "clamp_max.Tensor": "clamp_max.Tensor_out", "addcmul": "addcmul.out",
     "addcdiv": "addcdiv.out", "lerp.Scalar": "lerp.Scalar_out", "lerp.Tensor": "lerp.Tensor_out",
     **{name: f"{name}.grad_input" for name in BACKWARD},
+    **{f"{op}.{ov}": f"{op}.{ov}_out" for op in ("eq", "ne", "lt", "le", "gt", "ge") for ov in ("Tensor", "Scalar")},
+    **{name: f"{name}.out" for name in PREDICATES},
 }
 EXTRA = {"relu": (0,)}  # arguments a native overload takes after the op's own
 SPECS = [spec._replace(native=NATIVE.get(spec.name), extra=EXTRA.get(spec.name, ())) for spec in SPECS]
