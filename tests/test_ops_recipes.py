@@ -320,19 +320,22 @@ def test_clones_of_views_copy_their_pieces_in_place(_, shape, dtype, make, piece
 
 
 # Comparisons and predicates: a bool result, whose stick holds four float32 sticks' elements, written
-# through its view in the input's coordinates. id, the op, shape (the last dim within one stick).
+# through its view in the input's coordinates; masked fills reading such a mask. id, the op, shape
+# (the last dim within one stick).
 BOOL_RESULTS = [
     ("gt-scalar", lambda x: x > 0, (32, 10)),
     ("eq-tensor", lambda x: x == x.flip(0), (6, 20, 30)),
     ("lt-tensor-short-rows", lambda x: x < x.flip(0), (40, 3)),
     ("isnan", torch.isnan, (32, 10)),
     ("isinf", torch.isinf, (6, 20, 30)),
+    ("masked-fill-where-positive", lambda x: x.masked_fill(x > 0, 0.5), (32, 10)),  # a bool mask read in place
+    ("masked-fill-3d", lambda x: x.masked_fill(x < 0, -2.0), (6, 20, 30)),
 ]
 
 
 @pytest.mark.parametrize("_, fn, shape", BOOL_RESULTS, ids=[c[0] for c in BOOL_RESULTS])
 def test_bool_results_replay_in_the_runtime_front(_, fn, shape, monkeypatch):
-    """After the first call of a geometry: the CPU's bits, the bool layout's padding, no Python."""
+    """After the first call of a geometry: the CPU's bits and dtype, the result's padding, no Python."""
     elementwise.forget_recipes()
     calls = _calls_into_python(monkeypatch, elementwise, "signature")
     entered = []
@@ -340,7 +343,9 @@ def test_bool_results_replay_in_the_runtime_front(_, fn, shape, monkeypatch):
         x = randn(*shape, seed=seed)
         x[0, 0] = float("nan") if seed == 1 else float("inf")
         out = fn(x.to("spyre"))
-        assert out.dtype == torch.bool and torch.equal(out.cpu(), fn(x)) and padding_holds_pad_value(out)
+        expected = fn(x)
+        torch.testing.assert_close(out.cpu(), expected, rtol=0, atol=0, equal_nan=True)  # and the dtype
+        assert padding_holds_pad_value(out)
         entered.append(len(calls))
     assert entered[0] >= 1 and entered[2] == entered[1] == entered[0], entered
 

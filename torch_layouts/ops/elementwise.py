@@ -807,6 +807,7 @@ NATIVE = {
     **{name: f"{name}.grad_input" for name in BACKWARD},
     **{f"{op}.{ov}": f"{op}.{ov}_out" for op in ("eq", "ne", "lt", "le", "gt", "ge") for ov in ("Tensor", "Scalar")},
     **{name: f"{name}.out" for name in PREDICATES},
+    "masked_fill.Scalar": "masked_fill.Scalar_out", "masked_fill.Tensor": "masked_fill.Tensor_out",
 }
 EXTRA = {"relu": (0,)}  # arguments a native overload takes after the op's own
 SPECS = [spec._replace(native=NATIVE.get(spec.name), extra=EXTRA.get(spec.name, ())) for spec in SPECS]
