@@ -97,6 +97,14 @@ std::vector<int64_t> call_key(int64_t front, const c10::FunctionSchema& schema, 
   const void* target_data = target >= 0 && args[target].isTensor() && args[target].toTensor().defined()
                                 ? args[target].toTensor().storage().data()
                                 : nullptr;
+  // A tensor's geometry key after its length; false when it carries no layout.
+  auto append_sized = [&key](const at::Tensor& t) {
+    key.push_back(0);
+    const size_t start = key.size();
+    if (!append_geometry_key(key, t)) return false;
+    key[start - 1] = static_cast<int64_t>(key.size() - start);
+    return true;
+  };
   for (size_t i = 0; i < args.size(); ++i) {
     const c10::IValue& a = args[i];
     if (a.isTensor()) {
@@ -110,10 +118,8 @@ std::vector<int64_t> call_key(int64_t front, const c10::FunctionSchema& schema, 
         continue;
       }
       if (!t.is_privateuseone()) return {};
-      key.insert(key.end(), {-1, 0});
-      const size_t start = key.size();
-      if (!append_geometry_key(key, t)) return {};
-      key[start - 1] = static_cast<int64_t>(key.size() - start);
+      key.push_back(-1);
+      if (!append_sized(t)) return {};
       key.push_back(target_data != nullptr && t.storage().data() == target_data);
       continue;
     }
@@ -126,10 +132,7 @@ std::vector<int64_t> call_key(int64_t front, const c10::FunctionSchema& schema, 
       for (size_t j = 0; j < list.size(); ++j) {
         const at::Tensor t = list[j];
         if (!t.defined() || !t.is_privateuseone()) return {};
-        key.push_back(0);
-        const size_t start = key.size();
-        if (!append_geometry_key(key, t)) return {};
-        key[start - 1] = static_cast<int64_t>(key.size() - start);
+        if (!append_sized(t)) return {};
         key.push_back(t.storage().data() == lead.get(j).storage().data());
       }
       continue;

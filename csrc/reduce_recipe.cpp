@@ -42,8 +42,8 @@ class ReduceReplay final : public Replay {
 bool offer_reduce(const std::string& kind, const at::Tensor& x, BufferView input, std::vector<int64_t> order,
                   std::optional<c10::ScalarType> dtype, LayoutPtr out, BufferView result, int64_t count,
                   std::optional<c10::ScalarType> out_dtype) {
-  if (!out || (kind == "mean" && (count <= 0 || !out_dtype)) || input.sizes.size() != input.strides.size() || result.sizes.size() != result.strides.size() ||
-      result.sizes.size() != input.sizes.size()) {
+  if (!out || (kind == "mean" && (count <= 0 || !out_dtype)) || input.sizes.size() != input.strides.size() ||
+      result.sizes.size() != result.strides.size() || result.sizes.size() != input.sizes.size()) {
     return false;
   }
   auto r = std::make_shared<ReduceReplay>();

@@ -75,7 +75,7 @@ bool append_geometry_key(std::vector<int64_t>& key, const at::Tensor& tensor) {
 std::vector<int64_t> geometry_key(const at::Tensor& tensor) {
   std::vector<int64_t> key;
   key.reserve(32);
-  if (!append_geometry_key(key, tensor)) key.clear();
+  append_geometry_key(key, tensor);  // appends nothing to a tensor without a layout
   return key;
 }
 

@@ -309,7 +309,7 @@ def _replay(recipe: Recipe, spec: Spec, args: tuple | list, kwargs: dict, target
 
 def _record(key: tuple, spec: Spec, args: list, originals: list, positions: list[int], coords: BoundLayout,
             result: torch.dtype, target: torch.Tensor | None, inplace: bool, front: bool, views: list,
-            staged: dict) -> None:
+            staged: dict, out: torch.Tensor) -> None:
     """Keep the recipe of a call whose operands were all read in place or copied as they are
     (``staged``: read through ``views``, see ``Recipe``); with ``front`` (the call is the
     registered kernel's), offer it to the runtime's front too."""
@@ -330,7 +330,7 @@ def _record(key: tuple, spec: Spec, args: list, originals: list, positions: list
         if (out_coords.layout.device_size, out_coords.layout.stride_map) != (coords.layout.device_size,
                                                                              coords.layout.stride_map):
             # another stick length (a comparison's bool result): written through its view in the coordinates
-            p = plan(new_tensor(out_coords, args[positions[0]].device), coords)
+            p = plan(out, coords)
             if p is None or not p.stick_ok or p.shape is not None:
                 return
             target_read = (p.strides, p.offset)
@@ -447,7 +447,7 @@ def run(spec: Spec, args: tuple | list, kwargs: dict, *, target: torch.Tensor | 
     elif whole:
         _C._fill_padding(out)
     if key is not None and len(shaped) == len(positions):
-        _record(key, spec, args, originals, positions, coords, result, target, inplace, front, views, staged)
+        _record(key, spec, args, originals, positions, coords, result, target, inplace, front, views, staged, out)
     return out
 
 

@@ -289,6 +289,11 @@ PLANS: dict[tuple, ReducePlan | strided_reductions.StridedPlan] = {}
 MAX_PLANS = 1024
 
 
+def _mean_sums_dtype(out_dtype: torch.dtype) -> torch.dtype | None:
+    """The dtype a mean's per-dim sums are asked for (None: a low-precision input's own kernels)."""
+    return None if out_dtype in LOW_PRECISION else out_dtype
+
+
 def _values(kind: str, v: torch.Tensor, red: tuple[int, ...], row_sums: bool, count: int, device: torch.device,
             out_dtype: torch.dtype, dtype: torch.dtype | None) -> torch.Tensor:
     """The reduced values of the view ``v`` (size 1 along ``red``), in ``out_dtype``."""
@@ -296,8 +301,7 @@ def _values(kind: str, v: torch.Tensor, red: tuple[int, ...], row_sums: bool, co
         values = _row_sums(v, red)
         values = values / count if kind == "mean" else values
     elif kind == "mean":  # a low-precision mean rounds to its dtype: sum natively, divide in float32
-        acc = None if out_dtype in LOW_PRECISION else out_dtype
-        values = reduce_view(v, red, "sum", device, acc).float() / count
+        values = reduce_view(v, red, "sum", device, _mean_sums_dtype(out_dtype)).float() / count
     else:
         values = reduce_view(v, red, kind, device, dtype)
     return values.to(out_dtype)
@@ -308,7 +312,7 @@ def _boxed_values(kind: str, v: torch.Tensor, coords: BoundLayout, red: tuple[in
     """``_values`` of the view ``v`` in ``coords``; where the real positions are one box, of that
     box only (the padding beside it and within the reduced dims neither read nor reduced: the CPU
     kernel walks the real elements as it walks a tensor of their shape), the rest zeros."""
-    box = _real_box(coords, red)
+    box = one_real_box(coords)
     if box is None:
         return _values(kind, v, red, row_sums, count, device, out_dtype, dtype)
     index = tuple(slice(b, b + n) for b, n in box)
@@ -316,12 +320,6 @@ def _boxed_values(kind: str, v: torch.Tensor, coords: BoundLayout, red: tuple[in
     values[tuple(slice(0, 1) if d in red else i for d, i in enumerate(index))] = _values(
         kind, v[index], red, row_sums, count, device, out_dtype, dtype)
     return values
-
-
-def _real_box(coords: BoundLayout, red: tuple[int, ...]) -> tuple[tuple[int, int], ...] | None:
-    """The one box of the coordinates' real positions when they have padding (a reduced device
-    dim's padding too: a stick dim longer than the host dim it holds), else None."""
-    return one_real_box(coords)
 
 
 def reduce(kind: str, x: torch.Tensor, dim: int | Sequence[int] | None, keepdim: bool,
@@ -362,7 +360,7 @@ def reduce(kind: str, x: torch.Tensor, dim: int | Sequence[int] | None, keepdim:
     original = x
     x, coords, v, red, exact = readable(x, dims)
     pad = x.device_tensor_layout().pad_value
-    boxed = _real_box(coords, red) is not None  # the padding is never read: no mask
+    boxed = one_real_box(coords) is not None  # the padding is never read: no mask
     masked_v = v if boxed else masked(v, coords, exact, pad, identity(kind, x.dtype))
     count = math.prod(x.shape[d] for d in dims)
     row_sums = kind in ("sum", "mean") and x.numel() >= ROW_SUMS_FROM and _row_sums_apply(masked_v, red, out_dtype)
@@ -407,7 +405,7 @@ def _offer(kind: str, x: torch.Tensor, v: torch.Tensor, kept: ReducePlan, keepdi
         box = boxes[0] if boxes else [(0, n) for n in coords.shape]
         start = sum(b * s for (b, _), s in zip(box, v.stride()))
         result_start = sum(b * s for d, ((b, _), s) in enumerate(zip(box, strides)) if d not in kept.red)
-        sums = dtype if kind != "mean" else None if kept.out_dtype in LOW_PRECISION else kept.out_dtype  # as _values
+        sums = dtype if kind != "mean" else _mean_sums_dtype(kept.out_dtype)  # as _values
         _C._offer_reduce(kind, x, (tuple(n for _, n in box), tuple(v.stride()), v.storage_offset() + start),
                          sorted(kept.red, key=lambda d: (v.stride(d), d)), sums, runtime_record(w.out_coords),
                          (tuple(1 if d in kept.red else n for d, (_, n) in enumerate(box)), strides, offset + result_start),
@@ -421,13 +419,13 @@ def _offer(kind: str, x: torch.Tensor, v: torch.Tensor, kept: ReducePlan, keepdi
 def _reduced_box(coords: BoundLayout, red: tuple[int, ...], result: BoundLayout
                  ) -> list[list[tuple[int, int]]] | None:
     """The boxes a recipe of a reduction over device dims ``red`` narrows its views to (``[]``: no
-    padding on either side, the whole views; else ``_real_box``, or the whole coordinates where
+    padding on either side, the whole views; else ``operands.one_real_box``, or the whole coordinates where
     the real positions are several boxes (the caller reads padding that holds the reduction's
     identity: a sum over rows of several sticks, the last one partial), where the result's real
     positions are that box reduced), or None."""
     if not has_padding(coords):
         return None if has_padding(result) else []
-    box = _real_box(coords, red) or tuple((0, n) for n in coords.shape)
+    box = one_real_box(coords) or tuple((0, n) for n in coords.shape)
     out_pieces, out_whole = real_slices(result)
     reduced = tuple(slice(0, 1) if d in red else slice(b, b + n) for d, (b, n) in enumerate(box))
     return [list(box)] if not out_whole and out_pieces == (reduced,) else None

@@ -122,15 +122,24 @@ def _host_move(x: torch.Tensor, spec: object) -> _C.BoundLayout:
     return info
 
 
+def _plain_host(x: torch.Tensor) -> bool:
+    """A host tensor whose move autograd does not record (it needs no grad, or grad is off)."""
+    return x.device.type != "spyre" and not (x.requires_grad and torch.is_grad_enabled())
+
+
+def _host_copy(x: torch.Tensor, spec: object, index: int) -> torch.Tensor:
+    """A fresh tensor on spyre device ``index`` in ``spec`` holding host tensor ``x`` (its kept record)."""
+    return _C._empty_with_layout(_host_move(x, spec), index).copy_(x)
+
+
 def to_layout(x: torch.Tensor, spec: object, device: torch.device | None = None, dtype: torch.dtype | None = None,
               copy: bool = False) -> torch.Tensor:
     """``x`` on a spyre device in the layout ``spec``; ``x`` itself when already there."""
     device = _spyre_device(device, x.device if x.device.type == "spyre" else torch.device("spyre"))
     if dtype is not None and dtype != x.dtype:
         x = x.to(dtype)
-    if x.device.type != "spyre" and not (x.requires_grad and torch.is_grad_enabled()):
-        # nothing to record for autograd: a fresh tensor takes the copy of one that needs no grad
-        return _C._empty_with_layout(_host_move(x, spec), device.index).copy_(x)
+    if _plain_host(x):
+        return _host_copy(x, spec, device.index)
     layout = bind(spec, x.shape, x.dtype, x.stride())
     if not copy and x.device == device and _is_whole(x) and device_tensor_layout(x) == layout:
         return x
@@ -153,12 +162,10 @@ def _spyre_index(device: str | torch.device) -> tuple[bool, int | None]:
 def _to(self: torch.Tensor, *args: Any, device_layout: object = None, **kwargs: Any) -> torch.Tensor:
     if device_layout is None:
         return _original["to"](self, *args, **kwargs)
-    if len(args) == 1 and not kwargs and isinstance(args[0], (str, torch.device)) and self.device.type != "spyre" \
-            and not (self.requires_grad and torch.is_grad_enabled()):
+    if len(args) == 1 and not kwargs and isinstance(args[0], (str, torch.device)) and _plain_host(self):
         spyre, index = _spyre_index(args[0])  # a host tensor moved as to_layout would, its arguments resolved once
         if spyre:
-            info = _host_move(self, device_layout)
-            return _C._empty_with_layout(info, _C._get_device() if index is None else index).copy_(self)
+            return _host_copy(self, device_layout, _C._get_device() if index is None else index)
     copy = kwargs.pop("copy", False)
     device, dtype, _non_blocking, _memory_format = torch._C._nn._parse_to(*args, **kwargs)
     return to_layout(self, device_layout, device, dtype, copy)
