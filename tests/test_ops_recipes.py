@@ -708,10 +708,23 @@ REPLAY_PROPERTY_OPS = [
     ("ones_like", lambda x: torch.ones_like(x), True),
     ("zero_", lambda x: x.clone().zero_(), True),
     ("contiguous-of-transpose", lambda x: x.transpose(0, -1).contiguous(), True),
+    ("contiguous-of-a-slice", lambda x: x[..., 1:].contiguous(), True),  # pieces where it straddles sticks
+    ("fill-of-a-slice", lambda x: _filled_slice(x), True),  # the view's pieces filled in place
+    ("gt-zero", lambda x: x > 0, True),  # a bool result through its view in the input's coordinates
+    ("masked_fill", lambda x: x.masked_fill(x > 0, 0.5), True),
+    ("sum-last", lambda x: x.sum(-1), False),  # over a (padded) stick, or its rows of several sticks
+    ("mean-first", lambda x: x.mean(0), False),
+    ("mean-all", lambda x: x.mean(), False),
 ]
 
 
-@settings(max_examples=30, deadline=None)
+def _filled_slice(x: torch.Tensor) -> torch.Tensor:
+    y = x.clone()
+    y[..., 1:].fill_(2.0)
+    return y
+
+
+@settings(max_examples=80, deadline=None)
 @given(st.lists(st.integers(1, 40), min_size=2, max_size=3), st.sampled_from([F32, F16, BF16]),
        st.sampled_from(range(len(REPLAY_PROPERTY_OPS))), st.data())
 def test_replays_give_the_python_paths_bits_on_any_geometry(shape, dtype, which, data):
