@@ -202,21 +202,21 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       },
       py::arg("src"), py::arg("out"), py::arg("pieces") = py::list());
   m.def("_offer_softmax", [](const std::string& op, const std::vector<std::pair<int64_t, at::Tensor>>& own,
-                             const py::list& rows, std::shared_ptr<BoundLayout> out, int64_t width, bool log,
-                             bool safe) {
+                             const py::list& rows, std::shared_ptr<BoundLayout> out, int64_t width, int64_t length,
+                             bool log, bool safe) {
     std::vector<BufferView> views;
     for (const auto& v : rows) views.push_back(buffer_view(v));
-    return offer_softmax(op, own, std::move(views), std::move(out), width, log, safe);
+    return offer_softmax(op, own, std::move(views), std::move(out), width, length, log, safe);
   });
   m.def("_offer_layer_norm", [](const at::Tensor& input, const std::optional<at::Tensor>& weight,
                                 const std::optional<at::Tensor>& bias, const py::object& input_rows,
                                 const py::object& weight_cols, const py::object& bias_cols,
                                 std::shared_ptr<BoundLayout> out, const py::object& out_rows, int64_t rows,
-                                int64_t width, const py::object& stats) {
+                                int64_t width, int64_t length, const py::object& stats) {
     std::optional<Placed> where = placed(stats);
     TORCH_CHECK_VALUE(where.has_value(), "layer norm's offer needs where mean and rstd go");
     return offer_layer_norm(input, weight, bias, buffer_view(input_rows), optional_view(weight_cols),
-                            optional_view(bias_cols), std::move(out), buffer_view(out_rows), rows, width,
+                            optional_view(bias_cols), std::move(out), buffer_view(out_rows), rows, width, length,
                             std::move(*where));
   });
   m.def("_offer_layer_norm_backward",
@@ -379,10 +379,15 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 
   // Row kernels (row_kernels.h): compute only, so the GIL is released.
   auto nogil = py::call_guard<py::gil_scoped_release>();
-  m.def("_rows_softmax", &rows_softmax, nogil);
-  m.def("_rows_softmax_backward", &rows_softmax_backward, nogil);
-  m.def("_rows_layer_norm", &rows_layer_norm, nogil);
-  m.def("_rows_layer_norm_backward", &rows_layer_norm_backward, nogil);
+  m.def("_rows_softmax", &rows_softmax, py::arg("x"), py::arg("out"), py::arg("width"), py::arg("log"),
+        py::arg("safe"), py::arg("length") = -1, nogil);
+  m.def("_rows_softmax_backward", &rows_softmax_backward, py::arg("grad"), py::arg("output"), py::arg("out"),
+        py::arg("width"), py::arg("log"), py::arg("length") = -1, nogil);
+  m.def("_rows_layer_norm", &rows_layer_norm, py::arg("x"), py::arg("out"), py::arg("weight"), py::arg("bias"),
+        py::arg("eps"), py::arg("mean"), py::arg("rstd"), py::arg("width"), py::arg("length") = -1, nogil);
+  m.def("_rows_layer_norm_backward", &rows_layer_norm_backward, py::arg("grad"), py::arg("x"), py::arg("mean"),
+        py::arg("rstd"), py::arg("weight"), py::arg("grad_input"), py::arg("grad_weight"), py::arg("grad_bias"),
+        py::arg("width"), py::arg("length") = -1, nogil);
   m.def("_rows_sum", &rows_sum, nogil);
   m.def("_scaled_product", &scaled_product, nogil);
   m.def("_dropout_apply", &dropout_apply, nogil);

@@ -45,7 +45,9 @@ struct Rows {
   std::vector<int64_t> outer_size;
   std::vector<int64_t> index_stride;  // the host row index's stride per outer dim
   bool host_order = true;             // whether row r is host row r
-  int64_t rows = 1, len = 1, run_len = 1;
+  // len: a row's real elements; its runs of run_len but the last, of `last` (a padded stick);
+  // span: a gathered row's floats (its runs whole)
+  int64_t rows = 1, len = 1, run_len = 1, last = 1, span = 1;
   std::vector<Operand> ops;
 
   // f(r, offset of row first + r along `strides`) for r < count: the first row's outer
@@ -110,7 +112,8 @@ std::vector<Dim> coalesce(const std::vector<at::Tensor>& views, int64_t begin, i
   return dims;
 }
 
-Rows make_rows(const std::vector<at::Tensor>& views, const std::vector<const char*>& names, int64_t width) {
+Rows make_rows(const std::vector<at::Tensor>& views, const std::vector<const char*>& names, int64_t width,
+               int64_t length) {
   const at::Tensor& first = views[0];
   TORCH_CHECK_VALUE(width >= 1 && width <= first.dim(), "row width ", width, " is outside [1, ", first.dim(),
                     "] for a ", first.dim(), "-dim view");
@@ -153,7 +156,13 @@ Rows make_rows(const std::vector<at::Tensor>& views, const std::vector<const cha
   g.run_len = row.back().size;
   g.len = 1;
   for (const Dim& d : row) g.len *= d.size;
-  const int64_t runs = g.run_len == 0 ? 0 : g.len / g.run_len;  // rows of no elements have no runs
+  TORCH_CHECK_VALUE(length <= g.len && (length > 0 || length == -1), "a row's real length must be in [1, ", g.len,
+                    "] (or -1: the whole row), got ", length);
+  if (length > 0) g.len = length;
+  // rows of no elements have no runs; a row of a real length ends within its last run
+  const int64_t runs = g.run_len == 0 ? 0 : (g.len + g.run_len - 1) / g.run_len;
+  g.last = runs == 0 ? g.run_len : g.len - (runs - 1) * g.run_len;
+  g.span = runs * g.run_len;
   for (size_t k = 0; k < views.size(); ++k) {
     Operand op{static_cast<char*>(views[k].data_ptr()), views[k].scalar_type(),
                static_cast<int64_t>(views[k].element_size()), {}, {}, row.back().strides[k]};
@@ -226,15 +235,21 @@ bool adjacent(const Rows& g, const Operand& op, const std::vector<int64_t>& base
 // f(position in a block buffer, device address, elements) for the pieces of the rows [first,
 // first + count) of operand k in a block buffer laid out [run][row][element] (`block` rows): run
 // by run, so that adjacent rows of a tile are visited one after another, and where the rows
-// continue each other's runs a run's piece of the whole block at once.
+// continue each other's runs a run's piece of the whole block at once (not a last run shorter
+// than the others: its rows' pieces have padding between them).
 template <typename F>
 void for_pieces(const Rows& g, size_t k, int64_t first, int64_t count, int64_t block, F f) {
   const Operand& op = g.ops[k];
   std::vector<int64_t> base(count);
   g.row_offsets(op, first, count, [&](int64_t r, int64_t off) { base[r] = off; });
-  const int64_t rows = adjacent(g, op, base) ? 1 : count, n = rows == 1 ? count * g.run_len : g.run_len;
+  const bool whole = adjacent(g, op, base);
   for (size_t j = 0; j < op.run_offset.size(); ++j) {
-    for (int64_t r = 0; r < rows; ++r) f((j * block + r) * g.run_len, op.data + (base[r] + op.run_offset[j]) * op.esize, n);
+    const int64_t n = j + 1 < op.run_offset.size() ? g.run_len : g.last;
+    if (whole && n == g.run_len) {
+      f(j * block * g.run_len, op.data + (base[0] + op.run_offset[j]) * op.esize, count * n);
+      continue;
+    }
+    for (int64_t r = 0; r < count; ++r) f((j * block + r) * g.run_len, op.data + (base[r] + op.run_offset[j]) * op.esize, n);
   }
 }
 
@@ -281,7 +296,7 @@ struct Plan {
 };
 
 Plan plan(const Rows& g) {
-  Plan p{{static_cast<int64_t>(g.ops[0].run_offset.size()), g.run_len}};
+  Plan p{{static_cast<int64_t>(g.ops[0].run_offset.size()), g.run_len, g.last}};
   for (const Operand& op : g.ops) {
     p.direct.push_back(op.dtype == at::kFloat && op.run_stride == 1);
     p.buffers += !p.direct.back();
@@ -323,13 +338,13 @@ template <typename Body>
 void for_blocks(const Rows& g, const Plan& p, Body body) {
   const int64_t block = p.block;
   for_chunks(g, [&](int64_t c, int64_t begin, int64_t count) {
-    std::vector<float> storage(block * g.len * p.buffers);
+    std::vector<float> storage(block * g.span * p.buffers);
     std::vector<float*> bufs(g.ops.size(), nullptr);
     float* next = storage.data();
     for (size_t k = 0; k < g.ops.size(); ++k) {
       if (!p.direct[k]) {
         bufs[k] = next;
-        next += block * g.len;
+        next += block * g.span;
       }
     }
     for (int64_t b = begin; b < begin + count; b += block) body(c, b, std::min(block, begin + count - b), bufs.data());
@@ -362,8 +377,8 @@ const float* optional_vector(const std::optional<at::Tensor>& t, int64_t n, cons
 
 }  // namespace
 
-void rows_softmax(const at::Tensor& x, const at::Tensor& out, int64_t width, bool log, bool safe) {
-  const Rows g = make_rows({x, out}, {"input", "out"}, width);
+void rows_softmax(const at::Tensor& x, const at::Tensor& out, int64_t width, bool log, bool safe, int64_t length) {
+  const Rows g = make_rows({x, out}, {"input", "out"}, width, length);
   const Plan p = plan(g);
   const RowMath& m = math();
   for_blocks(g, p, [&](int64_t, int64_t first, int64_t count, float* const* bufs) {
@@ -375,8 +390,8 @@ void rows_softmax(const at::Tensor& x, const at::Tensor& out, int64_t width, boo
 }
 
 void rows_softmax_backward(const at::Tensor& grad, const at::Tensor& output, const at::Tensor& out, int64_t width,
-                           bool log) {
-  const Rows g = make_rows({grad, output, out}, {"grad_output", "output", "out"}, width);
+                           bool log, int64_t length) {
+  const Rows g = make_rows({grad, output, out}, {"grad_output", "output", "out"}, width, length);
   const Plan p = plan(g);
   const RowMath& m = math();
   for_blocks(g, p, [&](int64_t, int64_t first, int64_t count, float* const* bufs) {
@@ -389,8 +404,8 @@ void rows_softmax_backward(const at::Tensor& grad, const at::Tensor& output, con
 
 void rows_layer_norm(const at::Tensor& x, const at::Tensor& out, const std::optional<at::Tensor>& weight,
                      const std::optional<at::Tensor>& bias, double eps, const at::Tensor& mean,
-                     const at::Tensor& rstd, int64_t width) {
-  const Rows g = make_rows({x, out}, {"input", "out"}, width);
+                     const at::Tensor& rstd, int64_t width, int64_t length) {
+  const Rows g = make_rows({x, out}, {"input", "out"}, width, length);
   const float* w = optional_vector(weight, g.len, "weight");
   const float* b = optional_vector(bias, g.len, "bias");
   float* mu = float_vector(mean, g.rows, "mean");
@@ -414,11 +429,11 @@ void rows_layer_norm_backward(const at::Tensor& grad, const at::Tensor& x, const
                               const at::Tensor& rstd, const std::optional<at::Tensor>& weight,
                               const std::optional<at::Tensor>& grad_input,
                               const std::optional<at::Tensor>& grad_weight,
-                              const std::optional<at::Tensor>& grad_bias, int64_t width) {
+                              const std::optional<at::Tensor>& grad_bias, int64_t width, int64_t length) {
   const bool dx = grad_input.has_value() && grad_input->defined();
   std::vector<at::Tensor> views{grad, x};
   if (dx) views.push_back(*grad_input);
-  const Rows g = make_rows(views, {"grad_out", "input", "grad_input"}, width);
+  const Rows g = make_rows(views, {"grad_out", "input", "grad_input"}, width, length);
   const float* w = optional_vector(weight, g.len, "weight");
   const float* mu = float_vector(mean, g.rows, "mean");
   const float* rs = float_vector(rstd, g.rows, "rstd");
@@ -459,7 +474,7 @@ void rows_layer_norm_backward(const at::Tensor& grad, const at::Tensor& x, const
 void rows_sum(const at::Tensor& x, const at::Tensor& out, int64_t width) {
   // Run by run into per-row sums, kSumRows of a thread's rows at once: no gather, and the buffer
   // is read in storage order where rows are adjacent within a tile.
-  const Rows g = make_rows({x}, {"input"}, width);
+  const Rows g = make_rows({x}, {"input"}, width, -1);
   float* sums = float_vector(out, g.rows, "out");
   const Operand& op = g.ops[0];
   const RowMath& m = math();

@@ -3,6 +3,9 @@
 //
 // Every view has the same shape (outer dims..., row dims...): the last `width` dims make a row,
 // in whatever strides the layout gives them (a stick dim's tiles, a dim_order, HTP chunks).
+// `length` (-1: the whole row) is a row's real elements, its first ones in row order: the rest
+// is padding (a padded stick's), neither read nor written, and the per-column vectors have that
+// many elements.
 // Blocks of rows are gathered into float32 in cache (float16/bfloat16 converted), computed
 // there (row_math.h) and scattered into the output views, over all threads
 // (docs/design.md, "Row kernels"). Per-row results (mean, rstd, sums) are contiguous float32
@@ -17,17 +20,17 @@
 
 namespace torch_layouts {
 
-void rows_softmax(const at::Tensor& x, const at::Tensor& out, int64_t width, bool log, bool safe);
+void rows_softmax(const at::Tensor& x, const at::Tensor& out, int64_t width, bool log, bool safe, int64_t length);
 void rows_softmax_backward(const at::Tensor& grad, const at::Tensor& output, const at::Tensor& out, int64_t width,
-                           bool log);
+                           bool log, int64_t length);
 void rows_layer_norm(const at::Tensor& x, const at::Tensor& out, const std::optional<at::Tensor>& weight,
                      const std::optional<at::Tensor>& bias, double eps, const at::Tensor& mean,
-                     const at::Tensor& rstd, int64_t width);
+                     const at::Tensor& rstd, int64_t width, int64_t length);
 void rows_layer_norm_backward(const at::Tensor& grad, const at::Tensor& x, const at::Tensor& mean,
                               const at::Tensor& rstd, const std::optional<at::Tensor>& weight,
                               const std::optional<at::Tensor>& grad_input,
                               const std::optional<at::Tensor>& grad_weight,
-                              const std::optional<at::Tensor>& grad_bias, int64_t width);
+                              const std::optional<at::Tensor>& grad_bias, int64_t width, int64_t length);
 void rows_sum(const at::Tensor& x, const at::Tensor& out, int64_t width);
 
 // Runs the row math in one of row_math_sets() (tests run each); returns the old set's name.

@@ -11,12 +11,16 @@
 namespace torch_layouts {
 
 // How a row lies in memory: `runs` runs of `run` contiguous floats each (a stick, a chunk row,
-// or the whole row when runs == 1). Element i of run j of row k of an operand's block is at
-// base[k] + off[j] + i: every row of an operand has the same run offsets (its layout's), and
-// every operand of a call the same runs.
+// or the whole row when runs == 1), but the last, which has `last` (1..run: a row whose stick is
+// padded, 1000 classes in sticks of 64, ends within its last run). Element i of run j of row k of
+// an operand's block is at base[k] + off[j] + i: every row of an operand has the same run offsets
+// (its layout's), and every operand of a call the same runs.
 struct RowShape {
-  int64_t runs, run;
+  int64_t runs, run, last;
 };
+// Elements of run j; of the whole row.
+inline int64_t run_length(RowShape s, int64_t j) { return j + 1 < s.runs ? s.run : s.last; }
+inline int64_t row_length(RowShape s) { return s.runs == 0 ? 0 : (s.runs - 1) * s.run + s.last; }
 struct Row {
   float* const* base;  // each row's start; null: the operand is absent
   const int64_t* off;

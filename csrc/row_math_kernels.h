@@ -44,7 +44,7 @@ inline S::V exp_lanes(S::V x) {
 
 template <int64_t R>
 void softmax_runs(RowShape s, int64_t count, Row x, Row out, bool log, bool safe) {
-  if (R) s.run = R;
+  if (R) s.run = s.last = R;
   using V = S::V;
   V acc[kMaxBlockRows];
   float m[kMaxBlockRows];
@@ -53,7 +53,7 @@ void softmax_runs(RowShape s, int64_t count, Row x, Row out, bool log, bool safe
   each_run(s, count, [&](int64_t k, int64_t j) {
     const float* xp = ptr(x, k, j);
     V a = acc[k];
-    chunks(s.run, [&](int64_t i, int64_t r) { a = S::max(a, S::ld(xp + i, r, -kInf)); });
+    chunks(run_length(s, j), [&](int64_t i, int64_t r) { a = S::max(a, S::ld(xp + i, r, -kInf)); });
     acc[k] = a;
   });
   for (int64_t k = 0; k < count; ++k) {
@@ -66,7 +66,7 @@ void softmax_runs(RowShape s, int64_t count, Row x, Row out, bool log, bool safe
       const float* xp = ptr(x, k, j);
       const V mk = S::splat(m[k]);
       V a = acc[k];
-      chunks(s.run, [&](int64_t i, int64_t r) { a = S::add(a, exp_lanes(S::sub(S::ld(xp + i, r, -kInf), mk))); });
+      chunks(run_length(s, j), [&](int64_t i, int64_t r) { a = S::add(a, exp_lanes(S::sub(S::ld(xp + i, r, -kInf), mk))); });
       acc[k] = a;
     });
     float ls[kMaxBlockRows];
@@ -76,7 +76,7 @@ void softmax_runs(RowShape s, int64_t count, Row x, Row out, bool log, bool safe
       float* op = ptr(out, k, j);
       const V mk = S::splat(m[k]), lk = S::splat(ls[k]);
       const bool z = zero[k];
-      chunks(s.run, [&](int64_t i, int64_t r) {
+      chunks(run_length(s, j), [&](int64_t i, int64_t r) {
         S::st(op + i, r, z ? S::zeros() : S::sub(S::sub(S::ld(xp + i, r, 0), mk), lk));
       });
     });
@@ -87,7 +87,7 @@ void softmax_runs(RowShape s, int64_t count, Row x, Row out, bool log, bool safe
     float* op = ptr(out, k, j);
     const V mk = S::splat(m[k]);
     V a = acc[k];
-    chunks(s.run, [&](int64_t i, int64_t r) {
+    chunks(run_length(s, j), [&](int64_t i, int64_t r) {
       const V e = exp_lanes(S::sub(S::ld(xp + i, r, -kInf), mk));
       S::st(op + i, r, e);
       a = S::add(a, S::keep(e, r));
@@ -99,13 +99,13 @@ void softmax_runs(RowShape s, int64_t count, Row x, Row out, bool log, bool safe
     float* op = ptr(out, k, j);
     const V scale = S::splat(m[k]);
     const bool z = zero[k];
-    chunks(s.run, [&](int64_t i, int64_t r) { S::st(op + i, r, z ? S::zeros() : S::mul(S::ld(op + i, r, 0), scale)); });
+    chunks(run_length(s, j), [&](int64_t i, int64_t r) { S::st(op + i, r, z ? S::zeros() : S::mul(S::ld(op + i, r, 0), scale)); });
   });
 }
 
 template <int64_t R>
 void softmax_backward_runs(RowShape s, int64_t count, Row g, Row y, Row out, bool log) {
-  if (R) s.run = R;
+  if (R) s.run = s.last = R;
   using V = S::V;
   V acc[kMaxBlockRows];
   for (int64_t k = 0; k < count; ++k) acc[k] = S::zeros();
@@ -113,9 +113,9 @@ void softmax_backward_runs(RowShape s, int64_t count, Row g, Row y, Row out, boo
     const float *gp = ptr(g, k, j), *yp = ptr(y, k, j);
     V a = acc[k];
     if (log) {
-      chunks(s.run, [&](int64_t i, int64_t r) { a = S::add(a, S::ld(gp + i, r, 0)); });
+      chunks(run_length(s, j), [&](int64_t i, int64_t r) { a = S::add(a, S::ld(gp + i, r, 0)); });
     } else {
-      chunks(s.run, [&](int64_t i, int64_t r) { a = S::fmadd(S::ld(gp + i, r, 0), S::ld(yp + i, r, 0), a); });
+      chunks(run_length(s, j), [&](int64_t i, int64_t r) { a = S::fmadd(S::ld(gp + i, r, 0), S::ld(yp + i, r, 0), a); });
     }
     acc[k] = a;
   });
@@ -125,11 +125,11 @@ void softmax_backward_runs(RowShape s, int64_t count, Row g, Row y, Row out, boo
     float* op = ptr(out, k, j);
     const V a = acc[k];
     if (log) {  // g - exp(y) * sum(g)
-      chunks(s.run, [&](int64_t i, int64_t r) {
+      chunks(run_length(s, j), [&](int64_t i, int64_t r) {
         S::st(op + i, r, S::fnmadd(exp_lanes(S::ld(yp + i, r, 0)), a, S::ld(gp + i, r, 0)));
       });
     } else {  // y * (g - sum(g * y))
-      chunks(s.run, [&](int64_t i, int64_t r) {
+      chunks(run_length(s, j), [&](int64_t i, int64_t r) {
         S::st(op + i, r, S::mul(S::ld(yp + i, r, 0), S::sub(S::ld(gp + i, r, 0), a)));
       });
     }
@@ -139,15 +139,15 @@ void softmax_backward_runs(RowShape s, int64_t count, Row g, Row y, Row out, boo
 template <int64_t R>
 void layer_norm_runs(RowShape s, int64_t count, Row x, Row out, const float* w, const float* b, float eps,
                      float* mean, float* rstd) {
-  if (R) s.run = R;
+  if (R) s.run = s.last = R;
   using V = S::V;
-  const float n = static_cast<float>(s.runs * s.run);
+  const float n = static_cast<float>(row_length(s));
   V acc[kMaxBlockRows];
   for (int64_t k = 0; k < count; ++k) acc[k] = S::zeros();
   each_run(s, count, [&](int64_t k, int64_t j) {
     const float* xp = ptr(x, k, j);
     V a = acc[k];
-    chunks(s.run, [&](int64_t i, int64_t r) { a = S::add(a, S::ld(xp + i, r, 0)); });
+    chunks(run_length(s, j), [&](int64_t i, int64_t r) { a = S::add(a, S::ld(xp + i, r, 0)); });
     acc[k] = a;
   });
   for (int64_t k = 0; k < count; ++k) {
@@ -158,7 +158,7 @@ void layer_norm_runs(RowShape s, int64_t count, Row x, Row out, const float* w, 
     const float* xp = ptr(x, k, j);
     const V mk = S::splat(mean[k]);
     V a = acc[k];
-    chunks(s.run, [&](int64_t i, int64_t r) {
+    chunks(run_length(s, j), [&](int64_t i, int64_t r) {
       const V d = S::sub(S::ld(xp + i, r, mean[k]), mk);
       a = S::fmadd(d, d, a);
     });
@@ -173,7 +173,7 @@ void layer_norm_runs(RowShape s, int64_t count, Row x, Row out, const float* w, 
     float* op = ptr(out, k, j);
     const float *wj = w ? w + j * s.run : nullptr, *bj = b ? b + j * s.run : nullptr;
     const V mk = S::splat(mean[k]), rk = S::splat(rstd[k]);
-    chunks(s.run, [&](int64_t i, int64_t r) {
+    chunks(run_length(s, j), [&](int64_t i, int64_t r) {
       V v = S::mul(S::sub(S::ld(xp + i, r, 0), mk), rk);
       if (wj) v = S::mul(v, S::ld(wj + i, r, 0));
       if (bj) v = S::add(v, S::ld(bj + i, r, 0));
@@ -187,10 +187,10 @@ void layer_norm_runs(RowShape s, int64_t count, Row x, Row out, const float* w, 
 template <int64_t R>
 void layer_norm_backward_input(RowShape s, int64_t count, Row g, Row x, Row out, const float* mean,
                                const float* rstd, const float* w, S::V* sa, S::V* sb) {
-  if (R) s.run = R;
+  if (R) s.run = s.last = R;
   using V = S::V;
   if (!out.base) return;
-  const float n = static_cast<float>(s.runs * s.run);
+  const float n = static_cast<float>(row_length(s));
   for (int64_t k = 0; k < count; ++k) {
     sa[k] = S::splat(S::hsum(sa[k]) / n);
     sb[k] = S::splat(S::hsum(sb[k]) / n);
@@ -199,7 +199,7 @@ void layer_norm_backward_input(RowShape s, int64_t count, Row g, Row x, Row out,
     const float *gp = ptr(g, k, j), *xp = ptr(x, k, j), *wj = w ? w + j * s.run : nullptr;
     float* op = ptr(out, k, j);
     const V mk = S::splat(mean[k]), rk = S::splat(rstd[k]), a = sa[k], c = sb[k];
-    chunks(s.run, [&](int64_t i, int64_t r) {
+    chunks(run_length(s, j), [&](int64_t i, int64_t r) {
       const V gv = S::ld(gp + i, r, 0), xhat = S::mul(S::sub(S::ld(xp + i, r, 0), mk), rk);
       const V gw = wj ? S::mul(gv, S::ld(wj + i, r, 0)) : gv;
       S::st(op + i, r, S::mul(rk, S::fnmadd(xhat, c, S::sub(gw, a))));
@@ -210,7 +210,7 @@ void layer_norm_backward_input(RowShape s, int64_t count, Row g, Row x, Row out,
 template <int64_t R>
 void layer_norm_backward_runs(RowShape s, int64_t count, Row g, Row x, Row out, const float* mean,
                               const float* rstd, const float* w, float* dgamma, float* dbeta) {
-  if (R) s.run = R;
+  if (R) s.run = s.last = R;
   using V = S::V;
   V sa[kMaxBlockRows], sb[kMaxBlockRows];
   for (int64_t k = 0; k < count; ++k) sa[k] = sb[k] = S::zeros();
@@ -255,7 +255,7 @@ void layer_norm_backward_runs(RowShape s, int64_t count, Row g, Row x, Row out, 
     float *dg = dgamma ? dgamma + j * s.run : nullptr, *db = dbeta ? dbeta + j * s.run : nullptr;
     const V mk = S::splat(mean[k]), rk = S::splat(rstd[k]);
     V a = sa[k], c = sb[k];
-    chunks(s.run, [&](int64_t i, int64_t r) {
+    chunks(run_length(s, j), [&](int64_t i, int64_t r) {
       const V gv = S::ld(gp + i, r, 0), xhat = S::mul(S::sub(S::ld(xp + i, r, 0), mk), rk);
       if (dg) S::st(dg + i, r, S::fmadd(gv, xhat, S::ld(dg + i, r, 0)));
       if (db) S::st(db + i, r, S::add(gv, S::ld(db + i, r, 0)));
@@ -270,30 +270,31 @@ void layer_norm_backward_runs(RowShape s, int64_t count, Row g, Row x, Row out, 
 }
 
 // Runs of R floats known at compile time where a run is a float32 stick (32) or a float16 one
-// gathered into float32 (64): every chunk loop then unrolls with no tail; R = 0 reads s.run.
+// gathered into float32 (64), the last one too: every chunk loop then unrolls with no tail;
+// R = 0 reads s.run and s.last.
 template <typename F>
-inline void with_run(int64_t run, F f) {
-  if (run == 32) return f(std::integral_constant<int64_t, 32>{});
-  if (run == 64) return f(std::integral_constant<int64_t, 64>{});
+inline void with_run(RowShape s, F f) {
+  if (s.last == s.run && s.run == 32) return f(std::integral_constant<int64_t, 32>{});
+  if (s.last == s.run && s.run == 64) return f(std::integral_constant<int64_t, 64>{});
   f(std::integral_constant<int64_t, 0>{});
 }
 
 void softmax(RowShape s, int64_t count, Row x, Row out, bool log, bool safe) {
-  with_run(s.run, [&](auto r) { softmax_runs<decltype(r)::value>(s, count, x, out, log, safe); });
+  with_run(s, [&](auto r) { softmax_runs<decltype(r)::value>(s, count, x, out, log, safe); });
 }
 
 void softmax_backward(RowShape s, int64_t count, Row g, Row y, Row out, bool log) {
-  with_run(s.run, [&](auto r) { softmax_backward_runs<decltype(r)::value>(s, count, g, y, out, log); });
+  with_run(s, [&](auto r) { softmax_backward_runs<decltype(r)::value>(s, count, g, y, out, log); });
 }
 
 void layer_norm(RowShape s, int64_t count, Row x, Row out, const float* w, const float* b, float eps, float* mean,
                 float* rstd) {
-  with_run(s.run, [&](auto r) { layer_norm_runs<decltype(r)::value>(s, count, x, out, w, b, eps, mean, rstd); });
+  with_run(s, [&](auto r) { layer_norm_runs<decltype(r)::value>(s, count, x, out, w, b, eps, mean, rstd); });
 }
 
 void layer_norm_backward(RowShape s, int64_t count, Row g, Row x, Row out, const float* mean, const float* rstd,
                          const float* w, float* dgamma, float* dbeta) {
-  with_run(s.run, [&](auto r) {
+  with_run(s, [&](auto r) {
     layer_norm_backward_runs<decltype(r)::value>(s, count, g, x, out, mean, rstd, w, dgamma, dbeta);
   });
 }

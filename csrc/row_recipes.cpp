@@ -9,14 +9,17 @@
 namespace torch_layouts {
 namespace {
 
-// A view's values as a contiguous float32 vector (ops/rows.Rows.per_row / per_column).
-at::Tensor values_of(const at::Tensor& t, const BufferView& v) {
-  return view_of(t, v).reshape(-1).to(at::kFloat).contiguous();
+// A view's values as a contiguous float32 vector (ops/rows.Rows.per_row / per_column), its first
+// `length` (-1: all; a padded row's real elements).
+at::Tensor values_of(const at::Tensor& t, const BufferView& v, int64_t length = -1) {
+  at::Tensor flat = view_of(t, v).reshape(-1);
+  if (length >= 0) flat = flat.narrow(0, 0, length);
+  return flat.to(at::kFloat).contiguous();
 }
 
-std::optional<at::Tensor> values_of(const c10::IValue& arg, const std::optional<BufferView>& v) {
+std::optional<at::Tensor> values_of(const c10::IValue& arg, const std::optional<BufferView>& v, int64_t length) {
   if (!v) return std::nullopt;
-  return values_of(arg.toTensor(), *v);
+  return values_of(arg.toTensor(), *v, length);
 }
 
 // A new tensor holding `flat` where `p` places it (ops/reductions.write_placed).
@@ -33,13 +36,13 @@ class Softmax final : public Replay {
  public:
   BufferView input_rows, out_rows;
   LayoutPtr out;
-  int64_t width = 0;
+  int64_t width = 0, length = -1;
   bool log = false, safe = false;
 
   void run(c10::ArrayRef<c10::IValue> args, int64_t, std::vector<c10::IValue>& results) const override {
     const at::Tensor& x = args[0].toTensor();
     at::Tensor result = new_device_tensor(out, x.device());
-    rows_softmax(view_of(x, input_rows), view_of(result, out_rows), width, log, safe);
+    rows_softmax(view_of(x, input_rows), view_of(result, out_rows), width, log, safe, length);
     results.emplace_back(std::move(result));
   }
 };
@@ -49,14 +52,14 @@ class SoftmaxBackward final : public Replay {
  public:
   BufferView grad_rows, output_rows, out_rows;
   LayoutPtr out;
-  int64_t width = 0;
+  int64_t width = 0, length = -1;
   bool log = false;
 
   void run(c10::ArrayRef<c10::IValue> args, int64_t, std::vector<c10::IValue>& results) const override {
     const at::Tensor& grad = args[0].toTensor();
     at::Tensor result = new_device_tensor(out, grad.device());
     rows_softmax_backward(view_of(grad, grad_rows), view_of(args[1].toTensor(), output_rows), view_of(result, out_rows),
-                          width, log);
+                          width, log, length);
     results.emplace_back(std::move(result));
   }
 };
@@ -66,15 +69,15 @@ class LayerNorm final : public Replay {
   BufferView input_rows, out_rows;
   std::optional<BufferView> weight_cols, bias_cols;
   LayoutPtr out;
-  int64_t rows = 0, width = 0;
+  int64_t rows = 0, width = 0, length = -1;
   Placed stats;
 
   void run(c10::ArrayRef<c10::IValue> args, int64_t, std::vector<c10::IValue>& results) const override {
     const at::Tensor& x = args[0].toTensor();
     at::Tensor result = new_device_tensor(out, x.device());
     at::Tensor mean = at::empty({rows}, at::kFloat), rstd = at::empty({rows}, at::kFloat);
-    rows_layer_norm(view_of(x, input_rows), view_of(result, out_rows), values_of(args[2], weight_cols),
-                    values_of(args[3], bias_cols), args[4].toDouble(), mean, rstd, width);
+    rows_layer_norm(view_of(x, input_rows), view_of(result, out_rows), values_of(args[2], weight_cols, length),
+                    values_of(args[3], bias_cols, length), args[4].toDouble(), mean, rstd, width, length);
     results.emplace_back(std::move(result));
     results.emplace_back(placed(stats, mean, x.device()));
     results.emplace_back(placed(stats, rstd, x.device()));
@@ -97,9 +100,9 @@ class LayerNormBackward final : public Replay {
     if (grad_weight) dgamma = at::empty({length}, at::kFloat);
     if (grad_bias) dbeta = at::empty({length}, at::kFloat);
     rows_layer_norm_backward(view_of(grad, grad_rows), view_of(x, input_rows), values_of(args[3].toTensor(), mean_values),
-                             values_of(args[4].toTensor(), rstd_values), values_of(args[5], weight_cols),
+                             values_of(args[4].toTensor(), rstd_values), values_of(args[5], weight_cols, length),
                              dx.defined() ? std::optional<at::Tensor>(view_of(dx, *grad_input_rows)) : std::nullopt,
-                             dgamma, dbeta, width);
+                             dgamma, dbeta, width, length);
     results.emplace_back(std::move(dx));
     results.emplace_back(grad_weight ? placed(*grad_weight, *dgamma, x.device()) : at::Tensor());
     results.emplace_back(grad_bias ? placed(*grad_bias, *dbeta, x.device()) : at::Tensor());
@@ -109,7 +112,7 @@ class LayerNormBackward final : public Replay {
 }  // namespace
 
 bool offer_softmax(const std::string& op, const std::vector<std::pair<int64_t, at::Tensor>>& own,
-                   std::vector<BufferView> rows, LayoutPtr out, int64_t width, bool log, bool safe) {
+                   std::vector<BufferView> rows, LayoutPtr out, int64_t width, int64_t length, bool log, bool safe) {
   const bool backward = own.size() == 2;
   if (!out || own.empty() || own.size() > 2 || rows.size() != own.size() + 1) return false;
   if (backward) {
@@ -119,6 +122,7 @@ bool offer_softmax(const std::string& op, const std::vector<std::pair<int64_t, a
     r->out_rows = std::move(rows[2]);
     r->out = std::move(out);
     r->width = width;
+    r->length = length;
     r->log = log;
     return offer_replay(std::move(r), op, own);
   }
@@ -127,6 +131,7 @@ bool offer_softmax(const std::string& op, const std::vector<std::pair<int64_t, a
   r->out_rows = std::move(rows[1]);
   r->out = std::move(out);
   r->width = width;
+  r->length = length;
   r->log = log;
   r->safe = safe;
   return offer_replay(std::move(r), op, own);
@@ -135,7 +140,7 @@ bool offer_softmax(const std::string& op, const std::vector<std::pair<int64_t, a
 bool offer_layer_norm(const at::Tensor& input, const std::optional<at::Tensor>& weight,
                       const std::optional<at::Tensor>& bias, BufferView input_rows, std::optional<BufferView> weight_cols,
                       std::optional<BufferView> bias_cols, LayoutPtr out, BufferView out_rows, int64_t rows,
-                      int64_t width, Placed stats) {
+                      int64_t width, int64_t length, Placed stats) {
   if (!out || !stats.layout || weight.has_value() != weight_cols.has_value() || bias.has_value() != bias_cols.has_value()) {
     return false;
   }
@@ -147,6 +152,7 @@ bool offer_layer_norm(const at::Tensor& input, const std::optional<at::Tensor>& 
   r->out = std::move(out);
   r->rows = rows;
   r->width = width;
+  r->length = length;
   r->stats = std::move(stats);
   std::vector<std::pair<int64_t, at::Tensor>> own{{0, input}};
   if (weight) own.emplace_back(2, *weight);

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import math
 
 import pytest
 import torch
@@ -34,6 +35,9 @@ CASES = [
     ("short-stick-rows", (6, 20), F16, None, 0),
     ("short-stick-dim-order", (32, 10), F32, SpyreTensorLayout((32, 10), F32, [1, 0]), -1),
     ("one-element-rows", (3, 1), F32, None, -1),  # padded, the reduced dim has no device dim
+    ("1000-classes", (4, 1000), F32, None, -1),  # rows ending within their last stick
+    ("1000-classes-f16", (2, 3, 1000), F16, None, -1),
+    ("1000-classes-pad-value", (3, 1000), F32, SpyreTensorLayout((3, 1000), F32, pad_value=7.0), -1),
 ]
 
 
@@ -50,35 +54,48 @@ def test_softmax(fn, _, shape, dtype, spec, dim):
     assert out.device_tensor_layout() == y.device_tensor_layout()
 
 
-# Buffers whose real positions are one box read as rows (the padding sliced away); the others do
-# not. id, shape, dtype, device layout (None: default), reduced dims, whether they read as rows.
+# Buffers whose real positions are one box read as rows (the padding sliced away), and so do
+# those whose rows' real elements come first in each row of one box of rows (a padded stick: the
+# kernels stop within the last run); the others do not. id, shape, dtype, device layout (None:
+# default), reduced dims, how they read as rows ("box", "tail" or None).
 ROW_BOXES = [
-    ("whole-sticks", (3, 24, 64), F32, None, (2,), True),
-    ("short-stick", (4, 6, 6), F32, None, (2,), True),
-    ("short-stick-other-dim", (6, 20), F16, None, (0,), True),
-    ("short-batch-in-stick", (32, 10), F32, SpyreTensorLayout((32, 10), F32, [1, 0]), (1,), True),
-    ("partial-last-stick", (6, 40), F32, None, (1,), False),
-    ("two-partial-dims", (3, 40, 70), F32, SpyreTensorLayout((3, 40, 70), F32, [0, 2, 1]), (2,), False),
-    ("reduced-dim-of-size-1", (1, 1), F32, None, (1,), False),
+    ("whole-sticks", (3, 24, 64), F32, None, (2,), "box"),
+    ("short-stick", (4, 6, 6), F32, None, (2,), "box"),
+    ("short-stick-other-dim", (6, 20), F16, None, (0,), "box"),
+    ("short-batch-in-stick", (32, 10), F32, SpyreTensorLayout((32, 10), F32, [1, 0]), (1,), "box"),
+    ("partial-last-stick", (6, 40), F32, None, (1,), "tail"),
+    ("1000-classes", (5, 1000), F32, None, (1,), "tail"),
+    ("1000-classes-f16", (3, 2, 1000), F16, None, (2,), "tail"),
+    ("two-dims-padded-first", (2, 50, 64), F32, SpyreTensorLayout((2, 50, 64), F32, [0, 2, 1]), (1, 2), "tail"),
+    ("padded-stick-reduced-across", (8, 1000), F32, None, (0,), None),
+    ("padded-stick-inside-row", (3, 4, 40), F32, None, (1, 2), None),
+    ("two-partial-dims", (3, 40, 70), F32, SpyreTensorLayout((3, 40, 70), F32, [0, 2, 1]), (2,), None),
+    ("reduced-dim-of-size-1", (1, 1), F32, None, (1,), None),
 ]
 
 
 @pytest.mark.parametrize("_, shape, dtype, spec, dims, expected", ROW_BOXES, ids=[c[0] for c in ROW_BOXES])
-def test_rows_slice_one_box_of_real_positions(_, shape, dtype, spec, dims, expected):
-    """A padded buffer reads as rows exactly when its real positions are one box; its rows are
-    then the tensor's rows along ``dims`` (in host order within a row), and no padding."""
+def test_rows_read_real_positions_only(_, shape, dtype, spec, dims, expected):
+    """A padded buffer reads as rows exactly when its real positions are one box, or one box of
+    rows whose real elements come first; its rows' real elements are then the tensor's rows along
+    ``dims`` (in host order within a row), and what follows them in a row is padding."""
     x = torch.randn(shape).to(dtype)
     y = x.to("spyre") if spec is None else x.to("spyre", device_layout=spec)
     _, coords, v, _, _ = readable(y, dims)
     shape_rows = rows(coords, dims, padded=True)
-    assert (shape_rows is not None) == expected
+    got_kind = None if shape_rows is None else "tail" if shape_rows.tail is not None else "box"
+    assert got_kind == expected
     assert rows(coords, dims) is None or shape_rows.box is None  # padding only when asked for
     if shape_rows is not None:
         others = [d for d in range(len(shape)) if d not in dims]
         length = shape_rows.length(coords)
-        got = shape_rows.view(v).reshape(-1, length).float().tolist()
+        full = math.prod(shape_rows.shape(coords)[len(shape_rows.order) - shape_rows.width:])
+        assert shape_rows.real == (-1 if expected == "box" else length) and (length < full) == (expected == "tail")
+        row_view = shape_rows.view(v).reshape(-1, full)
+        got = row_view[:, :length].float().tolist()
         want = x.permute(*others, *dims).reshape(-1, length).float().tolist()
         assert sorted(got) == sorted(want)
+        assert (row_view[:, length:] == 0).all()  # the default pad value: padding, not data
 
 
 def test_softmax_of_views_and_half_to_float():
@@ -95,6 +112,8 @@ LAYER_NORM = [
     ("f32", (2, 10, 96), F32, (96,), True),
     ("f16", (4, 64), F16, (64,), True),
     ("padded", (3, 150), F32, (150,), False),
+    ("padded-affine", (4, 100), F32, (100,), True),
+    ("padded-f16", (3, 1000), F16, (1000,), True),
     ("two-dims", (2, 6, 40), F32, (6, 40), True),
 ]
 
@@ -126,13 +145,14 @@ def test_layer_norm(_, shape, dtype, normalized, affine):
 REPLAYS = [
     ("default", lambda x: x.to("spyre")),
     ("dim-order", lambda x: x.to("spyre", device_layout=SpyreTensorLayout(tuple(x.shape), x.dtype, [0, 2, 1]))),
-    ("slice", lambda x: torch.cat([torch.zeros(3, 5, 64), x], 1).to("spyre")[:, 5:]),
+    ("slice", lambda x: torch.cat([torch.zeros(3, 5, x.shape[-1]), x], 1).to("spyre")[:, 5:]),
     ("transpose", lambda x: x.transpose(1, 2).contiguous().to("spyre").transpose(1, 2)),
 ]
 
 
+@pytest.mark.parametrize("width", [64, 100], ids=["whole-sticks", "padded-stick"])
 @pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
-def test_replayed_plans_match_the_cpu(log):
+def test_replayed_plans_match_the_cpu(log, width):
     """The second call of a geometry replays the first one's plan: the same values as the
     CPU (forward and backward), the input's layout, no restickify, whatever geometry ran before."""
     fn = torch.log_softmax if log else torch.softmax
@@ -140,9 +160,9 @@ def test_replayed_plans_match_the_cpu(log):
     sizes = []
     for _ in range(2):
         for name, make in REPLAYS:
-            x = torch.randn(3, 24, 64)  # whole sticks: the row kernels' path
+            x = torch.randn(3, 24, width)  # whole sticks, or rows ending within their last stick
             y = make(x).requires_grad_()
-            g = torch.randn(3, 24, 64)
+            g = torch.randn(3, 24, width)
             torch_layouts.reset_stats()
             out = fn(y, -1)
             assert torch_layouts.stats()["restickify_count"] == 0, name
@@ -156,23 +176,24 @@ def test_replayed_plans_match_the_cpu(log):
     assert sizes[0] > 0 and sizes[1] == sizes[0]  # every geometry planned once, then replayed
 
 
+@pytest.mark.parametrize("width", [64, 100], ids=["whole-sticks", "padded-stick"])
 @pytest.mark.parametrize("affine", [False, True], ids=["plain", "affine"])
-def test_replayed_layer_norm_plans_match_the_cpu(affine):
+def test_replayed_layer_norm_plans_match_the_cpu(affine, width):
     """Layer norm forward and backward replay their plans too: the same values, statistics and
     gradients (input, weight, bias) as the CPU on the second pass over the geometries."""
     PLANS.clear()
     sizes, restickifies = [], {}
     for _ in range(2):
         for name, make in REPLAYS:
-            x = torch.randn(3, 24, 64) * 2 + 1
-            ln = torch.nn.LayerNorm(64, elementwise_affine=affine)
+            x = torch.randn(3, 24, width) * 2 + 1
+            ln = torch.nn.LayerNorm(width, elementwise_affine=affine)
             if affine:
                 with torch.no_grad():
                     ln.weight.normal_()
                     ln.bias.normal_()
             dev = copy.deepcopy(ln).to("spyre")
             y = make(x).requires_grad_()
-            g = torch.randn(3, 24, 64)
+            g = torch.randn(3, 24, width)
             torch_layouts.reset_stats()
             out = dev(y)
             # the weight and bias of an input sticked on dim 1 restickify (the rules ask it); a replay changes nothing
@@ -200,6 +221,9 @@ PLACEMENTS = [
     ("two-dims", (2, 6, 64), F32, None, (1, 2)),
     ("dim-order", (3, 24, 64), F16, SpyreTensorLayout((3, 24, 64), F16, [1, 0, 2]), (2,)),
     ("pad-value", (4, 64), F32, SpyreTensorLayout((4, 64), F32, pad_value=7.0), (1,)),
+    ("padded-stick", (4, 100), F32, None, (1,)),
+    ("1000-classes-f16", (3, 1000), F16, None, (1,)),
+    ("padded-stick-pad-value", (4, 40), F32, SpyreTensorLayout((4, 40), F32, pad_value=7.0), (1,)),
 ]
 
 
@@ -210,8 +234,8 @@ def test_placed_results_are_write_results_bits(_, shape, dtype, spec, dims, per_
     layout that ``write_result`` gives the same values (rounded to the result's dtype)."""
     x = torch.empty(shape, dtype=dtype, device="spyre", device_layout=spec)
     _, coords, _, _, _ = readable(x, dims)
-    shape_rows = rows(coords, dims)
-    assert shape_rows is not None
+    shape_rows = rows(coords, dims, padded=True)
+    assert shape_rows is not None and shape_rows.box is None
     others = tuple(d for d in range(len(shape)) if d not in dims)
     reduced, keepdim = (dims, True) if per_row else (others, False)
     place = placement(coords, reduced, keepdim, dtype, shape_rows, per_row)

@@ -7,6 +7,8 @@ draws such geometries (a layout per operand), runs the kernel under each instruc
 math, and checks it against the same math in float64 on the rows reshaped to ``(rows, length)``;
 input buffers are filled with NaN around the views (a read outside a view poisons the result) and
 output buffers with a sentinel that must survive outside the view; inputs must come back unchanged.
+A case may give a row's real length (``tail``: a padded stick's row ends within its last run): the
+rest of every row is then NaN in the inputs and must keep the sentinel in the outputs.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import math
 import subprocess
 import sys
 import textwrap
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 import torch
@@ -105,9 +107,9 @@ def assert_untouched(buf: torch.Tensor, shape: tuple[int, ...], where: Placement
     assert bad.numel() == 0, f"{bad.numel()} elements written outside the view (first at {bad[:5].tolist()})"
 
 
-def as_rows(t: torch.Tensor, width: int) -> torch.Tensor:
-    """The view's rows as float64 (rows, length)."""
-    return t.double().reshape(-1, math.prod(t.shape[t.dim() - width:]))
+def as_rows(t: torch.Tensor, case: "Case") -> torch.Tensor:
+    """The view's rows' real elements as float64 (rows, length)."""
+    return t.double().reshape(-1, case.full)[:, :case.length]
 
 
 def assert_close(got: torch.Tensor, ref: torch.Tensor, tol: float, atol: float | None = None) -> None:
@@ -135,14 +137,20 @@ class Case:
     dtype: torch.dtype
     places: tuple[Placement, ...]  # one per view operand (inputs, then outputs)
     seed: int
+    tail: int = -1  # a row's real elements, its first ones (-1: the whole row)
 
     @property
     def rows(self) -> int:
         return math.prod(self.shape[:len(self.shape) - self.width])
 
     @property
-    def length(self) -> int:
+    def full(self) -> int:
         return math.prod(self.shape[len(self.shape) - self.width:])
+
+    @property
+    def length(self) -> int:
+        """A row's real elements."""
+        return self.full if self.tail == -1 else self.tail
 
 
 @st.composite
@@ -173,10 +181,13 @@ def placements(draw: st.DrawFn, shape: tuple[int, ...], width: int) -> Placement
 
 
 @st.composite
-def cases(draw: st.DrawFn, operands: int, dtypes: tuple[torch.dtype, ...] = DTYPES) -> Case:
+def cases(draw: st.DrawFn, operands: int, dtypes: tuple[torch.dtype, ...] = DTYPES, tails: bool = True) -> Case:
+    """A geometry, a placement per operand, a dtype, a seed and (``tails``) maybe a row's real length."""
     shape, width = draw(geometries())
     places = tuple(draw(placements(shape, width)) for _ in range(operands))
-    return Case(shape, width, draw(st.sampled_from(dtypes)), places, draw(st.integers(0, 2**32 - 1)))
+    full = math.prod(shape[len(shape) - width:])
+    tail = draw(st.one_of(st.just(-1), st.integers(1, full))) if tails else -1
+    return Case(shape, width, draw(st.sampled_from(dtypes)), places, draw(st.integers(0, 2**32 - 1)), tail)
 
 
 # Hand-built geometries, each as a base tensor and the permutation whose view is the rows operand.
@@ -217,31 +228,39 @@ def table_case(name: str, dtype: torch.dtype, operands: int, seed: int = 0) -> C
 
 
 def run_views(case: Case, inputs: list[torch.Tensor], outputs: int, call) -> list[torch.Tensor]:
-    """Places ``inputs`` (float64 values) and ``outputs`` sentinel-filled views, calls ``call(*views)``,
-    checks that inputs are unchanged and nothing outside the outputs was written; the views."""
+    """Places ``inputs`` (float64 values; NaN past a row's real length) and ``outputs``
+    sentinel-filled views, calls ``call(*views)``, checks that inputs are unchanged and nothing
+    outside the outputs' real elements was written; the views."""
     places = case.places
+    if case.tail != -1:
+        inputs = [v.clone() for v in inputs]
+        for v in inputs:
+            v.reshape(-1, case.full)[:, case.tail:] = math.nan
     ins = [make_input(case.shape, where, case.dtype, v) for where, v in zip(places, inputs)]
     outs = [make_output(case.shape, where, case.dtype) for where in places[len(inputs):len(inputs) + outputs]]
     before = [bits(buf).clone() for buf, _ in ins]
     call(*[v for _, v in ins], *[v for _, v in outs])
     for (buf, _), old in zip(ins, before):
         assert torch.equal(bits(buf), old), "an input buffer was modified"
-    for (buf, _), where in zip(outs, places[len(inputs):]):
+    for (buf, view), where in zip(outs, places[len(inputs):]):
         assert_untouched(buf, case.shape, where)
+        past = bits(view.reshape(-1, case.full)[:, case.length:].contiguous())
+        assert (past == bits(torch.tensor([SENTINEL], dtype=buf.dtype))).all(), "written past a row's real length"
     return [v for _, v in ins] + [v for _, v in outs]
 
 
 def run_softmax(case: Case, x_values: torch.Tensor, log: bool, safe: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """x and out as float64 rows."""
-    x, out = run_views(case, [x_values], 1, lambda x, out: _C._rows_softmax(x, out, case.width, log, safe))
-    return as_rows(x, case.width), as_rows(out, case.width)
+    x, out = run_views(case, [x_values], 1,
+                       lambda x, out: _C._rows_softmax(x, out, case.width, log, safe, length=case.tail))
+    return as_rows(x, case), as_rows(out, case)
 
 
 def run_softmax_backward(case: Case, g_values: torch.Tensor, y_values: torch.Tensor, log: bool
                          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     g, y, out = run_views(case, [g_values, y_values], 1,
-                          lambda g, y, out: _C._rows_softmax_backward(g, y, out, case.width, log))
-    return as_rows(g, case.width), as_rows(y, case.width), as_rows(out, case.width)
+                          lambda g, y, out: _C._rows_softmax_backward(g, y, out, case.width, log, length=case.tail))
+    return as_rows(g, case), as_rows(y, case), as_rows(out, case)
 
 
 def run_layer_norm(case: Case, x_values: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
@@ -251,10 +270,11 @@ def run_layer_norm(case: Case, x_values: torch.Tensor, weight: torch.Tensor | No
     w_before = None if weight is None else weight.clone()
     b_before = None if bias is None else bias.clone()
     x, out = run_views(case, [x_values], 1,
-                       lambda x, out: _C._rows_layer_norm(x, out, weight, bias, eps, mean, rstd, case.width))
+                       lambda x, out: _C._rows_layer_norm(x, out, weight, bias, eps, mean, rstd, case.width,
+                                                          length=case.tail))
     assert weight is None or torch.equal(weight, w_before)
     assert bias is None or torch.equal(bias, b_before)
-    return as_rows(x, case.width), as_rows(out, case.width), mean, rstd
+    return as_rows(x, case), as_rows(out, case), mean, rstd
 
 
 def run_layer_norm_backward(case: Case, g_values: torch.Tensor, x_values: torch.Tensor, mean: torch.Tensor,
@@ -266,19 +286,21 @@ def run_layer_norm_backward(case: Case, g_values: torch.Tensor, x_values: torch.
     stats = (mean.clone(), rstd.clone(), None if weight is None else weight.clone())
 
     def call(g, x, gi=None):
-        _C._rows_layer_norm_backward(g, x, mean, rstd, weight, gi, gw, gb, case.width)
+        _C._rows_layer_norm_backward(g, x, mean, rstd, weight, gi, gw, gb, case.width, length=case.tail)
 
     views = run_views(case, [g_values, x_values], int(want[0]), call)
     assert torch.equal(mean, stats[0]) and torch.equal(rstd, stats[1])
     assert weight is None or torch.equal(weight, stats[2])
-    gi = as_rows(views[2], case.width) if want[0] else None
-    return as_rows(views[0], case.width), as_rows(views[1], case.width), gi, gw, gb
+    gi = as_rows(views[2], case) if want[0] else None
+    return as_rows(views[0], case), as_rows(views[1], case), gi, gw, gb
 
 
 def run_sum(case: Case, x_values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Whole rows: the sums take no real length."""
+    case = replace(case, tail=-1)
     sums = torch.full((case.rows,), SENTINEL)
     (x,) = run_views(case, [x_values], 0, lambda x: _C._rows_sum(x, sums, case.width))
-    return as_rows(x, case.width), sums
+    return as_rows(x, case), sums
 
 
 # ---- references (float64 on the rows) -------------------------------------------------------------
@@ -327,8 +349,10 @@ def check_softmax(case: Case, log: bool, safe: bool, masked: float = 0.0, scale:
 
 
 def check_softmax_backward(case: Case, log: bool) -> None:
-    logits = random_values(case.shape, case.seed + 1, 2.0).reshape(-1, case.length)
-    y_values = (torch.log_softmax if log else torch.softmax)(logits, -1).reshape(case.shape)
+    logits = random_values(case.shape, case.seed + 1, 2.0).reshape(-1, case.full)[:, :case.length]
+    y_values = torch.zeros(case.rows, case.full, dtype=torch.float64)
+    y_values[:, :case.length] = (torch.log_softmax if log else torch.softmax)(logits, -1)
+    y_values = y_values.reshape(case.shape)
     g, y, out = run_softmax_backward(case, random_values(case.shape, case.seed), y_values, log)
     assert_close(out, softmax_backward_ref(g, y, log), TOL[case.dtype])
 
@@ -355,7 +379,7 @@ def check_layer_norm(case: Case, weight: bool, bias: bool, eps: float, scale: fl
 def check_layer_norm_backward(case: Case, weight: bool, want: tuple[bool, bool, bool], eps: float = 1e-5,
                               scale: float = 1.0) -> None:
     x_values = random_values(case.shape, case.seed, scale, 0.5)
-    rows_in_dtype = x_values.to(case.dtype).double().reshape(-1, case.length)
+    rows_in_dtype = x_values.to(case.dtype).double().reshape(-1, case.full)[:, :case.length]
     mean, rstd = layer_norm_stats(rows_in_dtype, eps)
     w, _ = affine_params(case, weight, False)
     g, x, gi, gw, gb = run_layer_norm_backward(case, random_values(case.shape, case.seed + 3), x_values, mean, rstd,
@@ -413,7 +437,7 @@ def test_layer_norm_backward_matches_aten_on_any_geometry(instructions: str, cas
 
 
 @MODES
-@given(case=cases(1), scale=st.sampled_from([1.0, 100.0]))
+@given(case=cases(1, tails=False), scale=st.sampled_from([1.0, 100.0]))
 def test_row_sums_match_float64_on_any_geometry(instructions: str, case: Case, scale: float) -> None:
     with row_math(instructions):
         check_sum(case, scale)
@@ -426,7 +450,7 @@ def test_softmax_rows_sum_to_one_and_log_softmax_is_its_log(instructions: str, c
     x_values = random_values(case.shape, case.seed, 4.0)
     with row_math(instructions):
         _, soft = run_softmax(case, x_values, log=False, safe=False)
-        _, logs = run_softmax(Case(case.shape, case.width, case.dtype, case.places[1:], case.seed), x_values,
+        _, logs = run_softmax(replace(case, places=case.places[1:]), x_values,
                               log=True, safe=False)
     assert_close(soft.sum(-1), torch.ones(case.rows, dtype=torch.float64), 1e-5)
     normal = soft > 1e-30
@@ -441,12 +465,14 @@ def test_instruction_sets_agree(case: Case, log: bool, weight: bool) -> None:
     g_values = random_values(case.shape, case.seed + 1)
     finite_x = random_values(case.shape, case.seed + 2, 2.0)
     w, b = affine_params(case, weight, weight)
-    mean, rstd = layer_norm_stats(finite_x.to(case.dtype).double().reshape(-1, case.length), 1e-5)
+    mean, rstd = layer_norm_stats(finite_x.to(case.dtype).double().reshape(-1, case.full)[:, :case.length], 1e-5)
     results = {}
     for instructions in SETS:
         with row_math(instructions):
             soft = run_softmax(case, x_values, log, safe=True)[1]
-            back = run_softmax_backward(case, g_values, soft.reshape(case.shape), log)[2]
+            y = torch.zeros(case.rows, case.full, dtype=torch.float64)
+            y[:, :case.length] = soft
+            back = run_softmax_backward(case, g_values, y.reshape(case.shape), log)[2]
             _, norm, norm_mean, norm_rstd = run_layer_norm(case, finite_x, w, b, 1e-5)
             _, _, gi, gw, gb = run_layer_norm_backward(case, g_values, finite_x, mean, rstd, w, (True, True, True))
             sums = run_sum(case, finite_x)[1]
@@ -455,7 +481,7 @@ def test_instruction_sets_agree(case: Case, log: bool, weight: bool) -> None:
     names = ["softmax", "softmax_backward", "layer_norm", "mean", "rstd", "grad_input", "grad_weight", "grad_bias",
              "sum"]
     column_tol = 1e-5 * max(1.0, math.sqrt(case.rows))
-    rows = finite_x.to(case.dtype).double().reshape(-1, case.length)
+    rows = finite_x.to(case.dtype).double().reshape(-1, case.full)
     sum_tol = 2 * float(sum_bound(rows).max()) if rows.numel() else 0.0  # each within sum_bound of the exact sum
     for instructions in SETS[:-1]:  # each against the portable loops
         for name, tol, simd, plain in zip(names, tols, results[instructions], results["portable"]):

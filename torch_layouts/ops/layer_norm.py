@@ -36,6 +36,14 @@ def _check_shape(x: torch.Tensor, normalized_shape: tuple[int, ...]) -> int:
     return axis
 
 
+def _rows(coords: BoundLayout, dims: tuple[int, ...]) -> Rows | None:
+    """The rows layer norm runs on: every row of the buffer, whose real elements may end within its
+    last run (a padded stick: ``Rows.tail``); not a box of them (its statistics are placed by rows
+    of the whole buffer)."""
+    shape = rows(coords, dims, padded=True)
+    return shape if shape is not None and shape.box is None else None
+
+
 def native_layer_norm(x: torch.Tensor, normalized_shape: Sequence[int], weight: torch.Tensor | None,
                       bias: torch.Tensor | None, eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Layer norm over the trailing ``normalized_shape`` dims; returns (out, mean, rstd)."""
@@ -57,7 +65,7 @@ def native_layer_norm(x: torch.Tensor, normalized_shape: Sequence[int], weight: 
     given = x
     x, coords, v, red, _ = readable(x, dims)
     named[0] = ("input", x)
-    shape = rows(coords, dims)
+    shape = _rows(coords, dims)
     if shape is not None and x.dtype in ROW_DTYPES and all(p is None or p.dtype == x.dtype for p in (weight, bias)):
         out = new_tensor(coords, x.device)
         views = [shape.view(v), *(shape.view(operand_view("native_layer_norm", named, coords, i))
@@ -89,7 +97,7 @@ def _fused_forward(coords: BoundLayout, shape: Rows, views: list[torch.Tensor], 
     params = iter(shape.per_column(rv) for rv in views[1:-1])
     w, b = (next(params) if present else None for present in (weighted, biased))
     mean, rstd = (torch.empty(shape.count(coords)) for _ in range(2))
-    _C._rows_layer_norm(views[0], views[-1], w, b, eps, mean, rstd, shape.width)
+    _C._rows_layer_norm(views[0], views[-1], w, b, eps, mean, rstd, shape.width, shape.real)
     place = placement(coords, dims, True, out.dtype, shape, True)
     stats = [write_placed(place, s, out.device) if place is not None else
              write_result(coords, dims, True, shape.rows_like(s.to(out.dtype), coords), out.device) for s in (mean, rstd)]
@@ -124,7 +132,7 @@ def _offer_forward(kept: RowPlan, x: torch.Tensor, weight: torch.Tensor | None, 
     params = iter(kept.reads[1:-1])
     weight_cols, bias_cols = (_columns(next(params), kept.rows) if p is not None else None for p in (weight, bias))
     _C._offer_layer_norm(x, weight, bias, kept.reads[0], weight_cols, bias_cols, runtime_record(kept.coords),
-                         kept.reads[-1], kept.rows.count(kept.coords), kept.rows.width, stats)
+                         kept.reads[-1], kept.rows.count(kept.coords), kept.rows.width, kept.rows.real, stats)
 
 
 def _offer_backward(kept: RowPlan, tensors: tuple[torch.Tensor, ...], weight: torch.Tensor | None,
@@ -174,7 +182,7 @@ def native_layer_norm_backward(grad: torch.Tensor, x: torch.Tensor, normalized_s
     x, coords, v, red, _ = readable(x, dims)
     named = [("grad_out", grad), ("input", x), ("normalized_shape", normalized_shape), ("mean", mean),
              ("rstd", rstd), ("weight", weight)]
-    shape = rows(coords, dims)
+    shape = _rows(coords, dims)
     if (shape is not None and x.dtype in ROW_DTYPES and grad.dtype == x.dtype
             and all(p is None or p.dtype == x.dtype for p in (weight, bias))):
         grad_input = new_tensor(coords, x.device) if output_mask[0] else None
@@ -221,7 +229,7 @@ def _fused_backward(coords: BoundLayout, shape: Rows, views: list[torch.Tensor],
     sums = [torch.empty(length) if want else None
             for want in (output_mask[1] and weight is not None, output_mask[2] and bias is not None)]
     _C._rows_layer_norm_backward(views[0], views[1], mean, rstd, w, views[-1] if grad_input is not None else None,
-                                 *sums, shape.width)
+                                 *sums, shape.width, shape.real)
     grad_weight, grad_bias = (None if s is None else _write_columns(coords, others, shape, s, p.dtype, device)
                               for s, p in zip(sums, (weight, bias)))
     return grad_input, grad_weight, grad_bias

@@ -5,6 +5,8 @@ extent of some device dims: a dim shorter than a stick) and the device dims of t
 dims flatten, coarsest first, to those dims' elements in host order, slicing the buffer to that
 box and permuting the reduced dims last turns it into ``(other dims..., row dims...)``: each row
 is one host row, in whatever strides the tiles give it; the padding is never read or written.
+Where the reduced dim's stick is padded (1000 classes in sticks of 64), each row's real elements
+are its first ones (``Rows.tail``): the kernels stop within the last run.
 The C++ row kernels (``_C._rows_*``, docs/design.md "Row kernels") read such views directly,
 block by block of rows (float16/bfloat16 through float32 block buffers), with no dense copy of
 the tensor.
@@ -32,19 +34,27 @@ ROW_DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # what the row kern
 
 class Rows(NamedTuple):
     """How a buffer in some coordinates reads as rows: the device-dim permutation, how many of
-    its last dims make a row, and the box of real positions (``(begin, count)`` per device dim;
-    None: the whole buffer)."""
+    its last dims make a row, the box of real positions (``(begin, count)`` per device dim;
+    None: the whole buffer), and a row's real elements where they end within its last run
+    (``tail``, the first ones in row order; None: the whole row)."""
 
     order: tuple[int, ...]
     width: int
     box: tuple[tuple[int, int], ...] | None = None
+    tail: int | None = None
+
+    @property
+    def real(self) -> int:
+        """A row's real elements as the row kernels take them (-1: the whole row)."""
+        return -1 if self.tail is None else self.tail
 
     def shape(self, coords: BoundLayout) -> tuple[int, ...]:
         extent = coords.shape if self.box is None else tuple(count for _, count in self.box)
         return tuple(extent[d] for d in self.order)
 
     def length(self, coords: BoundLayout) -> int:
-        return math.prod(self.shape(coords)[len(self.order) - self.width:])
+        """A row's real elements."""
+        return math.prod(self.shape(coords)[len(self.order) - self.width:]) if self.tail is None else self.tail
 
     def view(self, v: torch.Tensor) -> torch.Tensor:
         """``v`` (shaped like the coordinates) with the row dims last: the row kernels' operand."""
@@ -63,7 +73,8 @@ class Rows(NamedTuple):
 
     def per_column(self, rv: torch.Tensor) -> torch.Tensor:
         """A row view constant along the other dims as a contiguous float32 ``(length,)`` tensor."""
-        return rv[(0,) * (len(self.order) - self.width)].reshape(-1).to(torch.float32).contiguous()
+        values = rv[(0,) * (len(self.order) - self.width)].reshape(-1)
+        return (values if self.tail is None else values[:self.tail]).to(torch.float32).contiguous()
 
     def rows_like(self, values: torch.Tensor, coords: BoundLayout) -> torch.Tensor:
         """``(rows,)`` values shaped like the coordinates, size 1 along the row dims."""
@@ -71,8 +82,11 @@ class Rows(NamedTuple):
         return values.reshape(shape).permute(_inverse(self.order))
 
     def columns_like(self, values: torch.Tensor, coords: BoundLayout) -> torch.Tensor:
-        """``(length,)`` values shaped like the coordinates, size 1 along the other dims."""
+        """``(length,)`` values shaped like the coordinates, size 1 along the other dims (0s in a
+        row's padding)."""
         shape = [n if k >= len(self.order) - self.width else 1 for k, n in enumerate(self.shape(coords))]
+        if self.tail is not None:
+            values = torch.nn.functional.pad(values, (0, math.prod(shape) - self.tail))
         return values.reshape(shape).permute(_inverse(self.order))
 
 
@@ -87,14 +101,9 @@ def _inverse(order: tuple[int, ...]) -> list[int]:
 def rows(coords: BoundLayout, dims: tuple[int, ...], padded: bool = False) -> Rows | None:
     """How the coordinates' buffer reads as rows over host ``dims``, or None (copies, device dims
     that do not flatten to the dims' elements in host order, padding unless ``padded``, or real
-    positions that are not one box)."""
+    positions that are neither one box nor one box of rows whose real elements come first)."""
     if coords.broadcast or not dims:
         return None
-    box = None
-    if has_padding(coords):
-        box = one_real_box(coords) if padded else None
-        if box is None:
-            return None
     wanted = set(dims)
     reduced: list[int] = []
     for group in sorted(coords.groups, key=lambda g: g.host_dims[0]):
@@ -106,8 +115,35 @@ def rows(coords: BoundLayout, dims: tuple[int, ...], padded: bool = False) -> Ro
         reduced += [dig.dim for dig in reversed(group.digits)]
     if not reduced:  # the reduced dims have no device dims (size 1): no row to walk
         return None
-    others = [d for d in range(len(coords.shape)) if d not in reduced]
-    return Rows(tuple(others + reduced), len(reduced), box)
+    order = tuple([d for d in range(len(coords.shape)) if d not in reduced] + reduced)
+    if not has_padding(coords):
+        return Rows(order, len(reduced))
+    if not padded:
+        return None
+    box = one_real_box(coords)
+    return Rows(order, len(reduced), box) if box is not None else _tail_rows(coords, order, len(reduced))
+
+
+def _tail_rows(coords: BoundLayout, order: tuple[int, ...], width: int) -> Rows | None:
+    """Rows whose real elements are the first ``tail`` of each row of one box of rows (the rows'
+    stick padded), or None."""
+    real = torch.zeros(coords.shape, dtype=torch.bool)
+    for box in coords.real_boxes():
+        real[tuple(slice(begin, begin + count) for begin, count in box)] = True
+    real = real.permute(order)
+    outer = real.flatten(len(order) - width).any(-1)
+    spans = []
+    for k in range(outer.dim()):  # the outer dims' box: where any real row lies along each
+        hit = outer.movedim(k, 0).reshape(outer.shape[k], -1).any(-1).nonzero().flatten()
+        spans.append((int(hit[0]), int(hit[-1]) - int(hit[0]) + 1))
+    inside = real[tuple(slice(b, b + c) for b, c in spans)].reshape(-1, math.prod(real.shape[len(spans):]))
+    tail = int(inside[0].sum())
+    if tail == 0 or not inside[:, :tail].all() or inside[:, tail:].any():
+        return None
+    box = [(0, n) for n in coords.shape]
+    for d, span in zip(order, spans):
+        box[d] = span
+    return Rows(order, width, None if box == [(0, n) for n in coords.shape] else tuple(box), tail)
 
 
 class RowPlan(NamedTuple):

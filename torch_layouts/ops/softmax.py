@@ -52,7 +52,7 @@ def _offer(op: str, kept: RowPlan, tensors: tuple[torch.Tensor, ...], log: bool,
     """Offer the runtime's front the replay of the call of ``op`` it serves (``tensors``: the
     call's input, or its grad and output), so that it runs later calls of this geometry itself."""
     _C._offer_softmax("aten::" + op, list(enumerate(tensors)), list(kept.reads), runtime_record(kept.coords),
-                      kept.rows.width, log, safe)
+                      kept.rows.width, kept.rows.real, log, safe)
 
 
 def _softmax_any(op: str, x: torch.Tensor, dim: int, log: bool, safe: bool = False) -> torch.Tensor:
@@ -64,7 +64,7 @@ def _softmax_any(op: str, x: torch.Tensor, dim: int, log: bool, safe: bool = Fal
     if known is not None:
         _offer(op, known, (x,), log, safe)
         (vx, vo), out = known.replay((x,))
-        _C._rows_softmax(vx, vo, known.rows.width, log, safe)
+        _C._rows_softmax(vx, vo, known.rows.width, log, safe, known.rows.real)
         return out
     given = x
     x, coords, v, red, _ = readable(x, (dim,) if x.dim() else ())
@@ -92,7 +92,7 @@ def _fused_softmax(x: torch.Tensor, coords: BoundLayout, v: torch.Tensor, shape:
     """Softmax over the rows of ``x``'s buffer in one sweep of the tiles (see ``rows``)."""
     out = new_tensor(coords, x.device)
     views = [shape.view(v), shape.view(raw(out).view(coords.shape))]
-    _C._rows_softmax(*views, shape.width, log, safe)
+    _C._rows_softmax(*views, shape.width, log, safe, shape.real)
     remember(key, coords, shape, views, (x,))
     return out
 
@@ -121,7 +121,7 @@ def _backward(op: str, grad: torch.Tensor, output_: torch.Tensor, dim: int, inpu
     if known is not None:
         _offer(op, known, (grad, output_), log)
         views, out = known.replay((grad, output_))
-        _C._rows_softmax_backward(*views, known.rows.width, log)
+        _C._rows_softmax_backward(*views, known.rows.width, log, known.rows.real)
         return out
     given = output_
     output_, coords, o, red, _ = readable(output_, (dim,) if output_.dim() else ())
@@ -130,7 +130,7 @@ def _backward(op: str, grad: torch.Tensor, output_: torch.Tensor, dim: int, inpu
     if shape is not None and grad.dtype == output_.dtype == input_dtype and input_dtype in ROW_DTYPES:
         out = new_tensor(coords, output_.device)
         views = [shape.view(g), shape.view(o), shape.view(raw(out).view(coords.shape))]
-        _C._rows_softmax_backward(*views, shape.width, log)
+        _C._rows_softmax_backward(*views, shape.width, log, shape.real)
         remember(key if output_ is given else None, coords, shape, views, (grad, output_))
         if key in PLANS:
             _offer(op, PLANS[key], (grad, output_), log)
