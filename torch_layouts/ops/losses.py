@@ -2,8 +2,9 @@
 kernels (pointwise ops and reductions), with the CPU kernels' formulas; ``nll_loss_forward`` and
 ``nll_loss_backward`` (``cross_entropy``'s), the CPU kernels on strided views of the device
 buffers (``operands.host_read``), writing the results' views: the CPU's bits and errors, no copy
-of the inputs. Their recipes are offered to the runtime's front, which replays later calls of a
-geometry without Python.
+of the inputs where they are such views (a floating input that is not, log-probabilities of 1000
+classes in padded sticks, is first copied into a dense row-major layout). Their recipes are offered
+to the runtime's front, which replays later calls of a geometry, those copies too, without Python.
 
 >>> x = torch.randn(4, 3).log_softmax(1)
 >>> t = torch.tensor([0, 2, 1, 1])
@@ -16,8 +17,10 @@ from __future__ import annotations
 import torch
 
 from .. import _C
+from ..core.layout import BoundLayout, DeviceLayout
 from .elementwise import MUL, SUB, run
-from .operands import default_coords, host_read, new_tensor, raw_view, runtime_record
+from .operands import Read, default_coords, host_read, new_tensor, raw_view, rowmajor, runtime_record
+from .view_copy import materialize
 from .reductions import reduce
 from .registry import register
 
@@ -46,19 +49,37 @@ def mse_loss_backward(grad: torch.Tensor, x: torch.Tensor, target: torch.Tensor,
     return run(MUL, [out, grad], {}, target=out)
 
 
+def _dense(x: torch.Tensor) -> BoundLayout:
+    """Coordinates holding ``x`` dense and row-major, with no padding."""
+    size = tuple(x.shape)
+    stride = rowmajor(size)
+    return BoundLayout(DeviceLayout(size, stride, x.dtype, host_size=size, host_stride=stride), size, stride)
+
+
+def _read(x: torch.Tensor) -> tuple[torch.Tensor, Read, BoundLayout | None] | None:
+    """``x`` (or its dense row-major copy, for a floating tensor that is no strided view of its
+    buffer), its strided view's read, and the copy's coordinates (None: read in place)."""
+    r = host_read(x)
+    if r is not None or not x.is_floating_point():
+        return None if r is None else (x, r, None)
+    coords = _dense(x)
+    staged = materialize(x, coords)
+    return staged, host_read(staged), coords
+
+
 def _on_views(op: torch._ops.OpOverload, args: list, inputs: tuple[int, ...], shapes: list[tuple[int, ...]],
               device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
     """``op`` (a CPU ``out=`` overload) on strided views of the device tensors at ``inputs`` of
-    ``args``, writing new device tensors of ``shapes`` (default layouts) through their views;
-    the recipe is offered to the runtime's front. Inputs that are not affine views of their
-    buffers go through CPU copies."""
+    ``args`` (``_read``), writing new device tensors of ``shapes`` (default layouts) through their
+    views; the recipe is offered to the runtime's front. Inputs that no read holds go through CPU
+    copies."""
     devices = {a.device for a in args if isinstance(a, torch.Tensor)}
     if len(devices) > 1:
         first, second = sorted(map(str, devices))[:2]
         raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, "
                            f"{first} and {second}!")
     outs = [new_tensor(default_coords(shape, dtype), device) for shape in shapes]
-    reads = [(i, host_read(args[i])) for i in inputs if args[i] is not None]
+    reads = [(i, _read(args[i])) for i in inputs if args[i] is not None]
     written = [host_read(o) for o in outs]
     names = [a.name for a in op._schema.arguments if a.is_out]
     if any(r is None for _, r in reads) or any(w is None for w in written):
@@ -66,10 +87,11 @@ def _on_views(op: torch._ops.OpOverload, args: list, inputs: tuple[int, ...], sh
         values = values if isinstance(values, tuple) else (values,)
         return tuple(o.copy_(v) for o, v in zip(outs, values))
     call = list(args)
-    for i, r in reads:
-        call[i] = raw_view(args[i], *r)
+    for i, (t, r, _) in reads:
+        call[i] = raw_view(t, *r)
     op(*call, **{name: raw_view(o, *w) for name, o, w in zip(names, outs, written)})
-    _C._offer_recipe([a if isinstance(a, torch.Tensor) else None for a in args], [(i, *r) for i, r in reads],
+    offered = [(i, *r) + (() if staged is None else (runtime_record(staged), 0)) for i, (_, r, staged) in reads]
+    _C._offer_recipe([a if isinstance(a, torch.Tensor) else None for a in args], offered,
                      [runtime_record(default_coords(shape, dtype)) for shape in shapes], list(written), [],
                      f"aten::{op._schema.name.split('::')[1]}.{op._overloadname}")
     return tuple(outs)
