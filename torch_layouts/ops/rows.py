@@ -5,8 +5,8 @@ extent of some device dims: a dim shorter than a stick) and the device dims of t
 dims flatten, coarsest first, to those dims' elements in host order, slicing the buffer to that
 box and permuting the reduced dims last turns it into ``(other dims..., row dims...)``: each row
 is one host row, in whatever strides the tiles give it; the padding is never read or written.
-Where the reduced dim's stick is padded (1000 classes in sticks of 64), each row's real elements
-are its first ones (``Rows.tail``): the kernels stop within the last run.
+Where the reduced dim's stick is padded (1000 float32 classes in sticks of 32), each row's real
+elements are its first ones (``Rows.tail``): the kernels stop within the last run.
 The C++ row kernels (``_C._rows_*``, docs/design.md "Row kernels") read such views directly,
 block by block of rows (float16/bfloat16 through float32 block buffers), with no dense copy of
 the tensor.
