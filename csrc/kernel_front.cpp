@@ -216,9 +216,10 @@ void AtenRecipe::run(c10::ArrayRef<c10::IValue> args, int64_t target, std::vecto
 }
 
 // The views of `part` narrowed to `box` ((begin, count) per dim of every view; a view's dim of
-// size 1, a reduced dim of a reduction's result, stays whole).
+// size 1, a reduced dim of a reduction's result, stays whole; so does a 0-dim operand's view).
 AtenRecipe::Part narrowed(const AtenRecipe::Part& part, const std::vector<std::pair<int64_t, int64_t>>& box) {
   auto narrow = [&](const BufferView& v) {
+    if (v.sizes.empty()) return v;
     BufferView b{{}, v.strides, v.offset};
     for (size_t d = 0; d < box.size(); ++d) {
       const bool whole = v.sizes[d] == 1;
@@ -380,6 +381,7 @@ bool offer_recipe(const std::vector<std::optional<at::Tensor>>& args, std::vecto
   }
   for (const auto& box : boxes) {  // each box spans every dim of every view, within it
     auto inside = [&](const BufferView& v) {
+      if (v.sizes.empty()) return true;  // a 0-dim operand's element, read whole by every box
       if (box.size() != v.sizes.size()) return false;
       for (size_t d = 0; d < box.size(); ++d) {
         if (v.sizes[d] != 1 && (box[d].first < 0 || box[d].second < 0 || box[d].first + box[d].second > v.sizes[d])) {

@@ -127,6 +127,9 @@ FRONT_CASES = [
     # relu computes as clamp_min(self, 0) on the CPU: the recipe passes the bound the op lacks
     ("relu", lambda a, b, c: torch.relu(a), F32),
     ("relu_-in-place-half", lambda a, b, c: c.relu_(), F16),
+    # a 0-dim device operand (an element view of b) read as the 0-dim view of its element
+    ("mul-0dim-tensor", lambda a, b, c: a * b[(0,) * b.dim()], F32),
+    ("add_-0dim-tensor-in-place-half", lambda a, b, c: c.add_(b[(1,) * b.dim()]), F16),
 ]
 
 
@@ -172,6 +175,27 @@ def test_the_runtime_front_replays_recipes_bit_for_bit(_, fn, dtype, shape, monk
         entered.append(len(calls))
     assert _C._kept_recipes() >= 1
     assert entered[0] >= 1 and entered[2] == entered[1] == entered[0], entered
+
+
+@pytest.mark.parametrize("shape", [(32, 10), (4, 6, 6), (16, 128)], ids=["one-box", "short-sticks", "whole"])
+@pytest.mark.parametrize("dtype", [F32, F16], ids=str)
+def test_where_with_a_number_replays_in_the_runtime_front(shape, dtype, monkeypatch):
+    """``torch.where(mask, x, number)`` makes the number a 0-dim device tensor (``scalar_tensor``)
+    and calls ``where.self`` with it: after the first call of a geometry the front replays it (the
+    number read as the 0-dim view of its element), the CPU's bits and the pad value in the padding."""
+    elementwise.forget_recipes()
+    calls = _calls_into_python(monkeypatch)
+    entered = []
+    for seed in range(3):
+        x = randn(*shape, seed=seed, dtype=dtype)
+        m = x > 0.3
+        dx, dm = x.to("spyre"), m.to("spyre")
+        before = len(calls)
+        out = torch.where(dm, dx, -2.5 + seed)
+        entered.append(len(calls) - before)
+        expected = torch.where(m, x, -2.5 + seed)
+        assert out.dtype == expected.dtype and torch.equal(out.cpu(), expected) and padding_holds_pad_value(out)
+    assert entered[0] >= 1 and entered[1] == entered[2] == 0, entered
 
 
 # Operands the rules copy first (a view whose stick holds another dim): (id, the op on a device or
@@ -715,6 +739,11 @@ REPLAY_PROPERTY_OPS = [
     ("sum-last", lambda x: x.sum(-1), False),  # over a (padded) stick, or its rows of several sticks
     ("mean-first", lambda x: x.mean(0), False),
     ("mean-all", lambda x: x.mean(), False),
+    ("mul-by-an-element", lambda x: x * x[(-1,) * x.dim()], True),  # a 0-dim operand at any offset
+    ("where-number", lambda x: torch.where(x > 0, x, -1.5), True),  # the number a 0-dim device tensor
+    ("softmax-first", lambda x: torch.softmax(x, 0), False),
+    ("log_softmax-last", lambda x: torch.log_softmax(x, -1), False),  # rows ending within a stick
+    ("layer_norm-last", lambda x: torch.nn.functional.layer_norm(x, x.shape[-1:]), False),
 ]
 
 

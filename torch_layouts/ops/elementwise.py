@@ -255,7 +255,7 @@ def signature(spec: Spec, args: tuple | list, kwargs: dict, target: torch.Tensor
               out_dtype: torch.dtype | None) -> tuple | None:
     """A call's geometry: the op, every argument's device, dtype, shape, strides, offset and
     layout (tensors) or kind (scalars), which arguments share the target's buffer; None for
-    calls with CPU or 0-dim tensors (``run`` takes its general path)."""
+    calls with CPU tensors (``run`` takes its general path)."""
     mode = 0 if target is None else 1 if target is args[0] else 2
     named = tuple(sorted((n, _key(v)) for n, v in kwargs.items())) if kwargs else ()
     parts: list = [spec, mode, out_dtype, named]
@@ -266,7 +266,7 @@ def signature(spec: Spec, args: tuple | list, kwargs: dict, target: torch.Tensor
             parts.append(_key(a))
             continue
         geometry = geometry_key(a)  # None off the device or without a layout
-        if geometry is None or a.dim() == 0:
+        if geometry is None:
             return None
         parts.append((*geometry, ptr is not None and a.untyped_storage().data_ptr() == ptr))
     return tuple(parts)
@@ -286,7 +286,7 @@ def _replay(recipe: Recipe, spec: Spec, args: tuple | list, kwargs: dict, target
             source = materialize(source, staged[0])
             if staged[1]:
                 count_restickify(staged[1])
-        views[i] = raw_view(source, coords.shape, strides, offset)
+        views[i] = raw_view(source, coords.shape if len(strides) == len(coords.shape) else (), strides, offset)
     if recipe.out_coords is not None:
         out = new_tensor(recipe.out_coords, args[recipe.reads[0][0]].device)
         o = raw_view(out, coords.shape, *(recipe.target_read or ()))
@@ -299,7 +299,7 @@ def _replay(recipe: Recipe, spec: Spec, args: tuple | list, kwargs: dict, target
         spec.compute(*views, out=o, **kwargs)
         return out
     pieces, whole = real_slices(coords)
-    shaped = {read[0] for read in recipe.reads}
+    shaped = {i for i, strides, _, _ in recipe.reads if len(strides) == len(coords.shape)}
     for index in pieces:
         spec.compute(*(v[index] if i in shaped else v for i, v in enumerate(views)), out=o[index], **kwargs)
     if whole:
@@ -317,6 +317,9 @@ def _record(key: tuple, spec: Spec, args: list, originals: list, positions: list
     for i in positions:
         if args[i] is not originals[i]:
             return
+        if views[i].dim() < len(coords.shape):  # a 0-dim operand read as the 0-dim view of its element
+            reads.append((i, (), views[i].storage_offset(), None))
+            continue
         if i in staged:
             reads.append((i, tuple(views[i].stride()), views[i].storage_offset(), staged[i]))
             continue
@@ -358,7 +361,8 @@ def _offer(recipe: Recipe, spec: Spec, args: tuple | list) -> None:
               None if recipe.target_read is None else (shape, *recipe.target_read))
     boxes = [] if recipe.unpadded else [[(s.start, s.stop - s.start) for s in box] for box in pieces]
     _C._offer_recipe([t if isinstance(t, torch.Tensor) else None for t in args],
-                     [(i, shape, strides, offset) + (() if staged is None else (runtime_record(staged[0]), staged[1]))
+                     [(i, shape if len(strides) == len(shape) else (), strides, offset)
+                      + (() if staged is None else (runtime_record(staged[0]), staged[1]))
                       for i, strides, offset, staged in recipe.reads],
                      None if recipe.out_coords is None else runtime_record(recipe.out_coords), result,
                      [(len(args) + i, v) for i, v in enumerate(spec.extra)], "aten::" + spec.native, boxes)
@@ -421,6 +425,7 @@ def run(spec: Spec, args: tuple | list, kwargs: dict, *, target: torch.Tensor | 
             coords = coords_for(args[primary])
     views = list(args)
     shaped = set()  # operands read as views shaped like the coordinates
+    scalars = set()  # 0-dim operands read as the 0-dim views of their elements
     staged: dict = {}  # operands copied into the coordinates (see operand_view)
     for i in positions:
         t = args[i]
@@ -430,6 +435,8 @@ def run(spec: Spec, args: tuple | list, kwargs: dict, *, target: torch.Tensor | 
             views[i] = scalar_view(t)
             if views[i] is None:
                 views[i] = t.cpu()
+            else:
+                scalars.add(i)
             continue
         views[i] = _operand(spec, coords, args, i, primary=(i == primary or (inplace and i == 0)), staged=staged)
         shaped.add(i)
@@ -446,7 +453,7 @@ def run(spec: Spec, args: tuple | list, kwargs: dict, *, target: torch.Tensor | 
         finish()
     elif whole:
         _C._fill_padding(out)
-    if key is not None and len(shaped) == len(positions):
+    if key is not None and len(shaped) + len(scalars) == len(positions):
         _record(key, spec, args, originals, positions, coords, result, target, inplace, front, views, staged, out)
     return out
 
