@@ -7,7 +7,7 @@
 namespace torch_layouts {
 namespace {
 
-enum class Kind { kSum, kAmax, kAmin, kMean };
+enum class Kind { kSum, kAmax, kAmin, kMean, kAll, kAny };
 
 class ReduceReplay final : public Replay {
  public:
@@ -28,6 +28,8 @@ class ReduceReplay final : public Replay {
         case Kind::kMean: v = at::sum(v, {d}, true, dtype); break;
         case Kind::kAmax: v = at::amax(v, {d}, true); break;
         case Kind::kAmin: v = at::amin(v, {d}, true); break;
+        case Kind::kAll: v = at::all(v, d, true); break;
+        case Kind::kAny: v = at::any(v, d, true); break;
       }
     }
     if (kind == Kind::kMean) v = v.to(at::kFloat).div(count).to(out_dtype);  // as ops/reductions._values
@@ -53,6 +55,10 @@ bool offer_reduce(const std::string& kind, const at::Tensor& x, BufferView input
     r->kind = Kind::kAmax;
   } else if (kind == "amin") {
     r->kind = Kind::kAmin;
+  } else if (kind == "all") {
+    r->kind = Kind::kAll;
+  } else if (kind == "any") {
+    r->kind = Kind::kAny;
   } else if (kind == "mean") {
     r->kind = Kind::kMean;
     r->count = count;

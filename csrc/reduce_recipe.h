@@ -11,8 +11,9 @@
 
 namespace torch_layouts {
 
-// `kind`: "sum", "amax", "amin" or "mean" (the called op's name, "aten::" + kind); `dtype`: a sum's
-// dtype (a mean's sums'); a mean divides its float32 sums by `count` and rounds to `out_dtype`.
+// `kind`: "sum", "amax", "amin", "mean", "all" or "any" (the called op's name, "aten::" + kind);
+// `dtype`: a sum's dtype (a mean's sums'); a mean divides its float32 sums by `count` and rounds
+// to `out_dtype`.
 bool offer_reduce(const std::string& kind, const at::Tensor& x, BufferView input, std::vector<int64_t> order,
                   std::optional<c10::ScalarType> dtype, LayoutPtr out, BufferView result, int64_t count = 1,
                   std::optional<c10::ScalarType> out_dtype = std::nullopt);

@@ -392,6 +392,12 @@ MULTI_DIM_CASES = [
     ("mean-over-the-batch-half", lambda x: x.mean(0), (64, 128), F16, lambda t: t),
     ("mean-two-dims-keepdim", lambda x: x.mean((0, 1), keepdim=True), (8, 1000), F32, lambda t: t),
     ("mean-half-into-float32", lambda x: x.mean(-1, dtype=torch.float32), (6, 70), F16, lambda t: t),
+    # all and any (of a comparison's bool result, or of numbers): per-dim all/any; any's zero padding is False
+    ("all-of-a-comparison", lambda x: (x > -3).all(), (32, 10), F32, lambda t: t),
+    ("all-over-rows", lambda x: (x > -2).all(-1), (32, 10), F32, lambda t: t),
+    ("any-keepdim", lambda x: (x > 2).any(0, keepdim=True), (40, 20), F16, lambda t: t),
+    ("any-of-1000-classes", lambda x: (x > 2.5).any(-1), (8, 1000), F32, lambda t: t),
+    ("all-of-numbers", lambda x: x.all(), (32, 10), F32, lambda t: t),
 ]
 
 
@@ -744,6 +750,8 @@ REPLAY_PROPERTY_OPS = [
     ("softmax-first", lambda x: torch.softmax(x, 0), False),
     ("log_softmax-last", lambda x: torch.log_softmax(x, -1), False),  # rows ending within a stick
     ("layer_norm-last", lambda x: torch.nn.functional.layer_norm(x, x.shape[-1:]), False),
+    ("all-first", lambda x: (x > -1).all(0), True),
+    ("any-last", lambda x: (x > 1).any(-1), True),
 ]
 
 

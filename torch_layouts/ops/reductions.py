@@ -383,18 +383,18 @@ def _offer(kind: str, x: torch.Tensor, v: torch.Tensor, kept: ReducePlan, keepdi
     the input's view written straight into the result's buffer, where the result's view is laid
     out as ``values`` (so the CPU kernel walks the elements in the same order: the same bits).
     Several, a result laid out otherwise (a sum over a padded stick: one value per stick), or a
-    mean: the same per-dim reductions as ``reduce_view`` (a mean's sums divided as ``_values``
-    does), their values copied into the result (``csrc/reduce_recipe.cpp``)."""
-    if (kind not in NATIVE and kind != "mean") or kept.row_sums or values.dtype != kept.out_dtype:
+    mean, ``all`` or ``any``: the same per-dim reductions as ``reduce_view`` (a mean's sums
+    divided as ``_values`` does), their values copied into the result (``csrc/reduce_recipe.cpp``)."""
+    if (kind not in NATIVE and kind not in ("mean", "all", "any")) or kept.row_sums or values.dtype != kept.out_dtype:
         return
     coords, dims = kept.coords, kept.dims
     w = write_plan(coords, dims, keepdim, values.dtype)
     if w.mode == "move":
         return
     boxes = _reduced_box(coords, kept.red, w.out_coords if w.mode == "same" else w.src)
-    if boxes is None and kind in ("sum", "mean") and \
+    if boxes is None and kind in ("sum", "mean", "any") and \
             x.device_tensor_layout().pad_value == 0 == w.out_coords.layout.pad_value:
-        boxes = []  # whole views: the input's zero padding sums to zeros, written over the result's zero padding
+        boxes = []  # whole views: the input's zero padding sums to zeros (or is False), written over the result's
     if boxes is None:
         return
     size = w.src.shape
