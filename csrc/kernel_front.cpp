@@ -362,8 +362,9 @@ void register_front(const std::string& name, py::object fn, bool counted) {
 bool offer_recipe(const std::vector<std::optional<at::Tensor>>& args, std::vector<RecipeRead> reads,
                   std::vector<LayoutPtr> outs, std::vector<BufferView> result_views,
                   const std::vector<std::pair<int64_t, py::object>>& overrides, const std::string& compute,
-                  const std::vector<std::vector<std::pair<int64_t, int64_t>>>& boxes) {
-  if (t_calls.empty() || reads.empty()) return false;
+                  const std::vector<std::vector<std::pair<int64_t, int64_t>>>& boxes,
+                  std::vector<std::pair<std::vector<RecipeRead>, std::vector<BufferView>>> pieces) {
+  if (t_calls.empty() || reads.empty() || (!pieces.empty() && !boxes.empty())) return false;
   Call& call = *t_calls.back();
   const std::vector<c10::IValue>& arguments = *call.arguments;
   auto own = [&](int64_t i) {  // the kernel's argument i is the call's own tensor
@@ -378,6 +379,18 @@ bool offer_recipe(const std::vector<std::optional<at::Tensor>>& args, std::vecto
   }
   for (const BufferView& v : result_views) {
     if (!well_formed(v)) return false;
+  }
+  for (const auto& [piece_reads, piece_results] : pieces) {  // the same arguments and results, each view its own
+    if (piece_reads.size() != reads.size() || piece_results.size() != result_views.size()) return false;
+    for (size_t k = 0; k < reads.size(); ++k) {
+      if (piece_reads[k].arg != reads[k].arg || piece_reads[k].staged || reads[k].staged ||
+          !well_formed(piece_reads[k].view)) {
+        return false;
+      }
+    }
+    for (const BufferView& v : piece_results) {
+      if (!well_formed(v)) return false;
+    }
   }
   for (const auto& box : boxes) {  // each box spans every dim of every view, within it
     auto inside = [&](const BufferView& v) {
@@ -452,7 +465,11 @@ bool offer_recipe(const std::vector<std::optional<at::Tensor>>& args, std::vecto
   }
   recipe->compute = handle;
   AtenRecipe::Part whole{std::move(reads), std::move(result_views)};
-  if (boxes.empty()) {
+  if (!pieces.empty()) {
+    for (auto& [piece_reads, piece_results] : pieces) {
+      recipe->parts.push_back(AtenRecipe::Part{std::move(piece_reads), std::move(piece_results)});
+    }
+  } else if (boxes.empty()) {
     recipe->parts.push_back(std::move(whole));
   } else {
     for (const auto& box : boxes) recipe->parts.push_back(narrowed(whole, box));

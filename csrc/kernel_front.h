@@ -90,12 +90,16 @@ struct RecipeRead {
 // the out= tensor (its view). `args`: the kernel's positional
 // arguments (each read's tensor must be the call's own). With `boxes` ((begin, count) per dim of
 // the views; a view's dims of size 1 stay whole), the compute runs once per box on the views
-// narrowed to it: a result's positions outside them (its padding) keep what they hold. Returns
-// whether it was kept.
+// narrowed to it: a result's positions outside them (its padding) keep what they hold. With
+// `pieces` (each a part's reads, of the same arguments as `reads`, and its result views), the
+// compute runs once per piece on its own views instead: strided pieces of a refinement of the
+// host shape (a comparison's bool result, whose view in its input's coordinates is no strided
+// view). Returns whether it was kept.
 bool offer_recipe(const std::vector<std::optional<at::Tensor>>& args, std::vector<RecipeRead> reads,
                   std::vector<LayoutPtr> outs, std::vector<BufferView> result_views,
                   const std::vector<std::pair<int64_t, pybind11::object>>& overrides, const std::string& compute,
-                  const std::vector<std::vector<std::pair<int64_t, int64_t>>>& boxes = {});
+                  const std::vector<std::vector<std::pair<int64_t, int64_t>>>& boxes = {},
+                  std::vector<std::pair<std::vector<RecipeRead>, std::vector<BufferView>>> pieces = {});
 
 // A recipe offered by `clone`'s kernel for the call it serves (`src` its argument): a new tensor
 // of `out` that the runtime copies `src` into (a kept view copy, csrc/view_copies.h), or, with

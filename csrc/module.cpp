@@ -157,7 +157,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       "_offer_recipe",
       [](const std::vector<std::optional<at::Tensor>>& args, const py::list& reads, const py::object& out,
          const py::object& result_view, const std::vector<std::pair<int64_t, py::object>>& overrides,
-         const std::string& compute, const std::vector<std::vector<std::pair<int64_t, int64_t>>>& boxes) {
+         const std::string& compute, const std::vector<std::vector<std::pair<int64_t, int64_t>>>& boxes,
+         const py::list& pieces) {
         // out: None, a record or a list of records; result_view: None, a (sizes, strides, offset)
         // tuple or a list of them
         std::vector<LayoutPtr> outs;
@@ -172,23 +173,36 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         } else if (!result_view.is_none()) {
           results.push_back(buffer_view(result_view));
         }
-        std::vector<RecipeRead> parsed;
-        for (const auto& item : reads) {
-          auto t = py::cast<py::tuple>(item);
-          TORCH_CHECK_VALUE(t.size() == 4 || t.size() == 6,
-                            "a recipe read is (argument, sizes, strides, offset[, staged record, restickify bytes])");
-          parsed.push_back(RecipeRead{py::cast<int64_t>(t[0]), BufferView{py::cast<std::vector<int64_t>>(t[1]),
-                                      py::cast<std::vector<int64_t>>(t[2]), py::cast<int64_t>(t[3])}});
-          if (t.size() == 6) {
-            parsed.back().staged = py::cast<std::shared_ptr<BoundLayout>>(t[4]);
-            TORCH_CHECK_VALUE(parsed.back().staged, "a staged recipe read needs its record, got None");
-            parsed.back().restickify_bytes = py::cast<int64_t>(t[5]);
+        auto parse = [](const py::list& items) {
+          std::vector<RecipeRead> parsed;
+          for (const auto& item : items) {
+            auto t = py::cast<py::tuple>(item);
+            TORCH_CHECK_VALUE(t.size() == 4 || t.size() == 6,
+                              "a recipe read is (argument, sizes, strides, offset[, staged record, restickify bytes])");
+            parsed.push_back(RecipeRead{py::cast<int64_t>(t[0]), BufferView{py::cast<std::vector<int64_t>>(t[1]),
+                                        py::cast<std::vector<int64_t>>(t[2]), py::cast<int64_t>(t[3])}});
+            if (t.size() == 6) {
+              parsed.back().staged = py::cast<std::shared_ptr<BoundLayout>>(t[4]);
+              TORCH_CHECK_VALUE(parsed.back().staged, "a staged recipe read needs its record, got None");
+              parsed.back().restickify_bytes = py::cast<int64_t>(t[5]);
+            }
           }
+          return parsed;
+        };
+        std::vector<std::pair<std::vector<RecipeRead>, std::vector<BufferView>>> parts;
+        for (const auto& piece : pieces) {  // (reads, result views)
+          auto pair = py::cast<py::tuple>(piece);
+          TORCH_CHECK_VALUE(pair.size() == 2, "a recipe piece is (reads, result views)");
+          std::vector<BufferView> views;
+          for (const auto& v : py::cast<py::list>(pair[1])) views.push_back(buffer_view(v));
+          parts.emplace_back(parse(py::cast<py::list>(pair[0])), std::move(views));
         }
-        return offer_recipe(args, std::move(parsed), std::move(outs), std::move(results), overrides, compute, boxes);
+        return offer_recipe(args, parse(reads), std::move(outs), std::move(results), overrides, compute, boxes,
+                            std::move(parts));
       },
       py::arg("args"), py::arg("reads"), py::arg("out"), py::arg("result_view"), py::arg("overrides"),
-      py::arg("compute"), py::arg("boxes") = std::vector<std::vector<std::pair<int64_t, int64_t>>>{});
+      py::arg("compute"), py::arg("boxes") = std::vector<std::vector<std::pair<int64_t, int64_t>>>{},
+      py::arg("pieces") = py::list());
   m.def(
       "_offer_clone_recipe",
       [](const at::Tensor& src, std::shared_ptr<BoundLayout> out, const py::list& pieces) {

@@ -354,6 +354,12 @@ BOOL_RESULTS = [
     ("isinf", torch.isinf, (6, 20, 30)),
     ("masked-fill-where-positive", lambda x: x.masked_fill(x > 0, 0.5), (32, 10)),  # a bool mask read in place
     ("masked-fill-3d", lambda x: x.masked_fill(x < 0, -2.0), (6, 20, 30)),
+    # rows of several sticks: the bool result has no strided view in the input's coordinates; the
+    # compute runs on strided pieces of a refinement of the shape (whole tiles in one piece)
+    ("gt-scalar-rows-of-sticks", lambda x: x > 0, (16, 128)),
+    ("eq-tensor-1000-classes", lambda x: x == x.flip(0), (8, 1000)),
+    ("isnan-padded-rows", torch.isnan, (3, 5, 70)),
+    ("ge-attention-scores", lambda x: x >= 0.5, (2, 128, 128)),
 ]
 
 

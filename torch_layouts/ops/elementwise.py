@@ -335,6 +335,8 @@ def _record(key: tuple, spec: Spec, args: list, originals: list, positions: list
             # another stick length (a comparison's bool result): written through its view in the coordinates
             p = plan(out, coords)
             if p is None or not p.stick_ok or p.shape is not None:
+                if front and not staged:
+                    _offer_pieces(key, spec, originals, reads, out_coords, out)
                 return
             target_read = (p.strides, p.offset)
     elif not inplace:
@@ -368,9 +370,43 @@ def _offer(recipe: Recipe, spec: Spec, args: tuple | list) -> None:
                      [(len(args) + i, v) for i, v in enumerate(spec.extra)], "aten::" + spec.native, boxes)
 
 
+# A call's pieces for ``_offer_pieces`` per signature (None: it has none), worked out once.
+PIECES: dict[tuple, list | None] = {}
+
+
+def _offer_pieces(key: tuple, spec: Spec, args: list, reads: list, out_coords: BoundLayout, out: torch.Tensor
+                  ) -> None:
+    """Offer the runtime's front a recipe whose compute runs on strided pieces of a refinement of
+    the host shape (``operands.piece_common_reads`` of each operand and the result): a comparison
+    whose bool result has no strided view in its input's coordinates (rows of several sticks, a
+    stick of bools holding four float32 sticks). Every tensor operand has the result's shape (or
+    is 0-dim: ``reads`` holds its element's view) and the same pieces."""
+    if spec.native is None:
+        return
+    if key not in PIECES:
+        keep(PIECES, key, _pieces(args, reads, out), MAX_RECIPES)
+    pieces = PIECES[key]
+    if pieces is None:
+        return
+    _C._offer_recipe([t if isinstance(t, torch.Tensor) else None for t in args], pieces[0][0],
+                     runtime_record(out_coords), pieces[0][1][0], [(len(args) + i, v) for i, v in enumerate(spec.extra)],
+                     "aten::" + spec.native, pieces=pieces)
+
+
+def _pieces(args: list, reads: list, out: torch.Tensor) -> list | None:
+    """``_offer_pieces``'s pieces: per piece, every operand's read and the result's view."""
+    shaped = [i for i, strides, _, _ in reads if strides]
+    per = [piece_common_reads(args[i], out) for i in shaped]
+    if not per or any(p is None or [dst for _, dst in p] != [dst for _, dst in per[0]] for p in per):
+        return None
+    scalars = [(i, (), (), offset) for i, strides, offset, _ in reads if not strides]
+    return [([(i, *p[k][0]) for i, p in zip(shaped, per)] + scalars, [per[0][k][1]]) for k in range(len(per[0]))]
+
+
 def forget_recipes() -> None:
     """Drop every kept recipe (this module's and the runtime front's)."""
     RECIPES.clear()
+    PIECES.clear()
     _C._forget_recipes()
 
 

@@ -191,18 +191,22 @@ def piece_common_reads(a: torch.Tensor, b: torch.Tensor, limit: int = 16) -> tup
     (2, True)
     """
     pair = common_reads(a, b)
-    if pair is not None:
-        return (pair,)
-    boxes = _piece_boxes([a, b], limit) if a.shape == b.shape else None
-    if boxes is None:
-        return None
-    pairs = [common_reads(a[box], b[box]) for box in boxes]
-    return None if any(p is None for p in pairs) else tuple(pairs)
+    if pair is not None or a.shape != b.shape:
+        return None if pair is None else (pair,)
+    for periods in (True, False):  # whole tiles of a tiled dim in one piece, else a piece per run
+        boxes = _piece_boxes([a, b], limit, periods)
+        pairs = None if boxes is None else [common_reads(a[box], b[box]) for box in boxes]
+        if pairs is not None and all(p is not None for p in pairs):
+            return tuple(pairs)
+    return None
 
 
-def _piece_boxes(tensors: Sequence[torch.Tensor], limit: int) -> list[tuple[slice, ...]] | None:
+def _piece_boxes(tensors: Sequence[torch.Tensor], limit: int, periods: bool = False
+                 ) -> list[tuple[slice, ...]] | None:
     """The boxes that cut tensors of one shape along each dim wherever any one's device offsets
-    change step (at most ``limit``), or None (too many, a dtype view, no layout)."""
+    change step (at most ``limit``), or None (too many, a dtype view, no layout). With
+    ``periods``, runs that repeat one pattern (a tiled dim's tiles: 1000 float32 columns in
+    sticks of 32) stay in one box, cut after the last whole one."""
     shape = tensors[0].shape
     cuts: list[set[int]] = [set() for _ in shape]
     for x in tensors:
@@ -220,6 +224,10 @@ def _piece_boxes(tensors: Sequence[torch.Tensor], limit: int) -> list[tuple[slic
                     while end + 1 < n and line[end + 1] - line[end] == step:
                         end += 1
                     end += 1
+                    if periods:  # further runs of that length, each the last one moved by one jump
+                        k, jump = end - start, line[end] - line[start] if end < n else 0
+                        while end + k <= n and all(line[end + j] == line[end - k + j] + jump for j in range(k)):
+                            end += k
                 cuts[d].add(start)
                 start = end
     runs = [[slice(a, b) for a, b in zip(sorted(c), sorted(c)[1:] + [n])] for c, n in zip(cuts, shape)]
