@@ -32,6 +32,7 @@ class AtenRecipe final : public Replay {
   };
   std::vector<Part> parts;
   std::vector<LayoutPtr> outs;         // the new results' layouts; none: the target is written
+  std::vector<LayoutPtr> staged_outs;  // per result, where it is computed first (null: in place)
   std::optional<c10::OperatorHandle> compute;  // the CPU out= overload
   size_t compute_args = 0;             // arguments passed before the result's view
   std::vector<bool> wrap;              // scalar arguments the compute takes as (wrapped-number) tensors
@@ -193,9 +194,14 @@ void AtenRecipe::run(c10::ArrayRef<c10::IValue> args, int64_t target, std::vecto
   }
   for (const auto& [i, value] : overrides) stack[i] = value;
   const c10::Device device = args[parts.front().reads.front().arg].toTensor().device();
-  std::vector<at::Tensor> values;
-  for (const LayoutPtr& out : outs) values.push_back(new_device_tensor(out, device));
+  std::vector<at::Tensor> values, written;  // the results; what the compute writes (a result, or its staging)
+  for (size_t i = 0; i < outs.size(); ++i) {
+    values.push_back(new_device_tensor(outs[i], device));
+    written.push_back(i < staged_outs.size() && staged_outs[i] ? new_device_tensor(staged_outs[i], device)
+                                                               : values.back());
+  }
   if (outs.empty()) values.push_back(args[target].toTensor());
+  if (outs.empty()) written.push_back(values.back());
   std::vector<at::Tensor> sources;  // the staged operands' copies, made once for every part
   for (const RecipeRead& read : parts.front().reads) {
     if (!read.staged) continue;
@@ -209,10 +215,13 @@ void AtenRecipe::run(c10::ArrayRef<c10::IValue> args, int64_t target, std::vecto
       call[read.arg] = borrowed_view_of(read.staged ? sources[read.arg] : args[read.arg].toTensor(), read.view);
     }
     if (part.results.empty()) call.emplace_back(call[target].toTensor());
-    for (size_t i = 0; i < part.results.size(); ++i) call.emplace_back(borrowed_view_of(values[i], part.results[i]));
+    for (size_t i = 0; i < part.results.size(); ++i) call.emplace_back(borrowed_view_of(written[i], part.results[i]));
     compute->callBoxed(call);
   }
-  for (at::Tensor& value : values) results.emplace_back(std::move(value));
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (!written[i].is_same(values[i])) values[i].copy_(written[i]);  // the runtime's copy into its layout
+    results.emplace_back(std::move(values[i]));
+  }
 }
 
 // The views of `part` narrowed to `box` ((begin, count) per dim of every view; a view's dim of
@@ -363,7 +372,8 @@ bool offer_recipe(const std::vector<std::optional<at::Tensor>>& args, std::vecto
                   std::vector<LayoutPtr> outs, std::vector<BufferView> result_views,
                   const std::vector<std::pair<int64_t, py::object>>& overrides, const std::string& compute,
                   const std::vector<std::vector<std::pair<int64_t, int64_t>>>& boxes,
-                  std::vector<std::pair<std::vector<RecipeRead>, std::vector<BufferView>>> pieces) {
+                  std::vector<std::pair<std::vector<RecipeRead>, std::vector<BufferView>>> pieces,
+                  std::vector<LayoutPtr> staged_outs) {
   if (t_calls.empty() || reads.empty() || (!pieces.empty() && !boxes.empty())) return false;
   Call& call = *t_calls.back();
   const std::vector<c10::IValue>& arguments = *call.arguments;
@@ -415,6 +425,7 @@ bool offer_recipe(const std::vector<std::optional<at::Tensor>>& args, std::vecto
   for (const LayoutPtr& out : outs) {
     if (!out) return false;
   }
+  if (!staged_outs.empty() && staged_outs.size() != outs.size()) return false;
   if (!outs.empty() ? call.target != -1 || result_views.size() != outs.size()
                     : call.target == -1 || result_views.size() > 1 || !result_views.empty() == reads_target) {
     return false;
@@ -475,6 +486,7 @@ bool offer_recipe(const std::vector<std::optional<at::Tensor>>& args, std::vecto
     for (const auto& box : boxes) recipe->parts.push_back(narrowed(whole, box));
   }
   recipe->outs = std::move(outs);
+  recipe->staged_outs = std::move(staged_outs);
   hold_layouts(*recipe, arguments);
   call.offered = std::move(recipe);
   return true;

@@ -94,12 +94,15 @@ struct RecipeRead {
 // `pieces` (each a part's reads, of the same arguments as `reads`, and its result views), the
 // compute runs once per piece on its own views instead: strided pieces of a refinement of the
 // host shape (a comparison's bool result, whose view in its input's coordinates is no strided
-// view). Returns whether it was kept.
+// view). With `staged_outs` (per result, a layout or null), a result with a layout is computed
+// into a new tensor of it, its view's, then copied into the result by the runtime (a gradient of
+// classes in padded sticks, computed dense). Returns whether it was kept.
 bool offer_recipe(const std::vector<std::optional<at::Tensor>>& args, std::vector<RecipeRead> reads,
                   std::vector<LayoutPtr> outs, std::vector<BufferView> result_views,
                   const std::vector<std::pair<int64_t, pybind11::object>>& overrides, const std::string& compute,
                   const std::vector<std::vector<std::pair<int64_t, int64_t>>>& boxes = {},
-                  std::vector<std::pair<std::vector<RecipeRead>, std::vector<BufferView>>> pieces = {});
+                  std::vector<std::pair<std::vector<RecipeRead>, std::vector<BufferView>>> pieces = {},
+                  std::vector<LayoutPtr> staged_outs = {});
 
 // A recipe offered by `clone`'s kernel for the call it serves (`src` its argument): a new tensor
 // of `out` that the runtime copies `src` into (a kept view copy, csrc/view_copies.h), or, with

@@ -158,7 +158,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       [](const std::vector<std::optional<at::Tensor>>& args, const py::list& reads, const py::object& out,
          const py::object& result_view, const std::vector<std::pair<int64_t, py::object>>& overrides,
          const std::string& compute, const std::vector<std::vector<std::pair<int64_t, int64_t>>>& boxes,
-         const py::list& pieces) {
+         const py::list& pieces, const std::vector<std::shared_ptr<BoundLayout>>& staged_outs) {
         // out: None, a record or a list of records; result_view: None, a (sizes, strides, offset)
         // tuple or a list of them
         std::vector<LayoutPtr> outs;
@@ -198,11 +198,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           parts.emplace_back(parse(py::cast<py::list>(pair[0])), std::move(views));
         }
         return offer_recipe(args, parse(reads), std::move(outs), std::move(results), overrides, compute, boxes,
-                            std::move(parts));
+                            std::move(parts), {staged_outs.begin(), staged_outs.end()});
       },
       py::arg("args"), py::arg("reads"), py::arg("out"), py::arg("result_view"), py::arg("overrides"),
       py::arg("compute"), py::arg("boxes") = std::vector<std::vector<std::pair<int64_t, int64_t>>>{},
-      py::arg("pieces") = py::list());
+      py::arg("pieces") = py::list(), py::arg("staged_outs") = std::vector<std::shared_ptr<BoundLayout>>{});
   m.def(
       "_offer_clone_recipe",
       [](const at::Tensor& src, std::shared_ptr<BoundLayout> out, const py::list& pieces) {

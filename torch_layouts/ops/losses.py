@@ -2,9 +2,10 @@
 kernels (pointwise ops and reductions), with the CPU kernels' formulas; ``nll_loss_forward`` and
 ``nll_loss_backward`` (``cross_entropy``'s), the CPU kernels on strided views of the device
 buffers (``operands.host_read``), writing the results' views: the CPU's bits and errors, no copy
-of the inputs where they are such views (a floating input that is not, log-probabilities of 1000
-classes in padded sticks, is first copied into a dense row-major layout). Their recipes are offered
-to the runtime's front, which replays later calls of a geometry, those copies too, without Python.
+of the inputs where they are such views (a floating input or result that is not, log-probabilities
+of 1000 classes in padded sticks or their gradient, is copied through a dense row-major layout).
+Their recipes are offered to the runtime's front, which replays later calls of a geometry, those
+copies too, without Python.
 
 >>> x = torch.randn(4, 3).log_softmax(1)
 >>> t = torch.tensor([0, 2, 1, 1])
@@ -67,12 +68,24 @@ def _read(x: torch.Tensor) -> tuple[torch.Tensor, Read, BoundLayout | None] | No
     return staged, host_read(staged), coords
 
 
+def _written(out: torch.Tensor) -> tuple[torch.Tensor, Read, BoundLayout | None] | None:
+    """Where the op writes the new result ``out``: ``out`` itself through its strided view, or,
+    for a floating result that no strided view holds (a gradient of classes in padded sticks), a
+    new dense row-major tensor copied into ``out`` after (its coordinates given)."""
+    r = host_read(out)
+    if r is not None or not out.is_floating_point():
+        return None if r is None else (out, r, None)
+    coords = _dense(out)
+    staged = new_tensor(coords, out.device)
+    return staged, host_read(staged), coords
+
+
 def _on_views(op: torch._ops.OpOverload, args: list, inputs: tuple[int, ...], shapes: list[tuple[int, ...]],
               device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
     """``op`` (a CPU ``out=`` overload) on strided views of the device tensors at ``inputs`` of
     ``args`` (``_read``), writing new device tensors of ``shapes`` (default layouts) through their
-    views; the recipe is offered to the runtime's front. Inputs that no read holds go through CPU
-    copies."""
+    views (``_written``); the recipe is offered to the runtime's front. Inputs that no read holds go
+    through CPU copies."""
     devices = {a.device for a in args if isinstance(a, torch.Tensor)}
     if len(devices) > 1:
         first, second = sorted(map(str, devices))[:2]
@@ -80,7 +93,7 @@ def _on_views(op: torch._ops.OpOverload, args: list, inputs: tuple[int, ...], sh
                            f"{first} and {second}!")
     outs = [new_tensor(default_coords(shape, dtype), device) for shape in shapes]
     reads = [(i, _read(args[i])) for i in inputs if args[i] is not None]
-    written = [host_read(o) for o in outs]
+    written = [_written(o) for o in outs]
     names = [a.name for a in op._schema.arguments if a.is_out]
     if any(r is None for _, r in reads) or any(w is None for w in written):
         values = op.overloadpacket.default(*[a.cpu() if isinstance(a, torch.Tensor) else a for a in args])
@@ -89,11 +102,15 @@ def _on_views(op: torch._ops.OpOverload, args: list, inputs: tuple[int, ...], sh
     call = list(args)
     for i, (t, r, _) in reads:
         call[i] = raw_view(t, *r)
-    op(*call, **{name: raw_view(o, *w) for name, o, w in zip(names, outs, written)})
+    op(*call, **{name: raw_view(t, *r) for name, (t, r, _) in zip(names, written)})
+    for o, (t, _, staged) in zip(outs, written):
+        if staged is not None:
+            o.copy_(t)
     offered = [(i, *r) + (() if staged is None else (runtime_record(staged), 0)) for i, (_, r, staged) in reads]
     _C._offer_recipe([a if isinstance(a, torch.Tensor) else None for a in args], offered,
-                     [runtime_record(default_coords(shape, dtype)) for shape in shapes], list(written), [],
-                     f"aten::{op._schema.name.split('::')[1]}.{op._overloadname}")
+                     [runtime_record(default_coords(shape, dtype)) for shape in shapes], [r for _, r, _ in written],
+                     [], f"aten::{op._schema.name.split('::')[1]}.{op._overloadname}",
+                     staged_outs=[None if staged is None else runtime_record(staged) for _, _, staged in written])
     return tuple(outs)
 
 
