@@ -1,7 +1,11 @@
 #include "dropout_recipe.h"
 
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 
+#include <mutex>
+
+#include "generator.h"
 #include "pointwise.h"
 
 namespace torch_layouts {
@@ -30,7 +34,64 @@ class DropoutBackward final : public Replay {
   }
 };
 
+// native_dropout(x, p, train) of a float32 x without padding: the keep draws as ops/dropout.draw_keep
+// makes them (a CPU generator seeded from the spyre generator's (seed, offset), bernoulli_ over a
+// tensor of `draws_sizes`/`draws_strides`, the offset moved past them), moved into a new tensor
+// of the coordinates by the runtime's copy, then the product and the mask in one pass; the draws,
+// the result and the mask are new tensors whose buffers are dense in the coordinates' shape.
+class DropoutForward final : public Replay {
+ public:
+  BufferView x_view, dense_view;
+  std::vector<int64_t> draws_sizes, draws_strides;
+  LayoutPtr values, mask;
+
+  void run(c10::ArrayRef<c10::IValue> args, int64_t, std::vector<c10::IValue>& results) const override {
+    const at::Tensor& x = args[0].toTensor();
+    const double keep = 1.0 - args[1].toDouble();
+    at::Generator gen = default_generator(x.device().index());  // a handle: its mutex is taken
+    uint64_t seed;
+    {
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      auto* impl = gen.get<SpyreGeneratorImpl>();
+      seed = impl->host_seed();
+      impl->advance(x.numel());
+    }
+    at::Generator host = at::make_generator<at::CPUGeneratorImpl>(seed);
+    at::Tensor drawn = at::empty({x.numel()}, x.options().device(at::kCPU)).as_strided(draws_sizes, draws_strides);
+    drawn.bernoulli_(keep, host);
+    at::Tensor dense = new_device_tensor(values, x.device());
+    dense.copy_(drawn);
+    at::Tensor result = new_device_tensor(values, x.device()), flags = new_device_tensor(mask, x.device());
+    dropout_apply(view_of(result, dense_view), view_of(flags, dense_view), view_of(x, x_view),
+                  view_of(dense, dense_view), keep == 0 ? 0.0 : 1.0 / keep);
+    results.emplace_back(std::move(result));
+    results.emplace_back(std::move(flags));
+  }
+};
+
 }  // namespace
+
+bool offer_dropout(const at::Tensor& x, BufferView x_view, std::vector<int64_t> draws_sizes,
+                   std::vector<int64_t> draws_strides, LayoutPtr values, LayoutPtr mask) {
+  if (!values || !mask || draws_sizes.size() != draws_strides.size() || x.scalar_type() != at::kFloat ||
+      x_view.sizes.size() != x_view.strides.size()) {
+    return false;
+  }
+  auto r = std::make_shared<DropoutForward>();
+  std::vector<int64_t> strides(x_view.sizes.size());
+  int64_t stride = 1;
+  for (size_t d = strides.size(); d-- > 0;) {
+    strides[d] = stride;
+    stride *= x_view.sizes[d];
+  }
+  r->dense_view = BufferView{x_view.sizes, std::move(strides), 0};
+  r->x_view = std::move(x_view);
+  r->draws_sizes = std::move(draws_sizes);
+  r->draws_strides = std::move(draws_strides);
+  r->values = std::move(values);
+  r->mask = std::move(mask);
+  return offer_replay(std::move(r), "aten::native_dropout", {{0, x}});
+}
 
 bool offer_dropout_backward(const at::Tensor& grad, const at::Tensor& mask, BufferView grad_view, BufferView mask_view,
                             LayoutPtr out, BufferView out_view) {

@@ -1,11 +1,18 @@
-// native_dropout_backward's replay in the runtime's front (csrc/kernel_front.h): ops/dropout.py
-// offers, for a call whose grad and mask it read where they lie, their views and the result's
-// layout; later calls of that geometry compute grad * mask * scale (pointwise.h) without Python.
+// native_dropout's and native_dropout_backward's replays in the runtime's front
+// (csrc/kernel_front.h): ops/dropout.py offers, for a call whose operands it read where they lie,
+// their views and the results' layouts; later calls of that geometry draw and compute (pointwise.h)
+// without Python.
 #pragma once
 
 #include "kernel_front.h"
 
 namespace torch_layouts {
+
+// native_dropout(x, p, train) (argument 0, read in `x_view`, float32, no padding): its keep draws
+// made over a CPU tensor of `draws_sizes`/`draws_strides` (empty_like(x)), then moved into a new
+// tensor of `values`; the result a new tensor of `values` too, the mask one of `mask`.
+bool offer_dropout(const at::Tensor& x, BufferView x_view, std::vector<int64_t> draws_sizes,
+                   std::vector<int64_t> draws_strides, LayoutPtr values, LayoutPtr mask);
 
 // `grad` and `mask` (arguments 0 and 1) read in `grad_view` and `mask_view`, the result a new tensor
 // of `out` written through `out_view`.

@@ -264,6 +264,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                       std::get<0>(c_groups), std::get<1>(c_groups), std::get<2>(c_groups), m, n, k, alpha, beta,
                       std::move(restickify_bytes));
   });
+  m.def("_offer_dropout", [](const at::Tensor& x, const py::object& x_view, std::vector<int64_t> draws_sizes,
+                             std::vector<int64_t> draws_strides, std::shared_ptr<BoundLayout> values,
+                             std::shared_ptr<BoundLayout> mask) {
+    return offer_dropout(x, buffer_view(x_view), std::move(draws_sizes), std::move(draws_strides), std::move(values),
+                         std::move(mask));
+  });
   m.def("_offer_dropout_backward", [](const at::Tensor& grad, const at::Tensor& mask, const py::object& grad_view,
                                       const py::object& mask_view, std::shared_ptr<BoundLayout> out,
                                       const py::object& out_view) {

@@ -631,6 +631,33 @@ def test_dropout_backward_replays_in_the_runtime_front(dtype, monkeypatch):
     assert torch.equal(second.cpu(), expected)
 
 
+@pytest.mark.parametrize("shape, p", [((8, 128, 64), 0.25), ((32, 64), 0.5), ((4, 96), 0.0)],
+                         ids=["model", "half", "p0"])
+def test_dropout_replays_in_the_runtime_front(shape, p, monkeypatch):
+    """native_dropout of a geometry seen before draws and computes without Python: for a seed, the
+    Python path's output and mask, in its layouts, and the generator's offset moved alike."""
+    from torch_layouts.ops import dropout
+    x = randn(*shape).to("spyre")
+    torch.native_dropout(x, p, True)  # the Python path, which offers its replay
+    calls = _calls_into_python(monkeypatch, dropout, "draw_keep")
+    replayed = []
+    for _ in range(2):
+        torch.spyre.manual_seed(11)
+        replayed.append(torch.native_dropout(x, p, True))
+        offset = torch.spyre.default_generators[0].get_offset()
+    assert not calls, "a replayed call entered Python"
+    torch.spyre.manual_seed(11)
+    with torch_layouts.strict_layouts():  # the Python path: no replay there
+        out, mask = torch.native_dropout(x, p, True)
+    assert len(calls) == 1 and torch.spyre.default_generators[0].get_offset() == offset
+    for o, m in replayed:
+        assert torch.equal(o.cpu(), out.cpu()) and torch.equal(m.cpu(), mask.cpu())
+        assert o.device_tensor_layout() == out.device_tensor_layout()
+        assert m.device_tensor_layout() == mask.device_tensor_layout()
+    keep = mask.cpu()
+    assert torch.equal(out.cpu(), x.cpu() * keep * (1 / (1 - p)))
+
+
 # One row per case: id, an out= call of an op whose functional kernel offers a replay, its CPU twin.
 OUT_CASES = [
     ("mm.out", lambda a, b, o: torch.mm(a, b, out=o)),

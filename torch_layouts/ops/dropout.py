@@ -5,9 +5,10 @@ generator seeded with the runtime's mix of the generator's (seed, offset) (``csr
 ``host_seed``), ``bernoulli_`` over a tensor like the input (``empty_like``), then the offset moves
 past the values drawn; so a seed gives the masks it gave before. The draws move into the
 input's coordinates (``operands.coords_for``) through the DMA; for float32 inputs without
-padding one pass then writes the product and the mask (``csrc/pointwise.h``). The boolean mask
-is laid out with the input's device dims, so the product and the backward read both in place
-(no restickify).
+padding one pass then writes the product and the mask (``csrc/pointwise.h``), and later calls of
+that geometry replay in the runtime's front, the draws included (``csrc/dropout_recipe.cpp``). The
+boolean mask is laid out with the input's device dims, so the product and the backward read both
+in place (no restickify).
 """
 
 from __future__ import annotations
@@ -86,6 +87,9 @@ def native_dropout(x: torch.Tensor, p: float, train: bool | None) -> tuple[torch
         out = new_tensor(coords, x.device)
         _C._dropout_apply(raw_view(out, coords.shape), raw_view(mask, coords.shape), view(x, coords, p),
                           raw_view(values, coords.shape), scale)
+        # later calls of this geometry: the runtime's front draws and computes them
+        _C._offer_dropout(x, (coords.shape, p.strides, p.offset), tuple(drawn.shape), tuple(drawn.stride()),
+                          runtime_record(coords), runtime_record(_mask_coords(coords)))
         return out, mask
     flags, dense = raw(mask).view(coords.shape), raw(values).view(coords.shape)
     for index in real_slices(coords)[0]:
