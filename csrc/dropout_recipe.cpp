@@ -38,11 +38,14 @@ class DropoutBackward final : public Replay {
 // makes them (a CPU generator seeded from the spyre generator's (seed, offset), bernoulli_ over a
 // tensor of `draws_sizes`/`draws_strides`, the offset moved past them), moved into a new tensor
 // of the coordinates by the runtime's copy, then the product and the mask in one pass; the draws,
-// the result and the mask are new tensors whose buffers are dense in the coordinates' shape.
+// the result and the mask are new tensors whose buffers are dense in the coordinates' shape. With
+// `boxes` (the coordinates' real positions: (begin, count) per dim), one pass per box: the padding
+// keeps the pad values the new tensors got.
 class DropoutForward final : public Replay {
  public:
   BufferView x_view, dense_view;
   std::vector<int64_t> draws_sizes, draws_strides;
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> boxes;
   LayoutPtr values, mask;
 
   void run(c10::ArrayRef<c10::IValue> args, int64_t, std::vector<c10::IValue>& results) const override {
@@ -62,8 +65,17 @@ class DropoutForward final : public Replay {
     at::Tensor dense = new_device_tensor(values, x.device());
     dense.copy_(drawn);
     at::Tensor result = new_device_tensor(values, x.device()), flags = new_device_tensor(mask, x.device());
-    dropout_apply(view_of(result, dense_view), view_of(flags, dense_view), view_of(x, x_view),
-                  view_of(dense, dense_view), keep == 0 ? 0.0 : 1.0 / keep);
+    const at::Tensor o = view_of(result, dense_view), k = view_of(flags, dense_view), xv = view_of(x, x_view),
+                     d = view_of(dense, dense_view);
+    const double scale = keep == 0 ? 0.0 : 1.0 / keep;
+    if (boxes.empty()) dropout_apply(o, k, xv, d, scale);
+    for (const auto& box : boxes) {
+      auto narrow = [&box](at::Tensor t) {
+        for (size_t dim = 0; dim < box.size(); ++dim) t = t.narrow(static_cast<int64_t>(dim), box[dim].first, box[dim].second);
+        return t;
+      };
+      dropout_apply(narrow(o), narrow(k), narrow(xv), narrow(d), scale);
+    }
     results.emplace_back(std::move(result));
     results.emplace_back(std::move(flags));
   }
@@ -72,10 +84,17 @@ class DropoutForward final : public Replay {
 }  // namespace
 
 bool offer_dropout(const at::Tensor& x, BufferView x_view, std::vector<int64_t> draws_sizes,
-                   std::vector<int64_t> draws_strides, LayoutPtr values, LayoutPtr mask) {
+                   std::vector<int64_t> draws_strides, LayoutPtr values, LayoutPtr mask,
+                   std::vector<std::vector<std::pair<int64_t, int64_t>>> boxes) {
   if (!values || !mask || draws_sizes.size() != draws_strides.size() || x.scalar_type() != at::kFloat ||
       x_view.sizes.size() != x_view.strides.size()) {
     return false;
+  }
+  for (const auto& box : boxes) {  // each within the views
+    if (box.size() != x_view.sizes.size()) return false;
+    for (size_t d = 0; d < box.size(); ++d) {
+      if (box[d].first < 0 || box[d].second < 0 || box[d].first + box[d].second > x_view.sizes[d]) return false;
+    }
   }
   auto r = std::make_shared<DropoutForward>();
   std::vector<int64_t> strides(x_view.sizes.size());
@@ -88,6 +107,7 @@ bool offer_dropout(const at::Tensor& x, BufferView x_view, std::vector<int64_t> 
   r->x_view = std::move(x_view);
   r->draws_sizes = std::move(draws_sizes);
   r->draws_strides = std::move(draws_strides);
+  r->boxes = std::move(boxes);
   r->values = std::move(values);
   r->mask = std::move(mask);
   return offer_replay(std::move(r), "aten::native_dropout", {{0, x}});

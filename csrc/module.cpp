@@ -266,9 +266,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   });
   m.def("_offer_dropout", [](const at::Tensor& x, const py::object& x_view, std::vector<int64_t> draws_sizes,
                              std::vector<int64_t> draws_strides, std::shared_ptr<BoundLayout> values,
-                             std::shared_ptr<BoundLayout> mask) {
+                             std::shared_ptr<BoundLayout> mask,
+                             std::vector<std::vector<std::pair<int64_t, int64_t>>> boxes) {
     return offer_dropout(x, buffer_view(x_view), std::move(draws_sizes), std::move(draws_strides), std::move(values),
-                         std::move(mask));
+                         std::move(mask), std::move(boxes));
   });
   m.def("_offer_dropout_backward", [](const at::Tensor& grad, const at::Tensor& mask, const py::object& grad_view,
                                       const py::object& mask_view, std::shared_ptr<BoundLayout> out,

@@ -631,11 +631,12 @@ def test_dropout_backward_replays_in_the_runtime_front(dtype, monkeypatch):
     assert torch.equal(second.cpu(), expected)
 
 
-@pytest.mark.parametrize("shape, p", [((8, 128, 64), 0.25), ((32, 64), 0.5), ((4, 96), 0.0)],
-                         ids=["model", "half", "p0"])
+@pytest.mark.parametrize("shape, p", [((8, 128, 64), 0.25), ((32, 64), 0.5), ((4, 96), 0.0), ((32, 10), 0.1),
+                                      ((3, 40, 100), 0.3)], ids=["model", "half", "p0", "short-stick", "padded-sticks"])
 def test_dropout_replays_in_the_runtime_front(shape, p, monkeypatch):
-    """native_dropout of a geometry seen before draws and computes without Python: for a seed, the
-    Python path's output and mask, in its layouts, and the generator's offset moved alike."""
+    """native_dropout of a geometry seen before draws and computes without Python (box by box where
+    there is padding): for a seed, the Python path's output and mask, in its layouts, the pad value
+    in their padding, and the generator's offset moved alike."""
     from torch_layouts.ops import dropout
     x = randn(*shape).to("spyre")
     torch.native_dropout(x, p, True)  # the Python path, which offers its replay
@@ -652,6 +653,7 @@ def test_dropout_replays_in_the_runtime_front(shape, p, monkeypatch):
     assert len(calls) == 1 and torch.spyre.default_generators[0].get_offset() == offset
     for o, m in replayed:
         assert torch.equal(o.cpu(), out.cpu()) and torch.equal(m.cpu(), mask.cpu())
+        assert padding_holds_pad_value(o) and padding_holds_pad_value(m)
         assert o.device_tensor_layout() == out.device_tensor_layout()
         assert m.device_tensor_layout() == mask.device_tensor_layout()
     keep = mask.cpu()

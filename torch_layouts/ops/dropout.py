@@ -4,11 +4,11 @@ The keep mask draws from the spyre generator exactly as the CPU fallback did: a 
 generator seeded with the runtime's mix of the generator's (seed, offset) (``csrc/generator.cpp``'s
 ``host_seed``), ``bernoulli_`` over a tensor like the input (``empty_like``), then the offset moves
 past the values drawn; so a seed gives the masks it gave before. The draws move into the
-input's coordinates (``operands.coords_for``) through the DMA; for float32 inputs without
-padding one pass then writes the product and the mask (``csrc/pointwise.h``), and later calls of
-that geometry replay in the runtime's front, the draws included (``csrc/dropout_recipe.cpp``). The
-boolean mask is laid out with the input's device dims, so the product and the backward read both
-in place (no restickify).
+input's coordinates (``operands.coords_for``) through the DMA; for float32 inputs one pass (per
+box of real positions, where there is padding) then writes the product and the mask
+(``csrc/pointwise.h``), and later calls of that geometry replay in the runtime's front, the draws
+included (``csrc/dropout_recipe.cpp``). The boolean mask is laid out with the input's device dims,
+so the product and the backward read both in place (no restickify).
 """
 
 from __future__ import annotations
@@ -82,14 +82,18 @@ def native_dropout(x: torch.Tensor, p: float, train: bool | None) -> tuple[torch
     # relayout), where the mask's conversion and the product read them in storage order.
     values = new_tensor(coords, x.device).copy_(drawn)
     mask = new_tensor(_mask_coords(coords), x.device)
-    p = plan(x, coords) if x.dtype == torch.float32 and not has_padding(coords) else None
-    if p is not None and p.stick_ok and p.shape is None:  # the product and the mask in one pass
+    p = plan(x, coords) if x.dtype == torch.float32 else None
+    pieces, whole = real_slices(coords)
+    if p is not None and p.stick_ok and p.shape is None and not whole:  # the product and the mask in one pass per box
         out = new_tensor(coords, x.device)
-        _C._dropout_apply(raw_view(out, coords.shape), raw_view(mask, coords.shape), view(x, coords, p),
-                          raw_view(values, coords.shape), scale)
+        views = (raw_view(out, coords.shape), raw_view(mask, coords.shape), view(x, coords, p),
+                 raw_view(values, coords.shape))
+        for index in pieces:
+            _C._dropout_apply(*(v[index] for v in views), scale)
+        boxes = [[(s.start, s.stop - s.start) for s in index] for index in pieces] if has_padding(coords) else []
         # later calls of this geometry: the runtime's front draws and computes them
         _C._offer_dropout(x, (coords.shape, p.strides, p.offset), tuple(drawn.shape), tuple(drawn.stride()),
-                          runtime_record(coords), runtime_record(_mask_coords(coords)))
+                          runtime_record(coords), runtime_record(_mask_coords(coords)), boxes)
         return out, mask
     flags, dense = raw(mask).view(coords.shape), raw(values).view(coords.shape)
     for index in real_slices(coords)[0]:
