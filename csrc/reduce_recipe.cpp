@@ -18,10 +18,11 @@ class ReduceReplay final : public Replay {
   int64_t count = 1;                      // a mean's reduced elements
   c10::ScalarType out_dtype = at::kFloat;  // a mean's result dtype
   LayoutPtr out;
+  std::vector<ReducePiece> pieces;        // several boxes (no input and result view then)
+  std::vector<int64_t> values_sizes;      // their values' shape (the reduced dims of size 1)
 
-  void run(c10::ArrayRef<c10::IValue> args, int64_t, std::vector<c10::IValue>& results) const override {
-    const at::Tensor& x = args[0].toTensor();
-    at::Tensor v = view_of(x, input);
+  // The per-dim reductions of v, as ops/reductions.reduce_view and _values make them.
+  at::Tensor reduce(at::Tensor v) const {
     for (int64_t d : order) {
       switch (kind) {
         case Kind::kSum:
@@ -33,11 +34,54 @@ class ReduceReplay final : public Replay {
       }
     }
     if (kind == Kind::kMean) v = v.to(at::kFloat).div(count).to(out_dtype);  // as ops/reductions._values
+    return v;
+  }
+
+  void combine(at::Tensor& region, const at::Tensor& v) const {
+    switch (kind) {
+      case Kind::kAmax: at::maximum_out(region, region, v); break;
+      case Kind::kAmin: at::minimum_out(region, region, v); break;
+      case Kind::kAll: at::logical_and_out(region, region, v); break;
+      case Kind::kAny: at::logical_or_out(region, region, v); break;
+      default: TORCH_INTERNAL_ASSERT(false, "only amax, amin, all and any combine their boxes");
+    }
+  }
+
+  void run(c10::ArrayRef<c10::IValue> args, int64_t, std::vector<c10::IValue>& results) const override {
+    const at::Tensor& x = args[0].toTensor();
     at::Tensor r = new_device_tensor(out, x.device());
-    view_of(r, result).copy_(v);
+    if (pieces.empty()) {
+      view_of(r, result).copy_(reduce(view_of(x, input)));
+      results.emplace_back(std::move(r));
+      return;
+    }
+    at::Tensor values;  // ops/reductions._boxed_values: each box's values, combined where regions meet
+    for (const ReducePiece& p : pieces) {
+      const at::Tensor v = reduce(view_of(x, p.input));
+      if (!values.defined()) values = at::zeros(values_sizes, v.options());
+      at::Tensor region = values.as_strided(p.region.sizes, p.region.strides, p.region.offset);
+      if (p.writes) {
+        region.copy_(v);
+      } else {
+        combine(region, v);
+      }
+    }
+    for (const ReducePiece& p : pieces) {
+      if (p.writes) view_of(r, p.result).copy_(values.as_strided(p.region.sizes, p.region.strides, p.region.offset));
+    }
     results.emplace_back(std::move(r));
   }
 };
+
+std::optional<Kind> kind_of(const std::string& kind) {
+  if (kind == "sum") return Kind::kSum;
+  if (kind == "amax") return Kind::kAmax;
+  if (kind == "amin") return Kind::kAmin;
+  if (kind == "all") return Kind::kAll;
+  if (kind == "any") return Kind::kAny;
+  if (kind == "mean") return Kind::kMean;
+  return std::nullopt;
+}
 
 }  // namespace
 
@@ -49,22 +93,12 @@ bool offer_reduce(const std::string& kind, const at::Tensor& x, BufferView input
     return false;
   }
   auto r = std::make_shared<ReduceReplay>();
-  if (kind == "sum") {
-    r->kind = Kind::kSum;
-  } else if (kind == "amax") {
-    r->kind = Kind::kAmax;
-  } else if (kind == "amin") {
-    r->kind = Kind::kAmin;
-  } else if (kind == "all") {
-    r->kind = Kind::kAll;
-  } else if (kind == "any") {
-    r->kind = Kind::kAny;
-  } else if (kind == "mean") {
-    r->kind = Kind::kMean;
+  const std::optional<Kind> parsed = kind_of(kind);
+  if (!parsed) return false;
+  r->kind = *parsed;
+  if (r->kind == Kind::kMean) {
     r->count = count;
     r->out_dtype = *out_dtype;
-  } else {
-    return false;
   }
   for (size_t d = 0; d < input.sizes.size(); ++d) {  // the values' shape: the input's, 1 along the reduced dims
     const bool reduced = std::find(order.begin(), order.end(), static_cast<int64_t>(d)) != order.end();
@@ -77,6 +111,39 @@ bool offer_reduce(const std::string& kind, const at::Tensor& x, BufferView input
   r->result = std::move(result);
   r->order = std::move(order);
   r->dtype = dtype;
+  r->out = std::move(out);
+  return offer_replay(std::move(r), "aten::" + kind, {{0, x}});
+}
+
+bool offer_reduce_pieces(const std::string& kind, const at::Tensor& x, std::vector<ReducePiece> pieces,
+                         std::vector<int64_t> values_sizes, std::vector<int64_t> order, LayoutPtr out) {
+  const std::optional<Kind> parsed = kind_of(kind);
+  if (!out || !parsed || pieces.empty() || pieces.front().writes == false ||
+      (*parsed != Kind::kAmax && *parsed != Kind::kAmin && *parsed != Kind::kAll && *parsed != Kind::kAny)) {
+    return false;
+  }
+  const int64_t numel = c10::multiply_integers(values_sizes);
+  for (const ReducePiece& p : pieces) {  // one rank; each region within the values, the result's view its shape
+    const size_t rank = values_sizes.size();
+    if (p.input.sizes.size() != rank || p.input.strides.size() != rank || p.region.sizes.size() != rank ||
+        p.region.strides.size() != rank || p.result.sizes != p.region.sizes || p.result.strides.size() != rank) {
+      return false;
+    }
+    int64_t last = p.region.offset;
+    for (size_t d = 0; d < rank; ++d) {
+      if (p.region.sizes[d] < 1 || p.region.strides[d] < 0) return false;
+      last += (p.region.sizes[d] - 1) * p.region.strides[d];
+    }
+    if (p.region.offset < 0 || last >= numel) return false;
+  }
+  for (int64_t d : order) {
+    if (d < 0 || static_cast<size_t>(d) >= values_sizes.size()) return false;
+  }
+  auto r = std::make_shared<ReduceReplay>();
+  r->kind = *parsed;
+  r->pieces = std::move(pieces);
+  r->values_sizes = std::move(values_sizes);
+  r->order = std::move(order);
   r->out = std::move(out);
   return offer_replay(std::move(r), "aten::" + kind, {{0, x}});
 }

@@ -404,6 +404,16 @@ MULTI_DIM_CASES = [
     ("any-keepdim", lambda x: (x > 2).any(0, keepdim=True), (40, 20), F16, lambda t: t),
     ("any-of-1000-classes", lambda x: (x > 2.5).any(-1), (8, 1000), F32, lambda t: t),
     ("all-of-numbers", lambda x: x.all(), (32, 10), F32, lambda t: t),
+    # several boxes of real positions (rows of several sticks, the last partial), their padding not
+    # the reduction's identity: each box reduced, combined where their regions meet (all negative:
+    # a read of the zero padding would show)
+    ("amax-of-1000-negative-classes", lambda x: x.amax(-1), (8, 1000), F32, lambda t: t - 10),
+    ("amax-over-rows-of-padded-sticks", lambda x: x.amax(0), (8, 1000), F32, lambda t: t - 10),
+    ("amax-of-everything", lambda x: x.amax(), (8, 1000), F32, lambda t: t - 10),
+    ("amin-keepdim-half", lambda x: x.amin(-1, keepdim=True), (4, 3, 70), F16, lambda t: t + 10),
+    ("amax-two-dims-of-three", lambda x: x.amax((0, 2)), (3, 5, 70), F32, lambda t: t - 10),
+    ("all-over-padded-rows", lambda x: (x > -2).all(-1), (64, 100), F32, lambda t: t),
+    ("all-of-numbers-padded-rows", lambda x: x.all(), (64, 100), F32, lambda t: t),
 ]
 
 
@@ -787,6 +797,7 @@ REPLAY_PROPERTY_OPS = [
     ("layer_norm-last", lambda x: torch.nn.functional.layer_norm(x, x.shape[-1:]), False),
     ("all-first", lambda x: (x > -1).all(0), True),
     ("any-last", lambda x: (x > 1).any(-1), True),
+    ("amax-last-of-negatives", lambda x: (x - 10).amax(-1), True),  # several boxes: never the zero padding
 ]
 
 

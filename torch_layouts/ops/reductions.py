@@ -16,6 +16,7 @@ input's, with the reduced ones collapsed.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from collections.abc import Sequence
 from typing import NamedTuple
@@ -307,12 +308,50 @@ def _values(kind: str, v: torch.Tensor, red: tuple[int, ...], row_sums: bool, co
     return values.to(out_dtype)
 
 
+# Reductions whose partial results over disjoint boxes combine exactly into the whole one's.
+COMBINE = {"amax": torch.maximum, "amin": torch.minimum, "all": torch.logical_and, "any": torch.logical_or}
+
+
+@functools.lru_cache(maxsize=1024)
+def box_regions(kind: str, coords: BoundLayout, red: tuple[int, ...]
+                ) -> tuple[tuple[tuple[tuple[int, int], ...], tuple[tuple[int, int], ...], bool], ...] | None:
+    """For a ``COMBINE`` reduction over device dims ``red`` of padded coordinates whose real
+    positions are several boxes (1000 classes: 31 whole sticks and one of 8; at most 16): per box,
+    the box, its region of the values (``red`` of size 1) and whether it is the first box there
+    (it writes the region; the others combine into it). None where two boxes' regions overlap
+    without being the same, or for other kinds."""
+    if kind not in COMBINE or not has_padding(coords) or one_real_box(coords) is not None:
+        return None
+    boxes = list(itertools.islice(coords.real_boxes(), 17))
+    if len(boxes) > 16:
+        return None
+    out, seen = [], []
+    for box in boxes:
+        region = tuple((0, 1) if d in red else b for d, b in enumerate(box))
+        for other in seen:
+            if other != region and all(a < c + m and c < a + n for (a, n), (c, m) in zip(region, other)):
+                return None  # overlapping, not the same
+        out.append((box, region, region not in seen))
+        seen.append(region)
+    return tuple(out)
+
+
 def _boxed_values(kind: str, v: torch.Tensor, coords: BoundLayout, red: tuple[int, ...], row_sums: bool, count: int,
                   device: torch.device, out_dtype: torch.dtype, dtype: torch.dtype | None) -> torch.Tensor:
     """``_values`` of the view ``v`` in ``coords``; where the real positions are one box, of that
     box only (the padding beside it and within the reduced dims neither read nor reduced: the CPU
-    kernel walks the real elements as it walks a tensor of their shape), the rest zeros."""
+    kernel walks the real elements as it walks a tensor of their shape), the rest zeros; where
+    they are several boxes (``box_regions``), of each box, combined where their regions meet."""
     box = one_real_box(coords)
+    regions = box_regions(kind, coords, red) if box is None else None
+    if regions is not None:
+        values = torch.zeros([1 if d in red else n for d, n in enumerate(v.shape)], dtype=out_dtype)
+        for part, region, writes in regions:
+            got = _values(kind, v[tuple(slice(b, b + n) for b, n in part)], red, row_sums, count, device, out_dtype,
+                          dtype)
+            target = values[tuple(slice(b, b + n) for b, n in region)]
+            target.copy_(got) if writes else COMBINE[kind](target, got, out=target)
+        return values
     if box is None:
         return _values(kind, v, red, row_sums, count, device, out_dtype, dtype)
     index = tuple(slice(b, b + n) for b, n in box)
@@ -360,7 +399,7 @@ def reduce(kind: str, x: torch.Tensor, dim: int | Sequence[int] | None, keepdim:
     original = x
     x, coords, v, red, exact = readable(x, dims)
     pad = x.device_tensor_layout().pad_value
-    boxed = one_real_box(coords) is not None  # the padding is never read: no mask
+    boxed = one_real_box(coords) is not None or box_regions(kind, coords, red) is not None  # no padding read: no mask
     masked_v = v if boxed else masked(v, coords, exact, pad, identity(kind, x.dtype))
     count = math.prod(x.shape[d] for d in dims)
     row_sums = kind in ("sum", "mean") and x.numel() >= ROW_SUMS_FROM and _row_sums_apply(masked_v, red, out_dtype)
@@ -391,6 +430,10 @@ def _offer(kind: str, x: torch.Tensor, v: torch.Tensor, kept: ReducePlan, keepdi
     w = write_plan(coords, dims, keepdim, values.dtype)
     if w.mode == "move":
         return
+    regions = box_regions(kind, coords, kept.red)
+    if regions is not None:  # several boxes: each reduced, combined where their regions meet
+        _offer_pieces(kind, x, v, kept, w, regions)
+        return
     boxes = _reduced_box(coords, kept.red, w.out_coords if w.mode == "same" else w.src)
     if boxes is None and kind in ("sum", "mean", "any") and \
             x.device_tensor_layout().pad_value == 0 == w.out_coords.layout.pad_value:
@@ -413,6 +456,25 @@ def _offer(kind: str, x: torch.Tensor, v: torch.Tensor, kept: ReducePlan, keepdi
         return
     _C._offer_recipe([x], [(0, tuple(v.shape), tuple(v.stride()), v.storage_offset())], runtime_record(w.out_coords),
                      (size, strides, offset), [(1, list(kept.red)), (2, True)], NATIVE[kind], boxes)
+
+
+def _offer_pieces(kind: str, x: torch.Tensor, v: torch.Tensor, kept: ReducePlan, w: WritePlan, regions: tuple
+                  ) -> None:
+    """Offer the front ``_boxed_values``' reduction over several boxes (``box_regions``): per box,
+    the input's view of it, its region of the values and the result's view of that region
+    (``csrc/reduce_recipe.cpp``)."""
+    size = w.src.shape
+    strides, offset = w.read if w.mode == "strided" else (rowmajor(size), 0)
+    values_strides = rowmajor(size)
+    pieces = []
+    for box, region, writes in regions:
+        start = sum(b * st for (b, _), st in zip(box, v.stride()))
+        sizes = tuple(n for _, n in region)
+        pieces.append(((tuple(n for _, n in box), tuple(v.stride()), v.storage_offset() + start),
+                       (sizes, values_strides, sum(b * st for (b, _), st in zip(region, values_strides))),
+                       (sizes, strides, offset + sum(b * st for (b, _), st in zip(region, strides))), writes))
+    _C._offer_reduce_pieces(kind, x, pieces, list(size), sorted(kept.red, key=lambda d: (v.stride(d), d)),
+                            runtime_record(w.out_coords))
 
 
 @functools.lru_cache(maxsize=1024)
