@@ -200,8 +200,10 @@ void AtenRecipe::run(c10::ArrayRef<c10::IValue> args, int64_t target, std::vecto
     written.push_back(i < staged_outs.size() && staged_outs[i] ? new_device_tensor(staged_outs[i], device)
                                                                : values.back());
   }
-  if (outs.empty()) values.push_back(args[target].toTensor());
-  if (outs.empty()) written.push_back(values.back());
+  if (outs.empty()) {  // the target, written in place
+    values.push_back(args[target].toTensor());
+    written.push_back(values.back());
+  }
   std::vector<at::Tensor> sources;  // the staged operands' copies, made once for every part
   for (const RecipeRead& read : parts.front().reads) {
     if (!read.staged) continue;
