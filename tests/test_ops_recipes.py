@@ -670,6 +670,34 @@ def test_dropout_replays_in_the_runtime_front(shape, p, monkeypatch):
     assert torch.equal(out.cpu(), x.cpu() * keep * (1 / (1 - p)))
 
 
+# Same-device conversions (`_to_copy`): id, shape, from dtype, to dtype, device layout dim order (None: default).
+CONVERSIONS = [
+    ("float32-to-float16", (32, 64), F32, F16, None),  # the result's stick holds two of the input's
+    ("padded-float32-to-float16", (6, 70), F32, F16, None),
+    ("float16-to-float32", (64, 32), F16, F32, None),
+    ("float32-to-bfloat16-3d", (4, 16, 96), F32, torch.bfloat16, None),
+    ("dim-order-float32-to-float16", (40, 70), F32, F16, [1, 0]),
+    ("float32-to-int32", (32, 10), F32, torch.int32, None),
+]
+
+
+@pytest.mark.parametrize("_, shape, src, dst, order", CONVERSIONS, ids=[c[0] for c in CONVERSIONS])
+def test_conversions_are_kept_per_geometry(_, shape, src, dst, order, monkeypatch):
+    """A conversion of a geometry seen before converts piece by piece without planning again: the
+    first call's bits, layout and padding, and the CPU's values."""
+    elementwise.forget_recipes()
+    x = (randn(*shape) * 3).to(src)
+    dx = x.to("spyre") if order is None else x.to("spyre", device_layout=SpyreTensorLayout(shape, src, order))
+    first = dx.to(dst)
+    calls = _calls_into_python(monkeypatch, elementwise, "convert")
+    for _ in range(2):
+        again = dx.to(dst)
+        assert torch.equal(again.cpu(), first.cpu()) and again.device_tensor_layout() == first.device_tensor_layout()
+        assert padding_holds_pad_value(again)
+    assert not calls, "a kept conversion planned again"
+    assert torch.equal(first.cpu(), x.to(dst))
+
+
 # One row per case: id, an out= call of an op whose functional kernel offers a replay, its CPU twin.
 OUT_CASES = [
     ("mm.out", lambda a, b, o: torch.mm(a, b, out=o)),

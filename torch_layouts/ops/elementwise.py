@@ -407,6 +407,7 @@ def forget_recipes() -> None:
     """Drop every kept recipe (this module's and the runtime front's)."""
     RECIPES.clear()
     PIECES.clear()
+    CONVERSIONS.clear()
     _C._forget_recipes()
 
 
@@ -553,11 +554,31 @@ def convert(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return run(COPY, [x], {}, out_dtype=dtype)
 
 
+# Conversions per (geometry, dtype): the result's record and the strided pieces that copy the
+# input into it (``operands.piece_common_reads``), and the input's layout objects (held).
+CONVERSIONS: dict[tuple, tuple[_C.BoundLayout, tuple, tuple]] = {}
+
+
 def to_copy(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """``_to_copy`` within one spyre device (the runtime calls it): a conversion that keeps the
-    layout's dim_order. Moves between devices never come here."""
+    layout's dim_order. Moves between devices never come here. A conversion whose result the
+    input's strided pieces cover is kept per geometry: later ones make the result and convert
+    piece by piece (CPU copies between the buffers, the same rounding), with no planning."""
     count_kernel("aten::_to_copy")
-    return convert(x, dtype)
+    key = geometry_key(x)
+    key = None if key is None or rules.is_strict() else (key, dtype)
+    kept = CONVERSIONS.get(key) if key is not None else None
+    if kept is not None:
+        out = _C._empty_with_layout(kept[0], x.device.index)
+        for src, dst in kept[1]:
+            raw_view(out, *dst).copy_(raw_view(x, *src))
+        return out
+    out = convert(x, dtype)
+    record = record_of(out)
+    pieces = piece_common_reads(x, out) if key is not None and record is not None else None
+    if pieces is not None:
+        keep(CONVERSIONS, key, (record, pieces, layouts_of([x])), MAX_RECIPES)
+    return out
 
 
 def clone(x: torch.Tensor, *, memory_format: torch.memory_format | None = None) -> torch.Tensor:
