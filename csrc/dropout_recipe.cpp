@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <c10/util/strides.h>
 
 #include <mutex>
 
@@ -97,13 +98,8 @@ bool offer_dropout(const at::Tensor& x, BufferView x_view, std::vector<int64_t> 
     }
   }
   auto r = std::make_shared<DropoutForward>();
-  std::vector<int64_t> strides(x_view.sizes.size());
-  int64_t stride = 1;
-  for (size_t d = strides.size(); d-- > 0;) {
-    strides[d] = stride;
-    stride *= x_view.sizes[d];
-  }
-  r->dense_view = BufferView{x_view.sizes, std::move(strides), 0};
+  const c10::DimVector dense = c10::contiguous_strides(x_view.sizes);
+  r->dense_view = BufferView{x_view.sizes, {dense.begin(), dense.end()}, 0};
   r->x_view = std::move(x_view);
   r->draws_sizes = std::move(draws_sizes);
   r->draws_strides = std::move(draws_strides);

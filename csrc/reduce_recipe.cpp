@@ -56,18 +56,19 @@ class ReduceReplay final : public Replay {
       return;
     }
     at::Tensor values;  // ops/reductions._boxed_values: each box's values, combined where regions meet
+    std::vector<at::Tensor> regions;
     for (const ReducePiece& p : pieces) {
       const at::Tensor v = reduce(view_of(x, p.input));
       if (!values.defined()) values = at::zeros(values_sizes, v.options());
-      at::Tensor region = values.as_strided(p.region.sizes, p.region.strides, p.region.offset);
+      at::Tensor& region = regions.emplace_back(values.as_strided(p.region.sizes, p.region.strides, p.region.offset));
       if (p.writes) {
         region.copy_(v);
       } else {
         combine(region, v);
       }
     }
-    for (const ReducePiece& p : pieces) {
-      if (p.writes) view_of(r, p.result).copy_(values.as_strided(p.region.sizes, p.region.strides, p.region.offset));
+    for (size_t k = 0; k < pieces.size(); ++k) {
+      if (pieces[k].writes) view_of(r, pieces[k].result).copy_(regions[k]);
     }
     results.emplace_back(std::move(r));
   }
@@ -118,7 +119,7 @@ bool offer_reduce(const std::string& kind, const at::Tensor& x, BufferView input
 bool offer_reduce_pieces(const std::string& kind, const at::Tensor& x, std::vector<ReducePiece> pieces,
                          std::vector<int64_t> values_sizes, std::vector<int64_t> order, LayoutPtr out) {
   const std::optional<Kind> parsed = kind_of(kind);
-  if (!out || !parsed || pieces.empty() || pieces.front().writes == false ||
+  if (!out || !parsed || pieces.empty() || !pieces.front().writes ||
       (*parsed != Kind::kAmax && *parsed != Kind::kAmin && *parsed != Kind::kAll && *parsed != Kind::kAny)) {
     return false;
   }

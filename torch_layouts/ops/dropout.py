@@ -81,7 +81,8 @@ def native_dropout(x: torch.Tensor, p: float, train: bool | None) -> tuple[torch
     # The draws (host order) move into x's coordinates through the DMA (a cache-blocked
     # relayout), where the mask's conversion and the product read them in storage order.
     values = new_tensor(coords, x.device).copy_(drawn)
-    mask = new_tensor(_mask_coords(coords), x.device)
+    mask_coords = _mask_coords(coords)
+    mask = new_tensor(mask_coords, x.device)
     p = plan(x, coords) if x.dtype == torch.float32 else None
     pieces, whole = real_slices(coords)
     if p is not None and p.stick_ok and p.shape is None and not whole:  # the product and the mask in one pass per box
@@ -93,10 +94,10 @@ def native_dropout(x: torch.Tensor, p: float, train: bool | None) -> tuple[torch
         boxes = [[(s.start, s.stop - s.start) for s in index] for index in pieces] if has_padding(coords) else []
         # later calls of this geometry: the runtime's front draws and computes them
         _C._offer_dropout(x, (coords.shape, p.strides, p.offset), tuple(drawn.shape), tuple(drawn.stride()),
-                          runtime_record(coords), runtime_record(_mask_coords(coords)), boxes)
+                          runtime_record(coords), runtime_record(mask_coords), boxes)
         return out, mask
     flags, dense = raw(mask).view(coords.shape), raw(values).view(coords.shape)
-    for index in real_slices(coords)[0]:
+    for index in pieces:
         flags[index].copy_(dense[index])  # 0 or 1: the conversion is the comparison with 0
     return run(SCALED, [x, values], {"scale": scale}, out_dtype=x.dtype), mask
 

@@ -43,10 +43,10 @@ from ..dma.relayout import relayout_transfers
 from ..runtime.layout_records import default_layout
 from ..spyre import SpyreTensorLayout
 from . import rules
-from .operands import (coords_for, coords_with_dtype, default_coords, geometry_key, has_padding, is_whole_dense, keep,
-                       layouts_of, new_tensor, operand_layout, ordered_coords, piece_common_reads, piece_reads, plan,
-                       raw, raw_view, real_slices, record_of, rowmajor, runtime_record, scalar_view, stick_dim,
-                       strides_in_order, view)
+from .operands import (coords_for, coords_with_dtype, copy_pieces, default_coords, geometry_key, has_padding,
+                       is_whole_dense, keep, layouts_of, new_tensor, operand_layout, ordered_coords,
+                       piece_common_reads, piece_reads, plan, raw, raw_view, real_slices, record_of, rowmajor,
+                       runtime_record, scalar_view, stick_dim, strides_in_order, view)
 from .registry import check_cast, out_overload, register, write_out
 from .stats import count_kernel, count_restickify
 from .strided import strided_copy
@@ -569,10 +569,7 @@ def to_copy(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     key = None if key is None or rules.is_strict() else (key, dtype)
     kept = CONVERSIONS.get(key) if key is not None else None
     if kept is not None:
-        out = _C._empty_with_layout(kept[0], x.device.index)
-        for src, dst in kept[1]:
-            raw_view(out, *dst).copy_(raw_view(x, *src))
-        return out
+        return copy_pieces(x, _C._empty_with_layout(kept[0], x.device.index), kept[1])
     out = convert(x, dtype)
     record = record_of(out)
     pieces = piece_common_reads(x, out) if key is not None and record is not None else None
@@ -604,13 +601,12 @@ def clone(x: torch.Tensor, *, memory_format: torch.memory_format | None = None) 
         count_restickify(x.numel() * x.element_size())
         return materialize(x, coords, out)
     pieces = piece_common_reads(x, out)
-    for src, dst in pieces or ():
-        raw_view(out, *dst).copy_(raw_view(x, *src))
-    if pieces is None:
-        if not readable:
-            materialize(x, coords, out)
-        elif not copy_between(out, x):  # box reads kept per geometry, and by the runtime
-            out = run(COPY, [x], {}, out_dtype=x.dtype, coords=coords)
+    if pieces is not None:
+        copy_pieces(x, out, pieces)
+    elif not readable:
+        materialize(x, coords, out)
+    elif not copy_between(out, x):  # box reads kept per geometry, and by the runtime
+        out = run(COPY, [x], {}, out_dtype=x.dtype, coords=coords)
     if key is not None:  # the runtime's front then clones this geometry itself
         _C._offer_clone_recipe(x, runtime_record(coords), list(pieces or ()))
     return out

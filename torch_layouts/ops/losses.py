@@ -57,34 +57,24 @@ def _dense(x: torch.Tensor) -> BoundLayout:
     return BoundLayout(DeviceLayout(size, stride, x.dtype, host_size=size, host_stride=stride), size, stride)
 
 
-def _read(x: torch.Tensor) -> tuple[torch.Tensor, Read, BoundLayout | None] | None:
-    """``x`` (or its dense row-major copy, for a floating tensor that is no strided view of its
-    buffer), its strided view's read, and the copy's coordinates (None: read in place)."""
-    r = host_read(x)
-    if r is not None or not x.is_floating_point():
-        return None if r is None else (x, r, None)
-    coords = _dense(x)
-    staged = materialize(x, coords)
-    return staged, host_read(staged), coords
-
-
-def _written(out: torch.Tensor) -> tuple[torch.Tensor, Read, BoundLayout | None] | None:
-    """Where the op writes the new result ``out``: ``out`` itself through its strided view, or,
-    for a floating result that no strided view holds (a gradient of classes in padded sticks), a
-    new dense row-major tensor copied into ``out`` after (its coordinates given)."""
-    r = host_read(out)
-    if r is not None or not out.is_floating_point():
-        return None if r is None else (out, r, None)
-    coords = _dense(out)
-    staged = new_tensor(coords, out.device)
+def _strided(t: torch.Tensor, copied: bool) -> tuple[torch.Tensor, Read, BoundLayout | None] | None:
+    """Where the op reads (``copied``: an input's values) or writes a new result ``t``: ``t`` itself
+    through its strided view, or, for a floating tensor that no strided view holds (classes in
+    padded sticks), a new dense row-major tensor (holding ``t``'s values when ``copied``; a
+    result's is copied into ``t`` after), with its coordinates."""
+    r = host_read(t)
+    if r is not None or not t.is_floating_point():
+        return None if r is None else (t, r, None)
+    coords = _dense(t)
+    staged = materialize(t, coords) if copied else new_tensor(coords, t.device)
     return staged, host_read(staged), coords
 
 
 def _on_views(op: torch._ops.OpOverload, args: list, inputs: tuple[int, ...], shapes: list[tuple[int, ...]],
               device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
     """``op`` (a CPU ``out=`` overload) on strided views of the device tensors at ``inputs`` of
-    ``args`` (``_read``), writing new device tensors of ``shapes`` (default layouts) through their
-    views (``_written``); the recipe is offered to the runtime's front. Inputs that no read holds go
+    ``args``, writing new device tensors of ``shapes`` (default layouts) through their views (both
+    ``_strided``); the recipe is offered to the runtime's front. Inputs that no read holds go
     through CPU copies."""
     devices = {a.device for a in args if isinstance(a, torch.Tensor)}
     if len(devices) > 1:
@@ -92,8 +82,8 @@ def _on_views(op: torch._ops.OpOverload, args: list, inputs: tuple[int, ...], sh
         raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, "
                            f"{first} and {second}!")
     outs = [new_tensor(default_coords(shape, dtype), device) for shape in shapes]
-    reads = [(i, _read(args[i])) for i in inputs if args[i] is not None]
-    written = [_written(o) for o in outs]
+    reads = [(i, _strided(args[i], True)) for i in inputs if args[i] is not None]
+    written = [_strided(o, False) for o in outs]
     names = [a.name for a in op._schema.arguments if a.is_out]
     if any(r is None for _, r in reads) or any(w is None for w in written):
         values = op.overloadpacket.default(*[a.cpu() if isinstance(a, torch.Tensor) else a for a in args])

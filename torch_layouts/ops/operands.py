@@ -201,6 +201,13 @@ def piece_common_reads(a: torch.Tensor, b: torch.Tensor, limit: int = 16) -> tup
     return None
 
 
+def copy_pieces(src: torch.Tensor, out: torch.Tensor, pieces: Sequence[tuple[Read, Read]]) -> torch.Tensor:
+    """``out`` after copying ``src`` into it piece by piece (``piece_common_reads``' pairs)."""
+    for read, write in pieces:
+        raw_view(out, *write).copy_(raw_view(src, *read))
+    return out
+
+
 def _piece_boxes(tensors: Sequence[torch.Tensor], limit: int, periods: bool = False
                  ) -> list[tuple[slice, ...]] | None:
     """The boxes that cut tensors of one shape along each dim wherever any one's device offsets

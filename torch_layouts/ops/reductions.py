@@ -440,8 +440,7 @@ def _offer(kind: str, x: torch.Tensor, v: torch.Tensor, kept: ReducePlan, keepdi
         boxes = []  # whole views: the input's zero padding sums to zeros (or is False), written over the result's
     if boxes is None:
         return
-    size = w.src.shape
-    strides, offset = w.read if w.mode == "strided" else (rowmajor(size), 0)
+    size, strides, offset = _values_view(w)
     direct = kind in NATIVE and len(kept.red) == 1 and tuple(values.shape) == tuple(size) and all(
         n == 1 or s == t for n, s, t in zip(size, strides, values.stride()))
     if not direct:  # several dims, or a result laid out otherwise than the values (a sum over a padded stick)
@@ -458,13 +457,18 @@ def _offer(kind: str, x: torch.Tensor, v: torch.Tensor, kept: ReducePlan, keepdi
                      (size, strides, offset), [(1, list(kept.red)), (2, True)], NATIVE[kind], boxes)
 
 
+def _values_view(w: WritePlan) -> tuple[tuple[int, ...], tuple[int, ...], int]:
+    """The values' shape and the strides and offset of their view in the result's buffer."""
+    size = w.src.shape
+    return (size, *(w.read if w.mode == "strided" else (rowmajor(size), 0)))
+
+
 def _offer_pieces(kind: str, x: torch.Tensor, v: torch.Tensor, kept: ReducePlan, w: WritePlan, regions: tuple
                   ) -> None:
     """Offer the front ``_boxed_values``' reduction over several boxes (``box_regions``): per box,
     the input's view of it, its region of the values and the result's view of that region
     (``csrc/reduce_recipe.cpp``)."""
-    size = w.src.shape
-    strides, offset = w.read if w.mode == "strided" else (rowmajor(size), 0)
+    size, strides, offset = _values_view(w)
     values_strides = rowmajor(size)
     pieces = []
     for box, region, writes in regions:
