@@ -826,6 +826,9 @@ REPLAY_PROPERTY_OPS = [
     ("all-first", lambda x: (x > -1).all(0), True),
     ("any-last", lambda x: (x > 1).any(-1), True),
     ("amax-last-of-negatives", lambda x: (x - 10).amax(-1), True),  # several boxes: never the zero padding
+    ("to-float16", lambda x: x.to(torch.float16), True),  # a kept conversion, piece by piece
+    ("nll-loss-last", lambda x: torch.nn.functional.nll_loss(  # a padded class dim: staged read and gradient
+        x.flatten(0, -2), torch.zeros(x.shape[:-1].numel(), dtype=torch.long, device=x.device)), False),
 ]
 
 
