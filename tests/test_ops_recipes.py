@@ -112,6 +112,11 @@ FRONT_CASES = [
     ("mul-bias-broadcast", lambda a, b, c: a * b[0], F32),
     ("sub-out", lambda a, b, c: torch.sub(a, b, alpha=2, out=c), F32),
     ("div-floor", lambda a, b, c: torch.div(a, b, rounding_mode="floor"), F32),
+    ("rsub-number", lambda a, b, c: 1 - a, F32),
+    ("rsub-tensor-alpha-half", lambda a, b, c: torch.rsub(a, b, alpha=2), F16),
+    # the Scalar overloads take alpha positionally
+    ("rsub-scalar-overload-alpha", lambda a, b, c: torch.ops.aten.rsub.Scalar(a, 3.5, 2), F32),
+    ("add-scalar-overload-alpha", lambda a, b, c: torch.ops.aten.add.Scalar(a, 3.5, 2), F32),
     ("add_-in-place", lambda a, b, c: c.add_(b, alpha=1e-3), F32),
     ("mul_-number-in-place", lambda a, b, c: c.mul_(0.9), F16),
     ("exp", lambda a, b, c: torch.exp(a), F32),
@@ -803,6 +808,7 @@ def test_a_clone_that_restickifies_is_counted_every_call():
 # the dtype's tolerance: the row kernels and the per-dim sums round on their own).
 REPLAY_PROPERTY_OPS = [
     ("mul", lambda x: x * x, True),
+    ("rsub-number", lambda x: 1 - x, True),
     ("relu", torch.relu, True),
     ("add_-number", lambda x: x.clone().add_(0.5), True),
     ("amax-last", lambda x: x.amax(-1), True),

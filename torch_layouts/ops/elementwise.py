@@ -748,15 +748,15 @@ def _t(v: object) -> object:
     return v if isinstance(v, torch.Tensor) or v is None else torch.tensor(v)
 
 
-def _add(a, b, *, alpha=1, out):
+def _add(a, b, alpha=1, *, out):  # add.Scalar, sub.Scalar, rsub.Scalar take alpha positionally
     return torch.add(a, b, alpha=alpha, out=out)
 
 
-def _sub(a, b, *, alpha=1, out):
+def _sub(a, b, alpha=1, *, out):
     return torch.sub(a, b, alpha=alpha, out=out)
 
 
-def _rsub(a, b, *, alpha=1, out):
+def _rsub(a, b, alpha=1, *, out):
     return torch.sub(_t(b), a, alpha=alpha, out=out)
 
 
@@ -856,6 +856,7 @@ SPECS += [Spec(name, _backward(getattr(A, name).grad_input), (0, 1)) for name in
 # the runtime's front replays their recipes itself.
 NATIVE = {
     **{f"{op}.{ov}": f"{op}.out" for op in ("add", "sub", "mul", "div") for ov in ("Tensor", "Scalar")},
+    "rsub.Tensor": "rsub.Tensor_out", "rsub.Scalar": "rsub.Scalar_out",
     "div.Tensor_mode": "div.out_mode", "div.Scalar_mode": "div.out_mode",
     **{name: f"{name}.out" for name in UNARY if name != "relu"}, "relu": "clamp_min.out",
     "gelu": "gelu.out", "maximum": "maximum.out", "minimum": "minimum.out",
