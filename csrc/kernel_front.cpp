@@ -33,7 +33,8 @@ class AtenRecipe final : public Replay {
   std::vector<Part> parts;
   std::vector<LayoutPtr> outs;         // the new results' layouts; none: the target is written
   std::vector<LayoutPtr> staged_outs;  // per result, where it is computed first (null: in place)
-  std::optional<c10::OperatorHandle> compute;  // the CPU out= overload
+  std::optional<c10::OperatorHandle> compute;  // the CPU out= overload, or a functional one
+  bool functional = false;             // the compute returns its results, copied into their views
   size_t compute_args = 0;             // arguments passed before the result's view
   std::vector<bool> wrap;              // scalar arguments the compute takes as (wrapped-number) tensors
   std::vector<std::pair<int64_t, c10::IValue>> overrides;
@@ -215,6 +216,13 @@ void AtenRecipe::run(c10::ArrayRef<c10::IValue> args, int64_t target, std::vecto
     std::vector<c10::IValue> call = stack;
     for (const RecipeRead& read : part.reads) {  // the arguments, sources and results outlive the call
       call[read.arg] = borrowed_view_of(read.staged ? sources[read.arg] : args[read.arg].toTensor(), read.view);
+    }
+    if (functional) {  // the returned CPU tensors copied into the results' views
+      compute->callBoxed(call);
+      for (size_t i = 0; i < part.results.size(); ++i) {
+        borrowed_view_of(written[i], part.results[i]).copy_(call[i].toTensor());
+      }
+      continue;
     }
     if (part.results.empty()) call.emplace_back(call[target].toTensor());
     for (size_t i = 0; i < part.results.size(); ++i) call.emplace_back(borrowed_view_of(written[i], part.results[i]));
@@ -443,7 +451,11 @@ bool offer_recipe(const std::vector<std::optional<at::Tensor>>& args, std::vecto
   }
   auto recipe = std::make_shared<AtenRecipe>();
   const auto& formals = handle->schema().arguments();
-  const size_t written = std::max<size_t>(1, outs.size());  // the compute's out= arguments, last
+  // A functional compute (no argument written) returns each new result (a CPU out= overload that
+  // would use its out= tensor as scratch: mse_loss.out).
+  recipe->functional = written_argument(handle->schema()) == -1;
+  if (recipe->functional && (outs.empty() || handle->schema().returns().size() != outs.size())) return false;
+  const size_t written = recipe->functional ? 0 : std::max<size_t>(1, outs.size());  // its out= arguments, last
   if (formals.size() < written) return false;
   recipe->compute_args = formals.size() - written;
   for (const RecipeRead& read : reads) {

@@ -84,7 +84,9 @@ struct RecipeRead {
 // A recipe offered by the Python kernel serving the innermost front call on this thread, for
 // that call's geometry: `compute` (a CPU out= overload of the called op, "aten::add.out") runs on
 // the call's own arguments, each read replaced by its view and each of `overrides` (argument
-// position, value) by its value, with the results' views last. The results are new tensors of
+// position, value) by its value, with the results' views last; a functional `compute` (the op
+// itself, "aten::mse_loss", whose out= overload would use its out= tensor as scratch) returns its
+// new results, each copied into its view. The results are new tensors of
 // `outs` (one view each in `result_views`: nll_loss_forward's output and total weight), or the
 // call's target (no `outs`): the first argument written in place through its read (no view), or
 // the out= tensor (its view). `args`: the kernel's positional

@@ -833,6 +833,8 @@ REPLAY_PROPERTY_OPS = [
     ("any-last", lambda x: (x > 1).any(-1), True),
     ("amax-last-of-negatives", lambda x: (x - 10).amax(-1), True),  # several boxes: never the zero padding
     ("to-float16", lambda x: x.to(torch.float16), True),  # a kept conversion, piece by piece
+    ("mse-loss-none", lambda x: torch.nn.functional.mse_loss(x, x * 0.5, reduction="none"), True),
+    ("mse-loss-mean", lambda x: torch.nn.functional.mse_loss(x, x * 0.5), False),  # summed in the buffer's order
     ("nll-loss-last", lambda x: torch.nn.functional.nll_loss(  # a padded class dim: staged read and gradient
         x.flatten(0, -2), torch.zeros(x.shape[:-1].numel(), dtype=torch.long, device=x.device)), False),
 ]

@@ -18,7 +18,7 @@ import torch_layouts
 from ops_support import matches_cpu, padding_holds_pad_value
 from torch_layouts import SpyreTensorLayout
 
-F16, F32 = torch.float16, torch.float32
+F16, F32, BF16 = torch.float16, torch.float32, torch.bfloat16
 A = torch.ops.aten
 close = functools.partial(matches_cpu, f16=(2e-2, 1e-2), other=(1e-5, 1e-5))
 
@@ -297,19 +297,46 @@ def test_adam_step_runs_on_device_kernels():
     no_fallback()
 
 
-@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
-@pytest.mark.parametrize("shape", [(8, 128, 64), (5, 70)], ids=["whole-sticks", "padded"])
-def test_mse_loss(reduction, shape):
-    x, y = randn(*shape), randn(*shape, seed=1)
-    results = []
-    for device in ("cpu", "spyre"):
-        leaf = x.detach().to(device).requires_grad_()
-        loss = nn.functional.mse_loss(leaf, y.to(device), reduction=reduction)
-        (loss if reduction != "none" else loss.sum()).backward()
-        results.append((loss.detach(), leaf.grad))
-    for got, want in zip(results[1], results[0]):
-        close(got, want)
+# mse_loss on the device: (input shape, layout dim order or None, reduction, dtype). The CPU
+# kernels run on the buffers' views: operands of one layout in one refinement of their shape
+# (sticks as a dim of their own), padded ones (70 float32 columns) through dense copies; the
+# unreduced loss and the gradient are the CPU's bits, in the input's layout; after the first call
+# of a geometry the runtime's front replays forward and backward without Python (2 calls).
+MSE_CASES = [
+    ((8, 128, 64), None, "mean", F32),
+    ((8, 128, 64), None, "none", F32),
+    ((5, 70), None, "mean", F32),
+    ((5, 70), None, "none", F32),
+    ((32, 10), [1, 0], "sum", F32),
+    ((16, 128), None, "mean", F16),
+    ((4, 6, 6), None, "none", BF16),
+]
+
+
+@pytest.mark.parametrize("shape, order, reduction, dtype", MSE_CASES)
+def test_mse_loss_matches_the_cpu_and_is_replayed(shape, order, reduction, dtype, monkeypatch):
+    from torch_layouts.ops import losses
+    entered = []
+    original = losses._on_views
+    monkeypatch.setattr(losses, "_on_views", lambda *a, **k: entered.append(1) or original(*a, **k))
+    layout = None if order is None else SpyreTensorLayout(shape, dtype, order)
+    for seed in range(3):
+        x, y = randn(*shape, seed=seed).to(dtype), randn(*shape, seed=seed + 7).to(dtype)
+        results = []
+        for device in ("cpu", "spyre"):
+            leaf = (x if device == "cpu" else x.to(device, device_layout=layout)).detach().requires_grad_()
+            loss = nn.functional.mse_loss(leaf, y.to(device), reduction=reduction)
+            loss.backward(randn(*loss.shape, seed=seed + 5).to(dtype).to(device))
+            results.append((loss.detach(), leaf.grad))
+        (loss, grad), (want_loss, want_grad) = results[1], results[0]
+        if reduction == "none":
+            assert torch.equal(loss.cpu(), want_loss) and loss.device_tensor_layout() == leaf.device_tensor_layout()
+        else:  # summed in the buffer's order
+            torch.testing.assert_close(loss.cpu(), want_loss, rtol=1e-2 if dtype != F32 else 1e-5, atol=0)
+        assert torch.equal(grad.cpu(), want_grad) and grad.device_tensor_layout() == leaf.device_tensor_layout()
+        assert padding_holds_pad_value(grad)
     no_fallback()
+    assert len(entered) == 2
 
 
 def test_mse_loss_rejects_unknown_reduction():
