@@ -586,6 +586,42 @@ def test_tile_gemm_calls_replay_in_the_runtime_front(_, fn, ashape, bshape, csha
     assert torch.equal(first.cpu(), second.cpu()) and first.device_tensor_layout() == second.device_tensor_layout()
 
 
+# Half-precision products (no tile GEMM for them): the CPU's mm/bmm/addmm on the operands' strided
+# views or dense copies in their own orientation. id, function of device or CPU tensors (a, b, c),
+# shapes of a, b, c, dtype, restickifies per call (an operand that breaks the rule).
+HALF_GEMM_CASES = [
+    ("mm-one-stick", lambda a, b, c: a @ b, (32, 64), (64, 48), (48,), F16, 0),
+    ("mm-sticks", lambda a, b, c: a @ b, (16, 256), (256, 100), (100,), BF16, 0),
+    ("mm-k-padded", lambda a, b, c: a @ b, (7, 65), (65, 3), (3,), F16, 1),
+    ("bmm", lambda a, b, c: torch.bmm(a, b), (2, 16, 64), (2, 64, 32), (32,), BF16, 0),
+    ("addmm-beta-alpha", lambda a, b, c: torch.addmm(c, a, b, beta=0.5, alpha=2.0), (30, 100), (100, 70), (70,), F16, 1),
+    ("linear-transposed-weight", lambda a, b, c: torch.nn.functional.linear(a, b, c), (64, 256), (100, 256), (100,),
+     F16, 1),
+]
+
+
+@pytest.mark.parametrize("_, fn, ashape, bshape, cshape, dtype, restickifies", HALF_GEMM_CASES,
+                         ids=[c[0] for c in HALF_GEMM_CASES])
+def test_half_precision_gemms_replay_in_the_runtime_front(_, fn, ashape, bshape, cshape, dtype, restickifies,
+                                                          monkeypatch):
+    """A half-precision mm/bmm/addmm enters Python once per geometry; every call gives the CPU's
+    bits (its GEMM on operands of the same orientation), in C's default layout with its pad
+    value, and counts the restickifies the rule asks for."""
+    from torch_layouts.ops import matmul
+    host = [randn(*s, seed=k, dtype=dtype) for k, s in enumerate((ashape, bshape, cshape))]
+    inputs = [t.to("spyre") for t in host]
+    elementwise.forget_recipes()
+    calls = _calls_into_python(monkeypatch, matmul, "_cpu_gemm")
+    expected = fn(*host)
+    for _ in range(3):
+        torch_layouts.reset_stats()
+        out = fn(*inputs)
+        assert torch_layouts.stats()["restickify_count"] == restickifies
+        assert torch.equal(out.cpu(), expected) and padding_holds_pad_value(out)
+        assert out.device_tensor_layout() == SpyreTensorLayout(tuple(out.shape), dtype)
+    assert len(calls) == 1, "a replayed call entered Python"
+
+
 # GEMMs whose operands are first copied whole into the GEMM's coordinates (k padded with zeros, or
 # a restickify): id, function of (a, b), shapes of a and b, the dim_order a is given in (None: default).
 STAGED_GEMM_CASES = [
@@ -833,6 +869,7 @@ REPLAY_PROPERTY_OPS = [
     ("any-last", lambda x: (x > 1).any(-1), True),
     ("amax-last-of-negatives", lambda x: (x - 10).amax(-1), True),  # several boxes: never the zero padding
     ("to-float16", lambda x: x.to(torch.float16), True),  # a kept conversion, piece by piece
+    ("mm-by-own-transpose", lambda x: x.flatten(0, -2) @ x.flatten(0, -2).t(), False),  # halves: the CPU's GEMM
     ("mse-loss-none", lambda x: torch.nn.functional.mse_loss(x, x * 0.5, reduction="none"), True),
     ("mse-loss-mean", lambda x: torch.nn.functional.mse_loss(x, x * 0.5), False),  # summed in the buffer's order
     ("nll-loss-last", lambda x: torch.nn.functional.nll_loss(  # a padded class dim: staged read and gradient

@@ -17,9 +17,9 @@ from __future__ import annotations
 import torch
 
 from .. import _C
-from ..core.layout import BoundLayout, DeviceLayout
-from .operands import Read, common_reads, coords_for, default_coords, host_read, new_tensor, raw_view, rowmajor, runtime_record
-from .view_copy import materialize
+from ..core.layout import BoundLayout
+from .operands import Read, common_reads, coords_for, default_coords, host_read, new_tensor, raw_view, runtime_record
+from .view_copy import strided_or_staged
 from .registry import register
 
 REDUCTIONS = {0: "none", 1: "mean", 2: "sum"}  # at::Reduction
@@ -46,26 +46,6 @@ def mse_loss_backward(grad: torch.Tensor, x: torch.Tensor, target: torch.Tensor,
     _reduction(reduction)
     return _on_views(torch.ops.aten.mse_loss_backward.grad_input, [grad, x, target, reduction], (0, 1, 2),
                      [coords_for(x)], x.device, refine=True)[0]
-
-
-def _dense(x: torch.Tensor) -> BoundLayout:
-    """Coordinates holding ``x`` dense and row-major, with no padding."""
-    size = tuple(x.shape)
-    stride = rowmajor(size)
-    return BoundLayout(DeviceLayout(size, stride, x.dtype, host_size=size, host_stride=stride), size, stride)
-
-
-def _strided(t: torch.Tensor, copied: bool) -> tuple[torch.Tensor, Read, BoundLayout | None] | None:
-    """Where the op reads (``copied``: an input's values) or writes a new result ``t``: ``t`` itself
-    through its strided view, or, for a floating tensor that no strided view holds (classes in
-    padded sticks), a new dense row-major tensor (holding ``t``'s values when ``copied``; a
-    result's is copied into ``t`` after), with its coordinates."""
-    r = host_read(t)
-    if r is not None or not t.is_floating_point():
-        return None if r is None else (t, r, None)
-    coords = _dense(t)
-    staged = materialize(t, coords) if copied else new_tensor(coords, t.device)
-    return staged, host_read(staged), coords
 
 
 def _refined(args: list, inputs: tuple[int, ...], out: torch.Tensor) -> tuple[list, Read] | None:
@@ -98,7 +78,7 @@ def _on_views(op: torch._ops.OpOverload, args: list, inputs: tuple[int, ...], re
               device: torch.device, refine: bool = False) -> tuple[torch.Tensor, ...]:
     """``op`` (a CPU ``out=`` overload, or a functional one whose values are copied) on strided
     views of the device tensors at ``inputs`` of ``args``, writing new device tensors in the
-    coordinates ``results`` through their views (both ``_strided``; with ``refine``, an
+    coordinates ``results`` through their views (both ``view_copy.strided_or_staged``; with ``refine``, an
     elementwise op's or a whole loss's operands in one refinement of their shape where they have
     one, ``_refined``); the recipe is offered to the runtime's front. Inputs that no read holds go
     through CPU copies."""
@@ -112,8 +92,8 @@ def _on_views(op: torch._ops.OpOverload, args: list, inputs: tuple[int, ...], re
     if refined is not None:
         reads, written = refined[0], [(outs[0], refined[1], None)]
     else:
-        reads = [(i, _strided(args[i], True)) for i in inputs if args[i] is not None]
-        written = [_strided(o, False) for o in outs]
+        reads = [(i, strided_or_staged(args[i], True)) for i in inputs if args[i] is not None]
+        written = [strided_or_staged(o, False) for o in outs]
     names = [a.name for a in op._schema.arguments if a.is_out]
     if any(r is None for _, r in reads) or any(w is None for w in written):
         values = op.overloadpacket.default(*[a.cpu() if isinstance(a, torch.Tensor) else a for a in args])

@@ -54,6 +54,7 @@ from .operands import (Read, ViewPlan, default_coords, factored_read, has_paddin
 from .registry import register
 from .stats import count_restickify
 from .strided import strided_copy
+from .view_copy import strided_or_staged
 
 Shape = tuple[int, ...]
 # Tile GEMMs (one per tile of n, each repacking A inside the BLAS) beat one GEMM on packed copies
@@ -345,6 +346,11 @@ def matmul(op: str, a: torch.Tensor, b: torch.Tensor, names: tuple[str, str] = (
     a_rule = "mat1 sticked on k (its last dim) in the default layout"
     b_coords = BoundLayout(rhs_layout(b_size, dtype), b_size, rowmajor(b_size))
     b_rule = "mat2 sticked on n (its last dim), with k padded to whole sticks of zeros"
+    if dtype != torch.float32 and op != "mv":
+        done = _cpu_gemm(op, named, out, c_coords, bias, beta, alpha,
+                         ((a_coords, padded_k, a_rule), (b_coords, padded_k, b_rule)))
+        if done is not None:
+            return done
     if dtype == torch.float32 and TILE_GEMM and min(m, n, k) < BLAS_FROM_DIM:
         effects: list[Effect] = []
         tiles = [_operand(op, named, 0, a_coords, padded_k, a_rule, effects, packed=True),
@@ -386,6 +392,54 @@ def matmul(op: str, a: torch.Tensor, b: torch.Tensor, names: tuple[str, str] = (
     in_device_order = product.permute([order.index(d) for d in range(len(order))])
     copy_real(raw(out).view(c_coords.shape), in_device_order, c_coords, out)
     return out if bias is None or bias_row is not None else _epilogue(out, bias, beta, alpha)
+
+
+CPU_GEMMS = {"mm": torch.ops.aten.mm.out, "bmm": torch.ops.aten.bmm.out, "addmm": torch.ops.aten.addmm.out}
+
+
+def _cpu_gemm(op: str, named: list[tuple[str, torch.Tensor]], out: torch.Tensor, c_coords: BoundLayout,
+              bias: torch.Tensor | None, beta: float, alpha: float,
+              rules_: tuple[tuple[BoundLayout, bool, str], ...]) -> torch.Tensor | None:
+    """A product the tile GEMM does not take (half precision) as the CPU's own ``mm``/``bmm``/
+    ``addmm`` out= overload on strided views of the operands where they lie, else on dense copies
+    in their own stride order (``view_copy.strided_or_staged``; an operand that breaks the rule
+    in ``rules_`` is copied, its restickify counted; strict mode raises), the result written
+    through its view or a dense copy moved into C's layout: the CPU's bits, its operands in the
+    same orientation. The recipe is offered to the runtime's front, which replays later calls of
+    this geometry with their copies and restickifies. None where some operand has no such read
+    (integers in padded sticks)."""
+    reads = []
+    for i, (coords, exact, rule) in enumerate(rules_):
+        t = named[i][1]
+        breaks = _refined_plan(t, coords, exact)[1]
+        if breaks:
+            _restickified(op, named, i, rule, coords.layout, None)
+        read = strided_or_staged(t, True, staged=breaks)
+        if read is None:
+            return None
+        reads.append((read, t.numel() * t.element_size() if breaks else 0))
+    if bias is not None:
+        read = strided_or_staged(bias, True)
+        if read is None:
+            return None
+        reads.insert(0, (read, 0))
+    written = strided_or_staged(out, False)
+    if written is None:
+        return None
+    views = [raw_view(t, *r) for (t, r, _), _ in reads]
+    target = raw_view(written[0], *written[1])
+    if bias is None:
+        CPU_GEMMS[op](*views, out=target)
+    else:
+        CPU_GEMMS[op](*views, beta=beta, alpha=alpha, out=target)
+    if written[2] is not None:
+        out.copy_(written[0])
+    args = [named[0][1], named[1][1]] if bias is None else [bias, named[0][1], named[1][1]]
+    offered = [(i, *r) + (() if coords is None else (runtime_record(coords), nbytes))
+               for i, ((_, r, coords), nbytes) in enumerate(reads)]
+    _C._offer_recipe(args, offered, [runtime_record(c_coords)], [written[1]], [], f"aten::{op}.out",
+                     staged_outs=[None if written[2] is None else runtime_record(written[2])])
+    return out
 
 
 def _tile_gemm(out: torch.Tensor, c_coords: BoundLayout, a: Tiles, b: Tiles, mnk: tuple[int, int, int],

@@ -38,9 +38,9 @@ from collections.abc import Iterator
 import torch
 
 from .. import _C
-from ..core.layout import BoundLayout
-from .operands import (Read, ViewPlan, common_reads, coords_for, keep, layouts_of, new_tensor, ordered_coords, plan,
-                       plan_key, raw, raw_view, read_of, real_slices, record_of, view)
+from ..core.layout import BoundLayout, DeviceLayout
+from .operands import (Read, ViewPlan, common_reads, coords_for, host_read, keep, layouts_of, new_tensor, ordered_coords,
+                       plan, plan_key, raw, raw_view, read_of, real_slices, record_of, strides_in_order, view)
 from .strided import executor_copy, on_executor, strided_copy
 
 # A box: the reads of both buffers, and whether the executor copies it (``strided.on_executor``).
@@ -68,6 +68,36 @@ def materialize(t: torch.Tensor, coords: BoundLayout, out: torch.Tensor | None =
         strided_copy(raw_view(out, p.shape, p.dst_strides), p.read(t, coords))
         _C._fill_padding(out)
     return out
+
+
+@functools.lru_cache(maxsize=1024)
+def _dense(size: tuple[int, ...], stride: tuple[int, ...], dtype: torch.dtype) -> BoundLayout:
+    order = sorted(range(len(size)), key=lambda d: (-stride[d], d))  # device dims, outermost first
+    layout = DeviceLayout([size[d] for d in order], [stride[d] for d in order], dtype, host_size=size,
+                          host_stride=stride)
+    return BoundLayout(layout, size, stride)
+
+
+def dense_coords(t: torch.Tensor) -> BoundLayout:
+    """Coordinates holding ``t`` dense, its dims nested in the order of its strides (row-major
+    for a whole tensor, column-major for a transposed matrix), with no padding."""
+    size = tuple(t.shape)
+    return _dense(size, strides_in_order(size, tuple(t.stride())), t.dtype)
+
+
+def strided_or_staged(t: torch.Tensor, copied: bool, staged: bool = False
+                      ) -> tuple[torch.Tensor, Read, BoundLayout | None] | None:
+    """Where a CPU kernel reads (``copied``: an input's values) or writes a new result ``t``:
+    ``t`` itself through its strided view (``operands.host_read``), or, for a floating tensor that
+    no strided view holds (classes in padded sticks) or with ``staged``, a new tensor in
+    ``dense_coords`` (holding ``t``'s values when ``copied``; a result's is copied into ``t``
+    after), with those coordinates. None for a non-floating tensor that no strided view holds."""
+    r = None if staged else host_read(t)
+    if r is not None or not (staged or t.is_floating_point()):
+        return None if r is None else (t, r, None)
+    coords = dense_coords(t)
+    out = materialize(t, coords) if copied else new_tensor(coords, t.device)
+    return out, host_read(out), coords
 
 
 def copy_real(target: torch.Tensor, values: torch.Tensor, coords: BoundLayout, out: torch.Tensor) -> None:
