@@ -542,6 +542,58 @@ bool offer_replay(std::shared_ptr<Replay> replay, const std::string& op,
   return true;
 }
 
+namespace {
+// Same-device conversions kept per (the input's geometry, the dtype): keys tagged apart from the
+// fronts' calls (their first entry, a front's id, is >= 0). Counted as "aten::_to_copy" calls.
+constexpr int64_t kConversionTag = -100;
+std::atomic<int64_t>* g_conversions_count = nullptr;
+
+std::vector<int64_t> conversion_key(const at::Tensor& self, c10::ScalarType dtype) {
+  std::vector<int64_t> key{kConversionTag, static_cast<int64_t>(dtype)};
+  if (!append_geometry_key(key, self)) key.clear();
+  return key;
+}
+
+std::atomic<int64_t>& conversions_count() {
+  std::lock_guard<std::mutex> lock(g_fronts_mutex);
+  if (g_conversions_count == nullptr) {
+    g_conversions_count = &g_counts.emplace_back(std::piecewise_construct, std::forward_as_tuple("aten::_to_copy"),
+                                                 std::forward_as_tuple(0)).second;
+  }
+  return *g_conversions_count;
+}
+}  // namespace
+
+std::optional<at::Tensor> replay_conversion(const at::Tensor& self, c10::ScalarType dtype) {
+  if (t_strict) return std::nullopt;
+  const std::vector<int64_t> key = conversion_key(self, dtype);
+  const std::shared_ptr<const Replay> kept = key.empty() ? nullptr : g_recipes.find(key).value_or(nullptr);
+  if (!kept) return std::nullopt;
+  conversions_count().fetch_add(1, std::memory_order_relaxed);
+  std::vector<c10::IValue> results;
+  const c10::IValue arg(self);
+  kept->run(c10::ArrayRef<c10::IValue>(&arg, 1), -1, results);
+  return results.front().toTensor();
+}
+
+bool keep_conversion(const at::Tensor& self, c10::ScalarType dtype, LayoutPtr out,
+                     std::vector<std::pair<BufferView, BufferView>> pieces) {
+  int64_t numel = 0;
+  for (const auto& piece : pieces) {
+    const int64_t n = c10::multiply_integers(piece.first.sizes);
+    if (!copy_views_fit(piece, n)) return false;
+    numel += n;
+  }
+  std::vector<int64_t> key = conversion_key(self, dtype);
+  if (!out || pieces.empty() || numel != self.numel() || key.empty() || out->dtype != dtype) return false;
+  auto recipe = std::make_shared<CloneRecipe>();  // a new tensor of `out`, the pieces copied (converted) into it
+  recipe->out = std::move(out);
+  recipe->pieces = std::move(pieces);
+  recipe->layouts.push_back(layout_of(self));
+  g_recipes.keep(std::move(key), std::move(recipe));
+  return true;
+}
+
 bool offer_list_replay(std::shared_ptr<Replay> replay, const std::string& op,
                        const std::vector<std::pair<int64_t, std::vector<at::Tensor>>>& lists) {
   if (t_calls.empty()) return false;

@@ -113,6 +113,15 @@ bool offer_recipe(const std::vector<std::optional<at::Tensor>>& args, std::vecto
 bool offer_clone_recipe(const at::Tensor& src, LayoutPtr out,
                         std::vector<std::pair<BufferView, BufferView>> pieces = {});
 
+// Same-device conversions (`_to_copy` to another dtype, which the runtime hands to Python outside
+// the fronts): the kept conversion of `self`'s geometry to `dtype` (a new tensor of its layout, the
+// input's strided pieces copied into it, converting; counted as an "aten::_to_copy" call), or none
+// (never in strict mode); and keeping one (ops/elementwise.to_copy: `out` the result's layout,
+// `pieces` views of both buffers that together hold every element once).
+std::optional<at::Tensor> replay_conversion(const at::Tensor& self, c10::ScalarType dtype);
+bool keep_conversion(const at::Tensor& self, c10::ScalarType dtype, LayoutPtr out,
+                     std::vector<std::pair<BufferView, BufferView>> pieces);
+
 // How many recipes are kept, and forgetting them (ops/elementwise.forget_recipes).
 int64_t kept_recipes();
 void forget_recipes();

@@ -7,6 +7,8 @@
 #include <mutex>
 #include <tuple>
 
+#include "kernel_front.h"
+
 namespace py = pybind11;
 
 namespace torch_layouts {
@@ -62,6 +64,7 @@ void set_converter(py::object obj) {
 
 std::optional<at::Tensor> convert_on_device(const at::Tensor& self, c10::ScalarType dtype) {
   if (g_converter == nullptr) return std::nullopt;
+  if (auto kept = replay_conversion(self, dtype)) return kept;
   py::gil_scoped_acquire gil;
   py::handle dtype_obj(reinterpret_cast<PyObject*>(torch::getTHPDtype(dtype)));
   return py::cast<at::Tensor>(py::handle(g_converter)(self, dtype_obj));

@@ -215,6 +215,18 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         return offer_clone_recipe(src, std::move(out), std::move(views));
       },
       py::arg("src"), py::arg("out"), py::arg("pieces") = py::list());
+  m.def(
+      "_keep_conversion",
+      [](const at::Tensor& src, at::ScalarType dtype, std::shared_ptr<BoundLayout> out, const py::list& pieces) {
+        std::vector<std::pair<BufferView, BufferView>> views;
+        for (const auto& piece : pieces) {
+          auto pair = py::cast<py::tuple>(piece);
+          TORCH_CHECK_VALUE(pair.size() == 2, "a conversion piece is (source view, result view)");
+          views.emplace_back(buffer_view(pair[0]), buffer_view(pair[1]));
+        }
+        return keep_conversion(src, dtype, std::move(out), std::move(views));
+      },
+      py::arg("src"), py::arg("dtype"), py::arg("out"), py::arg("pieces"));
   m.def("_offer_softmax", [](const std::string& op, const std::vector<std::pair<int64_t, at::Tensor>>& own,
                              const py::list& rows, std::shared_ptr<BoundLayout> out, int64_t width, int64_t length,
                              bool log, bool safe) {

@@ -724,19 +724,25 @@ CONVERSIONS = [
 
 @pytest.mark.parametrize("_, shape, src, dst, order", CONVERSIONS, ids=[c[0] for c in CONVERSIONS])
 def test_conversions_are_kept_per_geometry(_, shape, src, dst, order, monkeypatch):
-    """A conversion of a geometry seen before converts piece by piece without planning again: the
-    first call's bits, layout and padding, and the CPU's values."""
+    """A conversion of a geometry seen before is converted piece by piece by the runtime, without
+    entering Python: the first call's bits, layout and padding, the CPU's values, each call
+    counted; strict mode always plans."""
     elementwise.forget_recipes()
     x = (randn(*shape) * 3).to(src)
     dx = x.to("spyre") if order is None else x.to("spyre", device_layout=SpyreTensorLayout(shape, src, order))
+    torch_layouts.reset_stats()
     first = dx.to(dst)
     calls = _calls_into_python(monkeypatch, elementwise, "convert")
     for _ in range(2):
         again = dx.to(dst)
         assert torch.equal(again.cpu(), first.cpu()) and again.device_tensor_layout() == first.device_tensor_layout()
         assert padding_holds_pad_value(again)
-    assert not calls, "a kept conversion planned again"
+    assert not calls, "a kept conversion entered Python"
+    assert torch_layouts.stats()["kernel_calls"]["aten::_to_copy"] == 3
     assert torch.equal(first.cpu(), x.to(dst))
+    with torch_layouts.strict_layouts():
+        assert torch.equal(dx.to(dst).cpu(), first.cpu())
+    assert len(calls) == 1
 
 
 # One row per case: id, an out= call of an op whose functional kernel offers a replay, its CPU twin.

@@ -407,7 +407,6 @@ def forget_recipes() -> None:
     """Drop every kept recipe (this module's and the runtime front's)."""
     RECIPES.clear()
     PIECES.clear()
-    CONVERSIONS.clear()
     _C._forget_recipes()
 
 
@@ -554,27 +553,18 @@ def convert(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return run(COPY, [x], {}, out_dtype=dtype)
 
 
-# Conversions per (geometry, dtype): the result's record and the strided pieces that copy the
-# input into it (``operands.piece_common_reads``), and the input's layout objects (held).
-CONVERSIONS: dict[tuple, tuple[_C.BoundLayout, tuple, tuple]] = {}
-
-
 def to_copy(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """``_to_copy`` within one spyre device (the runtime calls it): a conversion that keeps the
     layout's dim_order. Moves between devices never come here. A conversion whose result the
-    input's strided pieces cover is kept per geometry: later ones make the result and convert
-    piece by piece (CPU copies between the buffers, the same rounding), with no planning."""
+    input's strided pieces cover is kept by the runtime per geometry and dtype: later ones make
+    the result and convert piece by piece (CPU copies between the buffers, the same rounding)
+    without calling this function."""
     count_kernel("aten::_to_copy")
-    key = geometry_key(x)
-    key = None if key is None or rules.is_strict() else (key, dtype)
-    kept = CONVERSIONS.get(key) if key is not None else None
-    if kept is not None:
-        return copy_pieces(x, _C._empty_with_layout(kept[0], x.device.index), kept[1])
     out = convert(x, dtype)
     record = record_of(out)
-    pieces = piece_common_reads(x, out) if key is not None and record is not None else None
+    pieces = piece_common_reads(x, out) if record is not None and not rules.is_strict() else None
     if pieces is not None:
-        keep(CONVERSIONS, key, (record, pieces, layouts_of([x])), MAX_RECIPES)
+        _C._keep_conversion(x, dtype, record, list(pieces))
     return out
 
 
