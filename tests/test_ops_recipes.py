@@ -876,6 +876,7 @@ REPLAY_PROPERTY_OPS = [
     ("amax-last-of-negatives", lambda x: (x - 10).amax(-1), True),  # several boxes: never the zero padding
     ("to-float16", lambda x: x.to(torch.float16), True),  # a kept conversion, piece by piece
     ("mm-by-own-transpose", lambda x: x.flatten(0, -2) @ x.flatten(0, -2).t(), False),  # halves: the CPU's GEMM
+    ("logsumexp-last", lambda x: torch.logsumexp(x, -1), False),
     ("mse-loss-none", lambda x: torch.nn.functional.mse_loss(x, x * 0.5, reduction="none"), True),
     ("mse-loss-mean", lambda x: torch.nn.functional.mse_loss(x, x * 0.5), False),  # summed in the buffer's order
     ("nll-loss-last", lambda x: torch.nn.functional.nll_loss(  # a padded class dim: staged read and gradient

@@ -247,3 +247,34 @@ def test_views_splitting_a_device_dim_reduce_in_place(_, shape, dtype, make, kin
         assert out.dtype == ref.dtype and torch.equal(out.cpu(), ref)
         assert out.device_tensor_layout() == fn(make(x).to("spyre")).device_tensor_layout()
 
+
+
+# logsumexp: the CPU's kernel on the input's strided view, or on a dense copy where sticks split its
+# rows (1000 float32 classes, 128 columns in sticks). id, shape, dims, keepdim, dtype.
+LOGSUMEXP_CASES = [
+    ("one-stick", (32, 10), (-1,), False, F32),
+    ("padded-classes", (8, 1000), (-1,), False, F32),
+    ("keepdim-first-half", (16, 128), (0,), True, F16),
+    ("two-dims-bfloat16", (4, 6, 70), (0, -1), False, torch.bfloat16),
+    ("integers", (5, 70), (1,), False, torch.int32),
+]
+
+
+@pytest.mark.parametrize("_, shape, dims, keepdim, dtype", LOGSUMEXP_CASES, ids=[c[0] for c in LOGSUMEXP_CASES])
+def test_logsumexp_is_the_cpus_and_replays(_, shape, dims, keepdim, dtype, monkeypatch):
+    """The CPU's bits in the default layout of the result's shape (its padding the pad value);
+    a geometry enters Python once, later calls are replayed by the runtime's front."""
+    from torch_layouts.ops import reductions
+    entered = []
+    original = reductions.on_views
+    monkeypatch.setattr(reductions, "on_views", lambda *a, **k: entered.append(1) or original(*a, **k))
+    x = (torch.randn(shape, generator=torch.Generator().manual_seed(0)) * 4).to(dtype)
+    dx = x.to("spyre")
+    expected = torch.logsumexp(x, dims, keepdim)
+    for _ in range(3):
+        out = torch.logsumexp(dx, dims, keepdim)
+        assert out.dtype == expected.dtype and torch.equal(out.cpu(), expected)
+        assert out.device_tensor_layout() == SpyreTensorLayout(tuple(expected.shape), expected.dtype)
+        assert padding_holds_pad_value(out)
+    assert len(entered) == 1
+    assert torch_layouts.stats()["fallbacks"] == {}

@@ -6,14 +6,17 @@ so PyTorch's own autograd formulas run above them:
 * ``elementwise`` -- unary, binary and ternary pointwise ops (scalars, broadcasting of
   operands that share the stick), type conversion (``_to_copy``), ``clone``,
   ``fill_``/``zero_``, in-place variants and a few backward ops;
-* ``reductions`` -- ``sum``, ``mean``, ``amax``, ``amin`` (sparse results when the stick
-  dim is reduced);
+* ``reductions`` -- ``sum``, ``mean``, ``amax``, ``amin``, ``all``, ``any`` (sparse results when
+  the stick dim is reduced), ``logsumexp``;
 * ``softmax`` -- ``softmax``/``log_softmax``/``_safe_softmax`` (and backward);
 * ``layer_norm`` -- ``native_layer_norm`` and its backward;
-* ``matmul`` -- ``mm``, ``bmm``, ``mv``, ``addmm`` (``matmul``/``linear`` decompose into them);
+* ``matmul`` -- ``mm``, ``bmm``, ``mv``, ``addmm`` (``matmul``/``linear`` decompose into them;
+  half precision through the CPU's GEMM on the operands' views);
 * ``rnn`` -- the fused LSTM/GRU cells ``nn.LSTM``/``nn.GRU`` call on accelerators (and backward);
 * ``dropout`` -- ``native_dropout`` (drawing from the spyre generator) and its backward;
-* ``losses`` -- ``mse_loss`` (and backward);
+* ``losses`` -- ``mse_loss``, ``nll_loss`` (and backward);
+* ``on_views`` -- an op's CPU kernel on strided views of the buffers (or dense copies), offered to
+  the runtime's front (the losses, ``logsumexp``);
 * ``view_backward`` -- ``select_backward``, ``slice_backward``;
 * ``indexing`` -- ``index_copy_``/``index_copy`` (a static KV cache's update), as copies into part of a buffer;
 * ``view_copy`` -- copies into or out of part of a device buffer (the runtime's hook for ``copy_``);

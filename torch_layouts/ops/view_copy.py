@@ -88,16 +88,17 @@ def dense_coords(t: torch.Tensor) -> BoundLayout:
 def strided_or_staged(t: torch.Tensor, copied: bool, staged: bool = False
                       ) -> tuple[torch.Tensor, Read, BoundLayout | None] | None:
     """Where a CPU kernel reads (``copied``: an input's values) or writes a new result ``t``:
-    ``t`` itself through its strided view (``operands.host_read``), or, for a floating tensor that
-    no strided view holds (classes in padded sticks) or with ``staged``, a new tensor in
-    ``dense_coords`` (holding ``t``'s values when ``copied``; a result's is copied into ``t``
-    after), with those coordinates. None for a non-floating tensor that no strided view holds."""
+    ``t`` itself through its strided view (``operands.host_read``), or, where no strided view
+    holds it (classes in padded sticks) or with ``staged``, a new tensor in ``dense_coords``
+    (holding ``t``'s values when ``copied``; a result's is copied into ``t`` after), with those
+    coordinates. None for an empty tensor."""
     r = None if staged else host_read(t)
-    if r is not None or not (staged or t.is_floating_point()):
-        return None if r is None else (t, r, None)
+    if r is not None:
+        return t, r, None
     coords = dense_coords(t)
     out = materialize(t, coords) if copied else new_tensor(coords, t.device)
-    return out, host_read(out), coords
+    r = host_read(out)
+    return None if r is None else (out, r, coords)
 
 
 def copy_real(target: torch.Tensor, values: torch.Tensor, coords: BoundLayout, out: torch.Tensor) -> None:
