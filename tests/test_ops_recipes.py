@@ -489,6 +489,10 @@ ROW_CASES = [
     ("softmax_backward-short-stick", lambda x, w, b, g: A._softmax_backward_data(g, A._softmax(x, -1, False), -1,
                                                                                 x.dtype), (4, 6, 6), F32),
     ("layer_norm-no-affine-bf16", lambda x, w, b, g: _layer_norm(x, None, None), (4, 32, 64), BF16),
+    # rows ending within one stick (10 float32 columns): one box of real positions, every row's first ones
+    ("layer_norm-short-stick", lambda x, w, b, g: _layer_norm(x, w, b), (32, 10), F32),
+    ("layer_norm-short-sticks-half", lambda x, w, b, g: _layer_norm(x, None, None), (4, 6, 6), F16),
+    ("layer_norm_backward-short-stick", _layer_norm_backward([True, True, True]), (32, 10), F32),
     ("layer_norm_backward", _layer_norm_backward([True, True, True]), (8, 128, 256), F32),
     ("layer_norm_backward-weight-only", _layer_norm_backward([False, True, False]), (2, 64, 128), F32),
     ("layer_norm_backward-input-only", _layer_norm_backward([True, False, False], affine=False), (16, 64), BF16),

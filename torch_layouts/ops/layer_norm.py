@@ -23,7 +23,7 @@ from ..core.layout import BoundLayout
 from .operands import Read, fill_pad, new_tensor, padded_copy, raw, reduced_dims, runtime_record
 from .reductions import placement, readable, reduce_view, write_placed, write_result
 from .registry import register
-from .rows import PLANS, ROW_DTYPES, RowPlan, Rows, lookup, remember, rows
+from .rows import PLANS, ROW_DTYPES, RowPlan, Rows, lookup, remember, rows, tail_rows
 from .softmax import acc_dtype, rsum, write_values
 
 
@@ -38,9 +38,11 @@ def _check_shape(x: torch.Tensor, normalized_shape: tuple[int, ...]) -> int:
 
 def _rows(coords: BoundLayout, dims: tuple[int, ...]) -> Rows | None:
     """The rows layer norm runs on: every row of the buffer, whose real elements may end within its
-    last run (a padded stick: ``Rows.tail``); not a box of them (its statistics are placed by rows
-    of the whole buffer)."""
+    last run (a padded stick: ``Rows.tail``; also where they are one box, 10 float32 columns of
+    a stick); not a box of rows (its statistics are placed by rows of the whole buffer)."""
     shape = rows(coords, dims, padded=True)
+    if shape is not None and shape.box is not None:
+        shape = tail_rows(coords, shape.order, shape.width)
     return shape if shape is not None and shape.box is None else None
 
 

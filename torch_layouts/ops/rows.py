@@ -121,10 +121,10 @@ def rows(coords: BoundLayout, dims: tuple[int, ...], padded: bool = False) -> Ro
     if not padded:
         return None
     box = one_real_box(coords)
-    return Rows(order, len(reduced), box) if box is not None else _tail_rows(coords, order, len(reduced))
+    return Rows(order, len(reduced), box) if box is not None else tail_rows(coords, order, len(reduced))
 
 
-def _tail_rows(coords: BoundLayout, order: tuple[int, ...], width: int) -> Rows | None:
+def tail_rows(coords: BoundLayout, order: tuple[int, ...], width: int) -> Rows | None:
     """Rows whose real elements are the first ``tail`` of each row of one box of rows (the rows'
     stick padded), or None."""
     real = torch.zeros(coords.shape, dtype=torch.bool)
