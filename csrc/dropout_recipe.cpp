@@ -35,7 +35,7 @@ class DropoutBackward final : public Replay {
   }
 };
 
-// native_dropout(x, p, train) of a float32 x without padding: the keep draws as ops/dropout.draw_keep
+// native_dropout(x, p, train) of a float32, float16 or bfloat16 x: the keep draws as ops/dropout.draw_keep
 // makes them (a CPU generator seeded from the spyre generator's (seed, offset), bernoulli_ over a
 // tensor of `draws_sizes`/`draws_strides`, the offset moved past them), moved into a new tensor
 // of the coordinates by the runtime's copy, then the product and the mask in one pass; the draws,
@@ -87,7 +87,9 @@ class DropoutForward final : public Replay {
 bool offer_dropout(const at::Tensor& x, BufferView x_view, std::vector<int64_t> draws_sizes,
                    std::vector<int64_t> draws_strides, LayoutPtr values, LayoutPtr mask,
                    std::vector<std::vector<std::pair<int64_t, int64_t>>> boxes) {
-  if (!values || !mask || draws_sizes.size() != draws_strides.size() || x.scalar_type() != at::kFloat ||
+  const at::ScalarType dtype = x.scalar_type();
+  if (!values || !mask || draws_sizes.size() != draws_strides.size() ||
+      (dtype != at::kFloat && dtype != at::kHalf && dtype != at::kBFloat16) ||
       x_view.sizes.size() != x_view.strides.size()) {
     return false;
   }

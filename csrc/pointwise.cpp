@@ -3,7 +3,11 @@
 #include <ATen/TensorIterator.h>
 #include <c10/util/Exception.h>
 
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+
 #include <cstdint>
+#include <type_traits>
 
 namespace torch_layouts {
 namespace {
@@ -35,15 +39,16 @@ void scaled_loop(char** data, const int64_t* strides, int64_t size0, int64_t siz
   }
 }
 
+template <typename E>
 void dropout_loop(char** data, const int64_t* strides, int64_t size0, int64_t size1, float scale) {
-  const bool dense = strides[0] == sizeof(float) && strides[1] == 1 && strides[2] == sizeof(float) &&
-                     strides[3] == sizeof(float);
+  constexpr int64_t U = sizeof(E);
+  const bool dense = strides[0] == U && strides[1] == 1 && strides[2] == U && strides[3] == U;
   for (int64_t j = 0; j < size1; ++j) {
     char* o = data[0] + j * strides[4];
     char* k = data[1] + j * strides[5];
     const char* px = data[2] + j * strides[6];
     const char* pd = data[3] + j * strides[7];
-    if (dense) {
+    if (dense && std::is_same_v<E, float>) {  // a plain loop the compiler vectorizes
       auto* out = reinterpret_cast<float*>(o);
       auto* keep = reinterpret_cast<uint8_t*>(k);
       const auto* x = reinterpret_cast<const float*>(px);
@@ -55,9 +60,11 @@ void dropout_loop(char** data, const int64_t* strides, int64_t size0, int64_t si
       continue;
     }
     for (int64_t i = 0; i < size0; ++i) {
-      const float x = *reinterpret_cast<const float*>(px + i * strides[2]);
-      const float d = *reinterpret_cast<const float*>(pd + i * strides[3]);
-      *reinterpret_cast<float*>(o + i * strides[0]) = (x * d) * scale;
+      const float x = static_cast<float>(*reinterpret_cast<const E*>(px + i * strides[2]));
+      const float d = static_cast<float>(*reinterpret_cast<const E*>(pd + i * strides[3]));
+      // the CPU's mul of two E tensors (in float, rounded to E), then its mul_ by the float scale
+      const float product = static_cast<float>(static_cast<E>(x * d));
+      *reinterpret_cast<E*>(o + i * strides[0]) = static_cast<E>(product * scale);
       *reinterpret_cast<uint8_t*>(k + i * strides[1]) = d != 0.f;
     }
   }
@@ -95,9 +102,10 @@ void dropout_apply(const at::Tensor& out, const at::Tensor& keep, const at::Tens
                    double scale) {
   TORCH_CHECK_VALUE(out.device().is_cpu() && keep.device().is_cpu() && x.device().is_cpu() && draws.device().is_cpu(),
                     "dropout_apply: expected CPU views");
-  TORCH_CHECK_VALUE(out.scalar_type() == at::kFloat && x.scalar_type() == at::kFloat &&
-                        draws.scalar_type() == at::kFloat && keep.scalar_type() == at::kBool,
-                    "dropout_apply: expected float32 out, x and draws and a bool keep");
+  const at::ScalarType dtype = x.scalar_type();
+  TORCH_CHECK_VALUE((dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16) &&
+                        out.scalar_type() == dtype && draws.scalar_type() == dtype && keep.scalar_type() == at::kBool,
+                    "dropout_apply: expected float32, float16 or bfloat16 out, x and draws of one dtype and a bool keep");
   auto iter = at::TensorIteratorConfig()
                   .add_output(out)
                   .add_output(keep)
@@ -107,8 +115,10 @@ void dropout_apply(const at::Tensor& out, const at::Tensor& keep, const at::Tens
                   .resize_outputs(false)
                   .build();
   const float s = static_cast<float>(scale);
-  iter.for_each([s](char** data, const int64_t* strides, int64_t n0, int64_t n1) {
-    dropout_loop(data, strides, n0, n1, s);
+  iter.for_each([s, dtype](char** data, const int64_t* strides, int64_t n0, int64_t n1) {
+    if (dtype == at::kFloat) return dropout_loop<float>(data, strides, n0, n1, s);
+    if (dtype == at::kHalf) return dropout_loop<c10::Half>(data, strides, n0, n1, s);
+    dropout_loop<c10::BFloat16>(data, strides, n0, n1, s);
   });
 }
 

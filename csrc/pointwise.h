@@ -10,8 +10,9 @@ namespace torch_layouts {
 // a and out, b float32 or bool (read as 0 or 1). Dropout's product and its backward.
 void scaled_product(const at::Tensor& out, const at::Tensor& a, const at::Tensor& b, double scale);
 
-// Dropout's forward from its draws d (0 or 1, float32): out = (x * d) * float(scale) and
-// keep = d != 0, in one pass (float32 x and out, bool keep).
+// Dropout's forward from its draws d (0 or 1, x's dtype): out = (x * d) * float(scale) as the CPU's
+// ``torch.mul(x, d, out=out).mul_(scale)`` rounds it, and keep = d != 0, in one pass (float32,
+// float16 or bfloat16 x, d and out; bool keep).
 void dropout_apply(const at::Tensor& out, const at::Tensor& keep, const at::Tensor& x, const at::Tensor& draws,
                    double scale);
 

@@ -590,9 +590,10 @@ def test_tile_gemm_calls_replay_in_the_runtime_front(_, fn, ashape, bshape, csha
     assert torch.equal(first.cpu(), second.cpu()) and first.device_tensor_layout() == second.device_tensor_layout()
 
 
-# Half-precision products (no tile GEMM for them): the CPU's mm/bmm/addmm on the operands' strided
-# views or dense copies in their own orientation. id, function of device or CPU tensors (a, b, c),
-# shapes of a, b, c, dtype, restickifies per call (an operand that breaks the rule).
+# Half-precision products (no tile GEMM for them): the CPU's mm/bmm/addmm on the operands' row-major
+# strided views or dense copies. id, function of device or CPU tensors (a, b, c), shapes of a, b, c,
+# dtype, restickifies per call (an operand that breaks the rule). The CPU's bits for contiguous
+# operands: the expected values are computed on contiguous copies (linear's weight.t()).
 HALF_GEMM_CASES = [
     ("mm-one-stick", lambda a, b, c: a @ b, (32, 64), (64, 48), (48,), F16, 0),
     ("mm-sticks", lambda a, b, c: a @ b, (16, 256), (256, 100), (100,), BF16, 0),
@@ -616,7 +617,8 @@ def test_half_precision_gemms_replay_in_the_runtime_front(_, fn, ashape, bshape,
     inputs = [t.to("spyre") for t in host]
     elementwise.forget_recipes()
     calls = _calls_into_python(monkeypatch, matmul, "_cpu_gemm")
-    expected = fn(*host)
+    with torch.no_grad():
+        expected = fn(*host) if "linear" not in _ else torch.addmm(host[2], host[0], host[1].t().contiguous())
     for _ in range(3):
         torch_layouts.reset_stats()
         out = fn(*inputs)
@@ -686,14 +688,17 @@ def test_dropout_backward_replays_in_the_runtime_front(dtype, monkeypatch):
     assert torch.equal(second.cpu(), expected)
 
 
-@pytest.mark.parametrize("shape, p", [((8, 128, 64), 0.25), ((32, 64), 0.5), ((4, 96), 0.0), ((32, 10), 0.1),
-                                      ((3, 40, 100), 0.3)], ids=["model", "half", "p0", "short-stick", "padded-sticks"])
-def test_dropout_replays_in_the_runtime_front(shape, p, monkeypatch):
+@pytest.mark.parametrize("shape, p, dtype", [
+    ((8, 128, 64), 0.25, F32), ((32, 64), 0.5, F32), ((4, 96), 0.0, F32), ((32, 10), 0.1, F32), ((3, 40, 100), 0.3, F32),
+    ((16, 128), 0.1, F16), ((32, 10), 0.2, BF16), ((3, 40, 100), 0.3, F16)],
+    ids=["model", "half", "p0", "short-stick", "padded-sticks", "float16", "short-stick-bfloat16",
+         "padded-sticks-float16"])
+def test_dropout_replays_in_the_runtime_front(shape, p, dtype, monkeypatch):
     """native_dropout of a geometry seen before draws and computes without Python (box by box where
     there is padding): for a seed, the Python path's output and mask, in its layouts, the pad value
-    in their padding, and the generator's offset moved alike."""
+    in their padding, and the generator's offset moved alike; the product rounded as the CPU's."""
     from torch_layouts.ops import dropout
-    x = randn(*shape).to("spyre")
+    x = randn(*shape, dtype=dtype).to("spyre")
     torch.native_dropout(x, p, True)  # the Python path, which offers its replay
     calls = _calls_into_python(monkeypatch, dropout, "draw_keep")
     replayed = []
@@ -712,7 +717,7 @@ def test_dropout_replays_in_the_runtime_front(shape, p, monkeypatch):
         assert o.device_tensor_layout() == out.device_tensor_layout()
         assert m.device_tensor_layout() == mask.device_tensor_layout()
     keep = mask.cpu()
-    assert torch.equal(out.cpu(), x.cpu() * keep * (1 / (1 - p)))
+    assert torch.equal(out.cpu(), x.cpu().mul(keep.to(dtype)).mul_(1 / (1 - p)))
 
 
 # Same-device conversions (`_to_copy`): id, shape, from dtype, to dtype, device layout dim order (None: default).

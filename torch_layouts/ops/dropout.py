@@ -4,8 +4,8 @@ The keep mask draws from the spyre generator exactly as the CPU fallback did: a 
 generator seeded with the runtime's mix of the generator's (seed, offset) (``csrc/generator.cpp``'s
 ``host_seed``), ``bernoulli_`` over a tensor like the input (``empty_like``), then the offset moves
 past the values drawn; so a seed gives the masks it gave before. The draws move into the
-input's coordinates (``operands.coords_for``) through the DMA; for float32 inputs one pass (per
-box of real positions, where there is padding) then writes the product and the mask
+input's coordinates (``operands.coords_for``) through the DMA; for float32, float16 and bfloat16
+inputs one pass (per box of real positions, where there is padding) then writes the product and the mask
 (``csrc/pointwise.h``), and later calls of that geometry replay in the runtime's front, the draws
 included (``csrc/dropout_recipe.cpp``). The boolean mask is laid out with the input's device dims,
 so the product and the backward read both in place (no restickify).
@@ -23,6 +23,7 @@ from .operands import (coords_for, has_padding, new_tensor, operand_layout, plan
 from .registry import register
 
 MASK64 = (1 << 64) - 1
+FUSED = (torch.float32, torch.float16, torch.bfloat16)  # dtypes whose product and mask take one pass
 
 
 def _splitmix64(x: int) -> int:
@@ -83,7 +84,7 @@ def native_dropout(x: torch.Tensor, p: float, train: bool | None) -> tuple[torch
     values = new_tensor(coords, x.device).copy_(drawn)
     mask_coords = _mask_coords(coords)
     mask = new_tensor(mask_coords, x.device)
-    p = plan(x, coords) if x.dtype == torch.float32 else None
+    p = plan(x, coords) if x.dtype in FUSED else None
     pieces, whole = real_slices(coords)
     if p is not None and p.stick_ok and p.shape is None and not whole:  # the product and the mask in one pass per box
         out = new_tensor(coords, x.device)

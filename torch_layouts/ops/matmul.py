@@ -401,20 +401,20 @@ def _cpu_gemm(op: str, named: list[tuple[str, torch.Tensor]], out: torch.Tensor,
               bias: torch.Tensor | None, beta: float, alpha: float,
               rules_: tuple[tuple[BoundLayout, bool, str], ...]) -> torch.Tensor | None:
     """A product the tile GEMM does not take (half precision) as the CPU's own ``mm``/``bmm``/
-    ``addmm`` out= overload on strided views of the operands where they lie, else on dense copies
-    in their own stride order (``view_copy.strided_or_staged``; an operand that breaks the rule
-    in ``rules_`` is copied, its restickify counted; strict mode raises), the result written
-    through its view or a dense copy moved into C's layout: the CPU's bits, its operands in the
-    same orientation. The recipe is offered to the runtime's front, which replays later calls of
-    this geometry with their copies and restickifies. None where some operand has no such read
-    (integers in padded sticks)."""
+    ``addmm`` out= overload on row-major strided views of the operands where they lie, else on
+    row-major dense copies (``view_copy.strided_or_staged``; an operand that breaks the rule in
+    ``rules_`` is copied, its restickify counted; strict mode raises), the result written through
+    its view or a dense copy moved into C's layout: the CPU's bits for contiguous operands, and a
+    transposed operand gives what its restickified copy gives (a compiled plan's). The recipe is
+    offered to the runtime's front, which replays later calls of this geometry with their copies
+    and restickifies. None where some operand has no such read (an empty one)."""
     reads = []
     for i, (coords, exact, rule) in enumerate(rules_):
         t = named[i][1]
         breaks = _refined_plan(t, coords, exact)[1]
         if breaks:
             _restickified(op, named, i, rule, coords.layout, None)
-        read = strided_or_staged(t, True, staged=breaks)
+        read = strided_or_staged(t, True, staged=breaks, rowmajor=True)
         if read is None:
             return None
         reads.append((read, t.numel() * t.element_size() if breaks else 0))
