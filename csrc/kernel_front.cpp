@@ -57,6 +57,24 @@ class CloneRecipe final : public Replay {
   }
 };
 
+// cat's or stack's recipe: a new tensor of `out`, each listed input copied into its part by CPU
+// copies between strided views of the two buffers (converting where the dtypes differ).
+class ConcatRecipe final : public Replay {
+ public:
+  LayoutPtr out;
+  std::vector<std::vector<std::pair<BufferView, BufferView>>> pieces;  // per input: its and the result's views
+
+  void run(c10::ArrayRef<c10::IValue> args, int64_t, std::vector<c10::IValue>& results) const override {
+    const c10::List<at::Tensor> inputs = args[0].toTensorList();
+    at::Tensor result = new_device_tensor(out, inputs.get(0).device());
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      const at::Tensor input = inputs.get(i);
+      for (const auto& [from, to] : pieces[i]) borrowed_view_of(result, to).copy_(borrowed_view_of(input, from));
+    }
+    results.emplace_back(std::move(result));
+  }
+};
+
 // One front's call being served by its Python kernel on this thread (offer_recipe's target).
 struct Call {
   const c10::OperatorHandle* op;
@@ -540,6 +558,24 @@ bool offer_replay(std::shared_ptr<Replay> replay, const std::string& op,
   hold_layouts(*replay, arguments);
   call.offered = std::move(replay);
   return true;
+}
+
+bool offer_concat_recipe(const std::string& op, const std::vector<at::Tensor>& inputs, LayoutPtr out,
+                         std::vector<std::vector<std::pair<BufferView, BufferView>>> pieces) {
+  if (!out || inputs.empty() || pieces.size() != inputs.size()) return false;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    int64_t numel = 0;
+    for (const auto& piece : pieces[i]) {
+      const int64_t n = c10::multiply_integers(piece.first.sizes);
+      if (!copy_views_fit(piece, n)) return false;
+      numel += n;
+    }
+    if (numel != inputs[i].numel()) return false;
+  }
+  auto recipe = std::make_shared<ConcatRecipe>();
+  recipe->out = std::move(out);
+  recipe->pieces = std::move(pieces);
+  return offer_list_replay(std::move(recipe), op, {{0, inputs}});
 }
 
 namespace {

@@ -122,6 +122,13 @@ std::optional<at::Tensor> replay_conversion(const at::Tensor& self, c10::ScalarT
 bool keep_conversion(const at::Tensor& self, c10::ScalarType dtype, LayoutPtr out,
                      std::vector<std::pair<BufferView, BufferView>> pieces);
 
+// A recipe offered by cat's or stack's kernel (`op`: "aten::cat", "aten::stack") for the call it
+// serves (`inputs` its list argument): a new tensor of `out`, each input copied into it through
+// `pieces[i]` (strided views of the input's and the result's buffers, one shape per pair,
+// together every element of the input once).
+bool offer_concat_recipe(const std::string& op, const std::vector<at::Tensor>& inputs, LayoutPtr out,
+                         std::vector<std::vector<std::pair<BufferView, BufferView>>> pieces);
+
 // How many recipes are kept, and forgetting them (ops/elementwise.forget_recipes).
 int64_t kept_recipes();
 void forget_recipes();

@@ -216,6 +216,22 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       },
       py::arg("src"), py::arg("out"), py::arg("pieces") = py::list());
   m.def(
+      "_offer_concat_recipe",
+      [](const std::string& op, const std::vector<at::Tensor>& inputs, std::shared_ptr<BoundLayout> out,
+         const py::list& pieces) {
+        std::vector<std::vector<std::pair<BufferView, BufferView>>> parts;
+        for (const auto& part : pieces) {
+          auto& views = parts.emplace_back();
+          for (const auto& piece : py::cast<py::list>(part)) {
+            auto pair = py::cast<py::tuple>(piece);
+            TORCH_CHECK_VALUE(pair.size() == 2, "a concat piece is (input view, result view)");
+            views.emplace_back(buffer_view(pair[0]), buffer_view(pair[1]));
+          }
+        }
+        return offer_concat_recipe(op, inputs, std::move(out), std::move(parts));
+      },
+      py::arg("op"), py::arg("inputs"), py::arg("out"), py::arg("pieces"));
+  m.def(
       "_keep_conversion",
       [](const at::Tensor& src, at::ScalarType dtype, std::shared_ptr<BoundLayout> out, const py::list& pieces) {
         std::vector<std::pair<BufferView, BufferView>> views;

@@ -18,6 +18,7 @@ so PyTorch's own autograd formulas run above them:
 * ``on_views`` -- an op's CPU kernel on strided views of the buffers (or dense copies), offered to
   the runtime's front (the losses, ``logsumexp``);
 * ``view_backward`` -- ``select_backward``, ``slice_backward``;
+* ``concat`` -- ``cat``, ``stack``, each input copied into its part of one new buffer;
 * ``indexing`` -- ``index_copy_``/``index_copy`` (a static KV cache's update), as copies into part of a buffer;
 * ``view_copy`` -- copies into or out of part of a device buffer (the runtime's hook for ``copy_``);
 * ``foreach`` -- the ``_foreach_*`` ops optimizers call, one CPU call on the raw buffers where they line up;
@@ -32,8 +33,8 @@ counted per op in ``stats()``.
 
 from __future__ import annotations
 
-from . import (attention, dropout, elementwise, foreach, indexing, layer_norm, losses, matmul, reductions, rnn,
-               softmax, view_backward, view_copy)
+from . import (attention, concat, dropout, elementwise, foreach, indexing, layer_norm, losses, matmul, reductions,
+               rnn, softmax, view_backward, view_copy)
 from .registry import register_out_variants
 from .rules import LayoutError, restickify, strict_layouts
 from .stats import reset_stats, stats, warn_on_fallback
@@ -50,6 +51,7 @@ losses.register_all()
 view_backward.register_all()
 indexing.register_all()
 foreach.register_all()
+concat.register_all()
 view_copy.register_all()
 register_out_variants()
 
