@@ -472,7 +472,11 @@ bool offer_recipe(const std::vector<std::optional<at::Tensor>>& args, std::vecto
   // A functional compute (no argument written) returns each new result (a CPU out= overload that
   // would use its out= tensor as scratch: mse_loss.out).
   recipe->functional = written_argument(handle->schema()) == -1;
-  if (recipe->functional && (outs.empty() || handle->schema().returns().size() != outs.size())) return false;
+  // (on the whole views only: a reduction's value per box or piece would not be the call's)
+  if (recipe->functional && (outs.empty() || handle->schema().returns().size() != outs.size() || !boxes.empty() ||
+                             !pieces.empty())) {
+    return false;
+  }
   const size_t written = recipe->functional ? 0 : std::max<size_t>(1, outs.size());  // its out= arguments, last
   if (formals.size() < written) return false;
   recipe->compute_args = formals.size() - written;
@@ -530,14 +534,22 @@ bool copy_views_fit(const std::pair<BufferView, BufferView>& views, int64_t nume
          dst.strides.size() == dst.sizes.size();
 }
 
-bool offer_clone_recipe(const at::Tensor& src, LayoutPtr out, std::vector<std::pair<BufferView, BufferView>> pieces) {
+namespace {
+// The elements a copy's pieces move, or none where a piece's two views differ in shape.
+std::optional<int64_t> pieces_numel(const std::vector<std::pair<BufferView, BufferView>>& pieces) {
   int64_t numel = 0;
   for (const auto& piece : pieces) {
     const int64_t n = c10::multiply_integers(piece.first.sizes);
-    if (!copy_views_fit(piece, n)) return false;
+    if (!copy_views_fit(piece, n)) return std::nullopt;
     numel += n;
   }
-  if (!out || (!pieces.empty() && numel != src.numel())) return false;
+  return numel;
+}
+}  // namespace
+
+bool offer_clone_recipe(const at::Tensor& src, LayoutPtr out, std::vector<std::pair<BufferView, BufferView>> pieces) {
+  const std::optional<int64_t> numel = pieces_numel(pieces);
+  if (!out || !numel || (!pieces.empty() && *numel != src.numel())) return false;
   auto recipe = std::make_shared<CloneRecipe>();
   recipe->out = std::move(out);
   recipe->pieces = std::move(pieces);
@@ -564,13 +576,7 @@ bool offer_concat_recipe(const std::string& op, const std::vector<at::Tensor>& i
                          std::vector<std::vector<std::pair<BufferView, BufferView>>> pieces) {
   if (!out || inputs.empty() || pieces.size() != inputs.size()) return false;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    int64_t numel = 0;
-    for (const auto& piece : pieces[i]) {
-      const int64_t n = c10::multiply_integers(piece.first.sizes);
-      if (!copy_views_fit(piece, n)) return false;
-      numel += n;
-    }
-    if (numel != inputs[i].numel()) return false;
+    if (pieces_numel(pieces[i]) != inputs[i].numel()) return false;
   }
   auto recipe = std::make_shared<ConcatRecipe>();
   recipe->out = std::move(out);
@@ -614,14 +620,10 @@ std::optional<at::Tensor> replay_conversion(const at::Tensor& self, c10::ScalarT
 
 bool keep_conversion(const at::Tensor& self, c10::ScalarType dtype, LayoutPtr out,
                      std::vector<std::pair<BufferView, BufferView>> pieces) {
-  int64_t numel = 0;
-  for (const auto& piece : pieces) {
-    const int64_t n = c10::multiply_integers(piece.first.sizes);
-    if (!copy_views_fit(piece, n)) return false;
-    numel += n;
-  }
   std::vector<int64_t> key = conversion_key(self, dtype);
-  if (!out || pieces.empty() || numel != self.numel() || key.empty() || out->dtype != dtype) return false;
+  if (!out || pieces.empty() || pieces_numel(pieces) != self.numel() || key.empty() || out->dtype != dtype) {
+    return false;
+  }
   auto recipe = std::make_shared<CloneRecipe>();  // a new tensor of `out`, the pieces copied (converted) into it
   recipe->out = std::move(out);
   recipe->pieces = std::move(pieces);

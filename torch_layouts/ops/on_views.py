@@ -34,7 +34,7 @@ def _refined(args: list, inputs: tuple[int, ...], out: torch.Tensor) -> tuple[li
     if out.dim() == 0:  # the inputs in one refinement among themselves, the result its element
         first, view = args[shaped[0]], host_read(out)
         pairs = [common_reads(first, args[i]) for i in shaped[1:]]
-        if view is None or any(p is None or p[0] != pairs[0][0] for p in pairs) or not pairs:
+        if view is None or not pairs or any(p is None or p[0] != pairs[0][0] for p in pairs):
             return None
         reads.update({shaped[0]: pairs[0][0], **{i: p[1] for i, p in zip(shaped[1:], pairs)}})
     else:
@@ -52,10 +52,10 @@ def on_views(op: torch._ops.OpOverload, args: list, inputs: tuple[int, ...], res
               device: torch.device, refine: bool = False) -> tuple[torch.Tensor, ...]:
     """``op`` (a CPU ``out=`` overload, or a functional one whose values are copied) on strided
     views of the device tensors at ``inputs`` of ``args``, writing new device tensors in the
-    coordinates ``results`` through their views (both ``view_copy.strided_or_staged``; with ``refine``, an
-    elementwise op's or a whole loss's operands in one refinement of their shape where they have
-    one, ``_refined``); the recipe is offered to the runtime's front. Inputs that no read holds go
-    through CPU copies."""
+    coordinates ``results`` through their views (both ``view_copy.strided_or_staged``; with
+    ``refine``, an elementwise op's or a whole loss's operands in one refinement of their shape
+    where they have one, ``_refined``); the recipe is offered to the runtime's front. Inputs that
+    no read holds go through CPU copies."""
     devices = {a.device for a in args if isinstance(a, torch.Tensor)}
     if len(devices) > 1:
         first, second = sorted(map(str, devices))[:2]
