@@ -135,11 +135,11 @@ def test_fallback_warning_category():
     torch_layouts.warn_on_fallback(True)
     try:
         x = torch.ones(5, device="spyre")
-        with pytest.warns(torch.spyre.FallbackWarning, match="cumsum"):
-            torch.cumsum(x, 0)
+        with pytest.warns(torch.spyre.FallbackWarning, match="cumprod"):
+            torch.cumprod(x, 0)
         with warnings.catch_warnings():
             warnings.simplefilter("error", torch.spyre.FallbackWarning)
-            torch.cumsum(x, 0)  # once per op
+            torch.cumprod(x, 0)  # once per op
     finally:
         torch_layouts.warn_on_fallback(False)
 

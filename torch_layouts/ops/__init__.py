@@ -16,7 +16,8 @@ so PyTorch's own autograd formulas run above them:
 * ``dropout`` -- ``native_dropout`` (drawing from the spyre generator) and its backward;
 * ``losses`` -- ``mse_loss``, ``nll_loss`` (and backward);
 * ``on_views`` -- an op's CPU kernel on strided views of the buffers (or dense copies), offered to
-  the runtime's front (the losses, ``logsumexp``);
+  the runtime's front (the losses, ``logsumexp``; ``argmax``, ``max``/``min`` over a dim, ``topk``,
+  ``sort``, ``cumsum``, ``var``, ``std``, ``linalg_vector_norm``, ``index_select``);
 * ``view_backward`` -- ``select_backward``, ``slice_backward``;
 * ``concat`` -- ``cat``, ``stack``, each input copied into its part of one new buffer;
 * ``indexing`` -- ``index_copy_``/``index_copy`` (a static KV cache's update), as copies into part of a buffer;
@@ -33,8 +34,8 @@ counted per op in ``stats()``.
 
 from __future__ import annotations
 
-from . import (attention, concat, dropout, elementwise, foreach, indexing, layer_norm, losses, matmul, reductions,
-               rnn, softmax, view_backward, view_copy)
+from . import (attention, concat, dropout, elementwise, foreach, indexing, layer_norm, losses, matmul, on_views,
+               reductions, rnn, softmax, view_backward, view_copy)
 from .registry import register_out_variants
 from .rules import LayoutError, restickify, strict_layouts
 from .stats import reset_stats, stats, warn_on_fallback
@@ -52,6 +53,7 @@ view_backward.register_all()
 indexing.register_all()
 foreach.register_all()
 concat.register_all()
+on_views.register_all()
 view_copy.register_all()
 register_out_variants()
 

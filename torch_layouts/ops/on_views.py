@@ -2,7 +2,6 @@
 form) computes straight from where its operands lie, its recipe offered to the runtime's front,
 which replays later calls of a geometry without Python (losses, ``logsumexp``).
 
->>> from torch_layouts.ops.operands import default_coords
 >>> x = torch.randn(4, 3)
 >>> out = on_views(torch.ops.aten.logsumexp.out, [x.to("spyre"), [1], False], (0,),
 ...                [default_coords((4,), x.dtype)], torch.device("spyre", 0))[0]
@@ -12,14 +11,18 @@ True
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 
 from .. import _C
 from ..core.layout import BoundLayout
-from .operands import Read, common_reads, host_read, new_tensor, raw_view, runtime_record
+from .operands import Read, common_reads, default_coords, host_read, new_tensor, raw_view, runtime_record
+from .registry import register
 from .view_copy import strided_or_staged
 
-__all__ = ["on_views"]
+__all__ = ["CPU_KERNELS", "cpu_kernel", "on_views", "register_all", "split"]
 
 
 def _refined(args: list, inputs: tuple[int, ...], out: torch.Tensor) -> tuple[list, Read] | None:
@@ -48,14 +51,27 @@ def _refined(args: list, inputs: tuple[int, ...], out: torch.Tensor) -> tuple[li
     return [(i, (args[i], r, None)) for i, r in reads.items()], view
 
 
+def split(schema: torch._C.FunctionSchema, values: list) -> tuple[list, dict]:
+    """``values`` (in ``schema``'s order) as a Python call takes them: positional, then keyword-only."""
+    positional = [v for a, v in zip(schema.arguments, values) if not a.kwarg_only]
+    return positional, {a.name: v for a, v in zip(schema.arguments, values) if a.kwarg_only}
+
+
+def _call(op: torch._ops.OpOverload, values: list) -> object:
+    args, kwargs = split(op._schema, values)
+    return op(*args, **kwargs)
+
+
 def on_views(op: torch._ops.OpOverload, args: list, inputs: tuple[int, ...], results: list[BoundLayout],
-              device: torch.device, refine: bool = False) -> tuple[torch.Tensor, ...]:
+             device: torch.device, refine: bool = False, functional: torch._ops.OpOverload | None = None
+             ) -> tuple[torch.Tensor, ...]:
     """``op`` (a CPU ``out=`` overload, or a functional one whose values are copied) on strided
     views of the device tensors at ``inputs`` of ``args``, writing new device tensors in the
     coordinates ``results`` through their views (both ``view_copy.strided_or_staged``; with
     ``refine``, an elementwise op's or a whole loss's operands in one refinement of their shape
-    where they have one, ``_refined``); the recipe is offered to the runtime's front. Inputs that
-    no read holds go through CPU copies."""
+    where they have one, ``_refined``); the recipe is offered to the runtime's front. ``args``:
+    every argument of the functional op (``functional``, by default ``op``'s packet's default
+    overload) in its schema's order. Inputs that no read holds (empty ones) go through CPU copies."""
     devices = {a.device for a in args if isinstance(a, torch.Tensor)}
     if len(devices) > 1:
         first, second = sorted(map(str, devices))[:2]
@@ -68,18 +84,18 @@ def on_views(op: torch._ops.OpOverload, args: list, inputs: tuple[int, ...], res
     else:
         reads = [(i, strided_or_staged(args[i], True)) for i in inputs if args[i] is not None]
         written = [strided_or_staged(o, False) for o in outs]
-    names = [a.name for a in op._schema.arguments if a.is_out]
     if any(r is None for _, r in reads) or any(w is None for w in written):
-        values = op.overloadpacket.default(*[a.cpu() if isinstance(a, torch.Tensor) else a for a in args])
+        values = _call(functional or op.overloadpacket.default,
+                       [a.cpu() if isinstance(a, torch.Tensor) else a for a in args])
         values = values if isinstance(values, tuple) else (values,)
         return tuple(o.copy_(v) for o, v in zip(outs, values))
     call = list(args)
     for i, (t, r, _) in reads:
         call[i] = raw_view(t, *r)
-    if names:
-        op(*call, **{name: raw_view(t, *r) for name, (t, r, _) in zip(names, written)})
+    if any(a.is_out for a in op._schema.arguments):
+        _call(op, call + [raw_view(t, *r) for t, r, _ in written])
     else:  # a functional op: its values copied into the results' views
-        values = op(*call)
+        values = _call(op, call)
         for v, (t, r, _) in zip(values if isinstance(values, tuple) else (values,), written):
             raw_view(t, *r).copy_(v)
     for o, (t, _, staged) in zip(outs, written):
@@ -91,3 +107,63 @@ def on_views(op: torch._ops.OpOverload, args: list, inputs: tuple[int, ...], res
                      [], op._schema.name + ("" if op._overloadname == "default" else f".{op._overloadname}"),
                      staged_outs=[None if staged is None else runtime_record(staged) for _, _, staged in written])
     return tuple(outs)
+
+
+def _is_tensor(argument: torch._C.Argument) -> bool:
+    kind = argument.type
+    return isinstance(kind, torch.TensorType) or (isinstance(kind, torch.OptionalType)
+                                                  and isinstance(kind.getElementType(), torch.TensorType))
+
+
+def cpu_kernel(functional: torch._ops.OpOverload, out: torch._ops.OpOverload) -> Callable[..., Any]:
+    """A device kernel for ``functional`` that runs ``out``, its CPU out= overload, on the device
+    tensors' views (``on_views``), each result in the default layout of its shape (shapes and
+    dtypes from the meta kernel; an error in a call that plans is the CPU kernel's own on CPU
+    copies of the operands; a replayed call's, the CPU kernel's on the views).
+
+    >>> argmax = cpu_kernel(torch.ops.aten.argmax.default, torch.ops.aten.argmax.out)
+    >>> x = torch.randn(4, 70)
+    >>> torch.equal(argmax(x.to("spyre"), 1).cpu(), x.argmax(1))
+    True
+    """
+    schema = functional._schema
+    inputs = tuple(i for i, a in enumerate(schema.arguments) if _is_tensor(a))
+
+    def kernel(*args: Any, **kwargs: Any) -> Any:
+        values = list(args) + [kwargs.get(a.name, a.default_value) for a in schema.arguments[len(args):]]
+        tensors = [values[i] for i in inputs if values[i] is not None]
+        try:
+            metas = _call(functional, [torch.empty(v.shape, dtype=v.dtype, device="meta")
+                                       if isinstance(v, torch.Tensor) else v for v in values])
+        except Exception:
+            _call(functional, [v.cpu() if isinstance(v, torch.Tensor) else v for v in values])  # the CPU's error
+            raise
+        metas = metas if isinstance(metas, tuple) else (metas,)
+        results = [default_coords(tuple(m.shape), m.dtype) for m in metas]
+        try:
+            done = on_views(out, values, inputs, results, tensors[0].device, functional=functional)
+        except Exception:  # a value the kernel rejects (an index out of range): the CPU's own message
+            _call(functional, [v.cpu() if isinstance(v, torch.Tensor) else v for v in values])
+            raise
+        return done if len(done) > 1 else done[0]
+    return kernel
+
+
+# Ops run as their CPU out= overloads on the views (functional overload -> out= overload): each
+# took the CPU fallback (copies of every operand each way) before.
+CPU_KERNELS = {
+    "argmax": "argmax.out", "argmin": "argmin.out", "max": "max.unary_out", "min": "min.unary_out",
+    "max.dim": "max.dim_max", "min.dim": "min.dim_min", "topk": "topk.values", "sort.stable": "sort.values_stable",
+    "cumsum": "cumsum.out", "var.correction": "var.correction_out", "std.correction": "std.correction_out",
+    "linalg_vector_norm": "linalg_vector_norm.out", "index_select": "index_select.out",
+}
+
+
+def _overload(name: str) -> torch._ops.OpOverload:
+    packet, _, overload = name.partition(".")
+    return getattr(getattr(torch.ops.aten, packet), overload or "default")
+
+
+def register_all() -> None:
+    for functional, out in CPU_KERNELS.items():
+        register(functional, cpu_kernel(_overload(functional), _overload(out)))
