@@ -517,3 +517,72 @@ def test_contiguous_clone_of_permuted_buffers_property(shape, dtype, data):
                            want.view(torch.int16 if dtype == torch.float16 else torch.int32))
         assert padding_holds_pad_value(z)
         assert torch.equal(d.cpu(), x)
+
+
+# Pointwise ops that computed on the CPU fallback before, now device kernels on their CPU out=
+# overloads (elementwise.UNARY, BINARY_OUT, PARAMETRIZED and their backward): id, function of
+# (a, b, mask) on either device.
+FN = torch.nn.functional
+NEWLY_ON_DEVICE = [
+    ("remainder-number", lambda a, b, m: a % 2),
+    ("remainder-tensor", lambda a, b, m: torch.remainder(a, b)),
+    ("fmod", lambda a, b, m: a.fmod(b)),
+    ("floor_divide", lambda a, b, m: a // 2),
+    ("atan2", lambda a, b, m: torch.atan2(a, b)),
+    ("hypot", lambda a, b, m: torch.hypot(a, b)),
+    ("copysign-number", lambda a, b, m: torch.copysign(a, -1.0)),
+    ("logical_and", lambda a, b, m: torch.logical_and(m, b > 0)),
+    ("logical_not", lambda a, b, m: m.logical_not()),
+    ("bitwise_or-bool", lambda a, b, m: m | (b > 0)),
+    ("bitwise_xor-int", lambda a, b, m: (a * 10).int() ^ 5),
+    ("round", lambda a, b, m: (a * 10).round()),
+    ("nan_to_num", lambda a, b, m: (a / m).nan_to_num(0.5, 9.0, -9.0)),
+    ("leaky_relu", lambda a, b, m: FN.leaky_relu(a, 0.2)),
+    ("elu-in-place", lambda a, b, m: FN.elu(a.clone(), 0.5, inplace=True)),
+    ("softplus", lambda a, b, m: FN.softplus(a, beta=2, threshold=5)),
+    ("hardtanh", lambda a, b, m: FN.hardtanh(a, -0.5, 0.5)),
+    ("hardswish", lambda a, b, m: FN.hardswish(a)),
+    ("log2", lambda a, b, m: a.abs().log2()),
+    ("erfinv", lambda a, b, m: (a * 0.1).erfinv()),
+    ("remainder_-in-place", lambda a, b, m: a.clone().remainder_(3)),
+]
+
+
+@pytest.mark.parametrize("shape", [(16, 128), (4, 70)], ids=["whole-sticks", "padded"])
+@pytest.mark.parametrize("dtype", [F32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("_, fn", NEWLY_ON_DEVICE, ids=[c[0] for c in NEWLY_ON_DEVICE])
+def test_pointwise_ops_once_on_the_fallback_run_on_the_device(_, fn, dtype, shape):
+    """The CPU's values (bit for bit on whole sticks; the CPU's scalar tail may round a last bit
+    of a transcendental differently elsewhere), the pad value in the padding, no CPU fallback."""
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(shape, generator=g).to(dtype), torch.randn(shape, generator=g).to(dtype)
+    m = a > 0
+    torch_layouts.reset_stats()
+    for _ in range(2):
+        got = fn(a.to("spyre"), b.to("spyre"), m.to("spyre"))
+    expected = fn(a, b, m)
+    assert got.dtype == expected.dtype and padding_holds_pad_value(got)
+    if shape == (16, 128):
+        assert torch.equal(got.cpu(), expected)
+    else:
+        torch.testing.assert_close(got.cpu(), expected, rtol=1e-5 if dtype == F32 else 1e-2, atol=0, equal_nan=True)
+    assert torch_layouts.stats()["fallbacks"] == {}
+
+
+# Their backward: id, the activation.
+ACTIVATIONS = [
+    ("leaky_relu", lambda x: FN.leaky_relu(x, 0.2)), ("elu", FN.elu), ("selu", FN.selu), ("softplus", FN.softplus),
+    ("hardtanh", FN.hardtanh), ("hardswish", FN.hardswish), ("hardsigmoid", FN.hardsigmoid),
+    ("logit", lambda x: x.sigmoid().logit(1e-4)),
+]
+
+
+@pytest.mark.parametrize("_, fn", ACTIVATIONS, ids=[c[0] for c in ACTIVATIONS])
+def test_activation_backward_runs_on_the_device(_, fn):
+    x = torch.randn(4, 70, generator=torch.Generator().manual_seed(1))
+    dx, cx = x.to("spyre").requires_grad_(), x.clone().requires_grad_()
+    torch_layouts.reset_stats()
+    fn(dx).sum().backward()
+    fn(cx).sum().backward()
+    torch.testing.assert_close(dx.grad.cpu(), cx.grad)
+    assert torch_layouts.stats()["fallbacks"] == {}

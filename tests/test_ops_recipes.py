@@ -113,6 +113,11 @@ FRONT_CASES = [
     ("sub-out", lambda a, b, c: torch.sub(a, b, alpha=2, out=c), F32),
     ("div-floor", lambda a, b, c: torch.div(a, b, rounding_mode="floor"), F32),
     ("rsub-number", lambda a, b, c: 1 - a, F32),
+    ("remainder-number", lambda a, b, c: a % 2, F32),
+    ("atan2-half", lambda a, b, c: torch.atan2(a, b), F16),
+    ("leaky_relu", lambda a, b, c: torch.nn.functional.leaky_relu(a, 0.2), F32),
+    ("elu_backward", lambda a, b, c: torch.ops.aten.elu_backward(a, 1.0, 1.0, 1.0, False, b), F32),
+    ("hardtanh_-in-place", lambda a, b, c: torch.nn.functional.hardtanh(c, -0.5, 0.5, inplace=True), F32),
     ("rsub-tensor-alpha-half", lambda a, b, c: torch.rsub(a, b, alpha=2), F16),
     # the Scalar overloads take alpha positionally
     ("rsub-scalar-overload-alpha", lambda a, b, c: torch.ops.aten.rsub.Scalar(a, 3.5, 2), F32),

@@ -809,12 +809,33 @@ UNARY = {
     "silu": torch._C._nn.silu, "sin": torch.sin, "cos": torch.cos, "erf": torch.erf, "log1p": torch.log1p,
     "expm1": torch.expm1, "floor": torch.floor, "ceil": torch.ceil, "trunc": torch.trunc, "sign": torch.sign, "sgn": torch.sgn,
     "relu": lambda a, out: torch.clamp_min(a, 0, out=out),
+    **{name: getattr(A, name).out for name in (
+        "log2", "log10", "exp2", "sinh", "cosh", "tan", "asin", "acos", "atan", "asinh", "acosh", "atanh", "frac",
+        "erfinv", "round", "logical_not", "bitwise_not", "mish", "hardswish", "hardsigmoid", "sinc", "deg2rad",
+        "rad2deg")},
 }
 PREDICATES = {"isneginf": torch.isneginf, "isposinf": torch.isposinf, "isinf": A.isinf.out, "isnan": A.isnan.out}
 BINARY = {
     "maximum": torch.maximum, "minimum": torch.minimum, "pow": torch.pow,
     "eq": torch.eq, "ne": torch.ne, "lt": torch.lt, "le": torch.le, "gt": torch.gt, "ge": torch.ge,
 }
+# Binary ops that compute as their CPU out= overloads (functional overload -> out= overload).
+BINARY_OUT = {
+    **{f"{name}.{ov}": f"{name}.{ov}_out" for name in ("bitwise_and", "bitwise_or", "bitwise_xor", "remainder", "fmod")
+       for ov in ("Tensor", "Scalar")},
+    "copysign.Tensor": "copysign.out", "copysign.Scalar": "copysign.Scalar_out", "floor_divide": "floor_divide.out",
+    "floor_divide.Scalar": "floor_divide.Scalar_out",
+    **{name: f"{name}.out" for name in ("atan2", "hypot", "logical_and", "logical_or", "logical_xor")},
+}
+# Unary ops with parameters after self (name -> their CPU out= overload, called positionally).
+PARAMETRIZED = {"leaky_relu": A.leaky_relu.out, "elu": A.elu.out, "softplus": A.softplus.out,
+                "hardtanh": A.hardtanh.out, "nan_to_num": A.nan_to_num.out, "logit": A.logit.out}
+
+
+def _positional(op: torch._ops.OpOverload) -> Callable[..., Any]:
+    def compute(*args, out):
+        return op(*args, out=out)
+    return compute
 
 SPECS: list[Spec] = [Spec(name, _unary(fn), (0,)) for name, fn in UNARY.items()]
 SPECS += [Spec(name, _unary(fn), (0,)) for name, fn in PREDICATES.items()]
@@ -823,6 +844,8 @@ SPECS += [Spec(f"{name}.{ov}", _binary(BINARY[name]), (0, 1))
           for name in ("eq", "ne", "lt", "le", "gt", "ge") for ov in ("Tensor", "Scalar")]
 SPECS += [Spec(name, _binary(BINARY[name]), (0, 1)) for name in ("maximum", "minimum")]
 SPECS += [Spec(f"pow.{ov}", _binary(torch.pow), (0, 1)) for ov in ("Tensor_Tensor", "Tensor_Scalar", "Scalar")]
+SPECS += [Spec(name, _positional(_op(out)), (0, 1)) for name, out in BINARY_OUT.items()]
+SPECS += [Spec(name, _positional(op), (0,)) for name, op in PARAMETRIZED.items()]
 SPECS += [Spec(f"add.{ov}", _add, (0, 1)) for ov in ("Tensor", "Scalar")]
 SPECS += [Spec(f"sub.{ov}", _sub, (0, 1)) for ov in ("Tensor", "Scalar")]
 SPECS += [Spec(f"rsub.{ov}", _rsub, (0, 1)) for ov in ("Tensor", "Scalar")]
@@ -838,8 +861,11 @@ SPECS += [
     Spec("addcmul", _addcmul, (0, 1, 2)), Spec("addcdiv", _addcdiv, (0, 1, 2)),
     Spec("lerp.Scalar", _lerp, (0, 1)), Spec("lerp.Tensor", _lerp, (0, 1, 2)),
 ]
-BACKWARD = ("threshold_backward", "gelu_backward", "sigmoid_backward", "tanh_backward", "silu_backward")
+BACKWARD = ("threshold_backward", "gelu_backward", "sigmoid_backward", "tanh_backward", "silu_backward",
+            "leaky_relu_backward", "softplus_backward", "hardtanh_backward", "hardsigmoid_backward", "logit_backward")
 SPECS += [Spec(name, _backward(getattr(A, name).grad_input), (0, 1)) for name in BACKWARD]
+SPECS += [Spec("elu_backward", _backward(A.elu_backward.grad_input), (0, 5)),
+          Spec("hardswish_backward", _positional(A.hardswish_backward.out), (0, 1))]
 
 # The specs whose ``compute`` is the CPU out= overload named here on the op's own arguments (a
 # Python number where the overload takes a tensor as PyTorch passes it, a wrapped 0-dim tensor):
@@ -855,10 +881,12 @@ NATIVE = {
     "clamp.Tensor": "clamp.Tensor_out", "clamp_min": "clamp_min.out", "clamp_min.Tensor": "clamp_min.Tensor_out",
     "clamp_max": "clamp_max.out", "clamp_max.Tensor": "clamp_max.Tensor_out", "addcmul": "addcmul.out",
     "addcdiv": "addcdiv.out", "lerp.Scalar": "lerp.Scalar_out", "lerp.Tensor": "lerp.Tensor_out",
-    **{name: f"{name}.grad_input" for name in BACKWARD},
+    **{name: f"{name}.grad_input" for name in (*BACKWARD, "elu_backward")}, "hardswish_backward": "hardswish_backward.out",
     **{f"{op}.{ov}": f"{op}.{ov}_out" for op in ("eq", "ne", "lt", "le", "gt", "ge") for ov in ("Tensor", "Scalar")},
     **{name: f"{name}.out" for name in PREDICATES},
     "masked_fill.Scalar": "masked_fill.Scalar_out", "masked_fill.Tensor": "masked_fill.Tensor_out",
+    **BINARY_OUT,
+    **{name: f"{name}.out" for name in PARAMETRIZED},
 }
 EXTRA = {"relu": (0,)}  # arguments a native overload takes after the op's own
 SPECS = [spec._replace(native=NATIVE.get(spec.name), extra=EXTRA.get(spec.name, ())) for spec in SPECS]
@@ -877,6 +905,11 @@ INPLACE = {
     "masked_fill_.Tensor": "masked_fill.Tensor", "gelu_": "gelu", "addcmul_": "addcmul", "addcdiv_": "addcdiv",
     "lerp_.Scalar": "lerp.Scalar", "lerp_.Tensor": "lerp.Tensor",
     **{f"{name}_": name for name in UNARY},
+    **{f"{name}_.{ov}": f"{name}.{ov}" for name in ("bitwise_and", "bitwise_or", "bitwise_xor", "remainder", "fmod",
+                                                    "copysign") for ov in ("Tensor", "Scalar")},
+    "floor_divide_.Tensor": "floor_divide", "floor_divide_.Scalar": "floor_divide.Scalar",
+    **{f"{name}_": name for name in ("atan2", "hypot", "logical_and", "logical_or", "logical_xor", *PARAMETRIZED)
+       if name != "softplus"},
 }
 
 
