@@ -38,6 +38,17 @@ CASES = [
     ("vector-norm", lambda x: x.norm(dim=-1), (32, 10), F32),
     ("vector-norm-1-all", lambda x: torch.linalg.vector_norm(x, 1), (5, 70), F16),
     ("index_select", lambda x: x.index_select(1, INDEX.to(x.device)), (16, 128), F32),
+    ("gather", lambda x: x.gather(1, INDEX.view(4, 1).expand(4, 3).contiguous().to(x.device)), (4, 70), F32),
+    ("scatter-src", lambda x: x.scatter(1, INDEX.view(4, 1).to(x.device), x[:, :1] * 2), (4, 70), F16),
+    ("scatter-value", lambda x: x.scatter(0, INDEX.view(1, 4).to(x.device), 0.5), (16, 128), F32),
+    ("scatter_add", lambda x: x.scatter_add(1, INDEX.view(4, 1).to(x.device), x[:, :1]), (4, 70), F32),
+    ("prod-dim", lambda x: x.prod(-1), (32, 10), F32),
+    ("prod-all", lambda x: (x * 0.1 + 1).prod(), (5, 70), F32),
+    ("nansum", lambda x: (x / (x > 0)).nansum(-1), (16, 128), F32),
+    ("aminmax", lambda x: torch.aminmax(x, dim=0), (8, 1000), BF16),
+    ("logcumsumexp", lambda x: x.logcumsumexp(-1), (32, 10), F32),
+    ("cummax", lambda x: x.cummax(0), (16, 128), F16),
+    ("cummin", lambda x: x.cummin(-1), (4, 6, 70), F32),
     # PyTorch's embedding is index_select viewed as (2, 2, 1000): the buffer holds the (4, 1000) result
     ("embedding", lambda x: torch.nn.functional.embedding(INDEX.view(2, 2).to(x.device), x), (8, 1000), F16),
 ]
@@ -75,6 +86,7 @@ ERRORS = [
     ("topk-k", lambda d: torch.randn(3, 4).to(d).topk(9)),
     ("index-range", lambda d: torch.randn(3, 4).to(d).index_select(1, torch.tensor([7]).to(d))),
     ("index-dtype", lambda d: torch.randn(3, 4).to(d).index_select(1, torch.tensor([1.0]).to(d))),
+    ("gather-range", lambda d: torch.randn(3, 4).to(d).gather(1, torch.tensor([[9]]).to(d))),
 ]
 
 
