@@ -44,15 +44,15 @@ def _inputs():
 
 # ops no device kernel is planned for: they must run through the boxed CPU fallback
 FALLBACK = [
-    ("kthvalue", lambda a, b, i: a.kthvalue(2, 1).values, "aten::kthvalue"),
-    ("roll", lambda a, b, i: a.roll(1, 0), "aten::roll"),
+    ("unique", lambda a, b, i: a.round().unique(), "aten::_unique2"),
+    ("upsample", lambda a, b, i: torch.nn.functional.interpolate(i, scale_factor=2), "aten::upsample_nearest2d"),
     ("index", lambda a, b, i: a[:, torch.tensor([3, 0, 3]).to(a.device)], "aten::index"),
     ("max_pool", lambda a, b, i: torch.nn.functional.max_pool2d(i, 2), "aten::max_pool2d"),
-    ("cumprod", lambda a, b, i: a.cumprod(1), "aten::cumprod"),
-    ("flip", lambda a, b, i: a.flip(0), "aten::flip"),
-    ("median", lambda a, b, i: a.median(1).indices, "aten::median"),
+    ("avg_pool", lambda a, b, i: torch.nn.functional.avg_pool2d(i, 2), "aten::avg_pool2d"),
+    ("bincount", lambda a, b, i: (a > 0).long().flatten().bincount(), "aten::bincount"),
+    ("masked_select", lambda a, b, i: a[a > 0], "aten::nonzero"),
     ("nonzero", lambda a, b, i: (a > 0).nonzero(), "aten::nonzero"),
-    ("permuted result", lambda a, b, i: a.t().tril(), "aten::tril"),
+    ("permuted input", lambda a, b, i: (a.t() > 0).nonzero(), "aten::nonzero"),
 ]
 
 
@@ -88,6 +88,12 @@ ANY_OP = [
     ("cumsum", lambda a, b, i: a.cumsum(1)),
     ("topk", lambda a, b, i: a.topk(3).indices),
     ("gather", lambda a, b, i: a.gather(1, torch.tensor([[1], [0], [2], [69]]).to(a.device))),
+    ("tril of a permuted tensor", lambda a, b, i: a.t().tril()),
+    ("flip", lambda a, b, i: a.flip(0)),
+    ("roll", lambda a, b, i: a.roll(1, 0)),
+    ("cumprod", lambda a, b, i: a.cumprod(1)),
+    ("median", lambda a, b, i: a.median(1).indices),
+    ("kthvalue", lambda a, b, i: a.kthvalue(2, 1).values),
 ]
 
 

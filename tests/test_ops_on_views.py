@@ -49,6 +49,15 @@ CASES = [
     ("logcumsumexp", lambda x: x.logcumsumexp(-1), (32, 10), F32),
     ("cummax", lambda x: x.cummax(0), (16, 128), F16),
     ("cummin", lambda x: x.cummin(-1), (4, 6, 70), F32),
+    ("cumprod", lambda x: (x * 0.1 + 1).cumprod(-1), (4, 6, 70), F32),
+    ("tril", lambda x: x.tril(), (16, 128), F16),
+    ("triu-diagonal-of-a-transpose", lambda x: x.t().triu(1), (5, 70), F32),
+    ("flip", lambda x: x.flip(0, 1), (4, 70), BF16),
+    ("roll", lambda x: x.roll(3, -1), (32, 10), F32),
+    ("kthvalue", lambda x: x.kthvalue(2, -1), (8, 1000), F32),
+    ("median-dim", lambda x: x.median(0), (16, 128), F32),
+    ("median-all", lambda x: x.median(), (5, 70), F16),
+    ("mode", lambda x: x.round().mode(-1), (32, 10), F32),
     # PyTorch's embedding is index_select viewed as (2, 2, 1000): the buffer holds the (4, 1000) result
     ("embedding", lambda x: torch.nn.functional.embedding(INDEX.view(2, 2).to(x.device), x), (8, 1000), F16),
 ]

@@ -18,7 +18,7 @@ so PyTorch's own autograd formulas run above them:
 * ``on_views`` -- an op's CPU kernel on strided views of the buffers (or dense copies), offered to
   the runtime's front (the losses, ``logsumexp``; ``argmax``, ``max``/``min`` over a dim, ``topk``,
   ``sort``, ``cumsum``, ``var``, ``std``, ``linalg_vector_norm``, ``index_select``, ``gather``,
-  ``scatter``, ``prod``, ...: ``on_views.CPU_KERNELS``);
+  ``scatter``, ``prod``, ``tril``, ``flip``, ...: ``on_views.CPU_KERNELS``);
 * ``view_backward`` -- ``select_backward``, ``slice_backward``;
 * ``concat`` -- ``cat``, ``stack``, each input copied into its part of one new buffer;
 * ``indexing`` -- ``index_copy_``/``index_copy`` (a static KV cache's update), as copies into part of a buffer;

@@ -158,7 +158,9 @@ CPU_KERNELS = {
     "linalg_vector_norm": "linalg_vector_norm.out", "index_select": "index_select.out", "gather": "gather.out",
     "scatter.src": "scatter.src_out", "scatter.value": "scatter.value_out", "scatter_add": "scatter_add.out",
     "prod": "prod.out", "prod.dim_int": "prod.int_out", "nansum": "nansum.out", "aminmax": "aminmax.out",
-    "logcumsumexp": "logcumsumexp.out", "cummax": "cummax.out", "cummin": "cummin.out",
+    "logcumsumexp": "logcumsumexp.out", "cummax": "cummax.out", "cummin": "cummin.out", "cumprod": "cumprod.out",
+    "tril": "tril.out", "triu": "triu.out", "flip": "flip.out", "roll": "roll.out", "kthvalue": "kthvalue.values",
+    "median": "median.out", "median.dim": "median.dim_values", "mode": "mode.values",
 }
 
 
