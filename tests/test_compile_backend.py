@@ -101,8 +101,9 @@ def test_dynamic_shapes_run_unplanned_with_a_warning_naming_the_dims() -> None:
 
 def test_fallback_ops_run_on_the_cpu_fallback() -> None:
     x = torch.randn(8, 64)
-    f = torch.compile(lambda a: torch.nn.functional.avg_pool2d(a.view(1, 1, 8, 64), 2) + 1, backend="spyre")
+    w = torch.randn(2, 1, 3, 3)
+    f = torch.compile(lambda a: torch.nn.functional.conv2d(a.view(1, 1, 8, 64), w.to(a.device)) + 1, backend="spyre")
     torch_layouts.reset_stats()
     out = f(x.to("spyre"))
-    torch.testing.assert_close(out.cpu(), torch.nn.functional.avg_pool2d(x.view(1, 1, 8, 64), 2) + 1)
+    torch.testing.assert_close(out.cpu(), torch.nn.functional.conv2d(x.view(1, 1, 8, 64), w) + 1)
     assert torch_layouts.stats()["fallbacks"]

@@ -45,10 +45,10 @@ def _inputs():
 # ops no device kernel is planned for: they must run through the boxed CPU fallback
 FALLBACK = [
     ("unique", lambda a, b, i: a.round().unique(), "aten::_unique2"),
-    ("upsample", lambda a, b, i: torch.nn.functional.interpolate(i, scale_factor=2), "aten::upsample_nearest2d"),
+    ("histc", lambda a, b, i: a.histc(5), "aten::histc"),
     ("index", lambda a, b, i: a[:, torch.tensor([3, 0, 3]).to(a.device)], "aten::index"),
-    ("max_pool", lambda a, b, i: torch.nn.functional.max_pool2d(i, 2), "aten::max_pool2d"),
-    ("avg_pool", lambda a, b, i: torch.nn.functional.avg_pool2d(i, 2), "aten::avg_pool2d"),
+    ("bucketize", lambda a, b, i: torch.bucketize(a, torch.tensor([-1.0, 0.0, 1.0]).to(a.device)), "aten::bucketize"),
+    ("conv", lambda a, b, i: torch.nn.functional.conv2d(i, W.to(i.device)), "aten::convolution"),
     ("bincount", lambda a, b, i: (a > 0).long().flatten().bincount(), "aten::bincount"),
     ("masked_select", lambda a, b, i: a[a > 0], "aten::nonzero"),
     ("nonzero", lambda a, b, i: (a > 0).nonzero(), "aten::nonzero"),
@@ -94,6 +94,8 @@ ANY_OP = [
     ("cumprod", lambda a, b, i: a.cumprod(1)),
     ("median", lambda a, b, i: a.median(1).indices),
     ("kthvalue", lambda a, b, i: a.kthvalue(2, 1).values),
+    ("max_pool", lambda a, b, i: torch.nn.functional.max_pool2d(i, 2)),
+    ("upsample", lambda a, b, i: torch.nn.functional.interpolate(i, scale_factor=2)),
 ]
 
 

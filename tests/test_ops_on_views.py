@@ -58,6 +58,14 @@ CASES = [
     ("median-dim", lambda x: x.median(0), (16, 128), F32),
     ("median-all", lambda x: x.median(), (5, 70), F16),
     ("mode", lambda x: x.round().mode(-1), (32, 10), F32),
+    ("max_pool2d", lambda x: torch.nn.functional.max_pool2d(x, 3, 2, 1), (2, 3, 8, 8), F32),
+    ("max_pool2d-indices", lambda x: torch.nn.functional.max_pool2d(x, 2, return_indices=True), (1, 70, 6, 10), F16),
+    ("avg_pool2d", lambda x: torch.nn.functional.avg_pool2d(x, 3, 1, 1, count_include_pad=False), (2, 4, 5, 33), F32),
+    ("adaptive_avg_pool2d", lambda x: torch.nn.functional.adaptive_avg_pool2d(x, 4), (2, 3, 8, 8), BF16),
+    ("adaptive_max_pool2d", lambda x: torch.nn.functional.adaptive_max_pool2d(x, 2), (2, 3, 8, 8), F32),
+    ("upsample-nearest", lambda x: torch.nn.functional.interpolate(x, scale_factor=2), (1, 70, 6, 10), F32),
+    ("upsample-bilinear", lambda x: torch.nn.functional.interpolate(x, size=(5, 7), mode="bilinear",
+                                                                    align_corners=True), (2, 3, 8, 8), F32),
     # PyTorch's embedding is index_select viewed as (2, 2, 1000): the buffer holds the (4, 1000) result
     ("embedding", lambda x: torch.nn.functional.embedding(INDEX.view(2, 2).to(x.device), x), (8, 1000), F16),
 ]
@@ -144,3 +152,25 @@ def test_any_layout_gives_the_cpus_bits_and_replays_them(shape, dtype, which, da
         got = _results(fn(dx, dim))
         for g, e in zip(got, expected):
             assert torch.equal(g.cpu(), e) and g.device_tensor_layout() == SpyreTensorLayout(tuple(e.shape), e.dtype)
+
+
+# Backward ops of the pooling and upsampling above: id, the forward.
+BACKWARD = [
+    ("max_pool2d", lambda x: torch.nn.functional.max_pool2d(x, 2)),
+    ("avg_pool2d", lambda x: torch.nn.functional.avg_pool2d(x, 3, 1, 1)),
+    ("adaptive_avg_pool2d", lambda x: torch.nn.functional.adaptive_avg_pool2d(x, 3)),
+    ("adaptive_max_pool2d", lambda x: torch.nn.functional.adaptive_max_pool2d(x, 2)),
+    ("upsample-nearest", lambda x: torch.nn.functional.interpolate(x, scale_factor=2)),
+    ("upsample-bilinear", lambda x: torch.nn.functional.interpolate(x, scale_factor=2, mode="bilinear")),
+]
+
+
+@pytest.mark.parametrize("_, fn", BACKWARD, ids=[c[0] for c in BACKWARD])
+def test_pooling_and_upsampling_backward_run_on_the_device(_, fn):
+    x = torch.randn(2, 3, 8, 10, generator=torch.Generator().manual_seed(2))
+    dx, cx = x.to("spyre").requires_grad_(), x.clone().requires_grad_()
+    torch_layouts.reset_stats()
+    fn(dx).pow(2).sum().backward()
+    fn(cx).pow(2).sum().backward()
+    torch.testing.assert_close(dx.grad.cpu(), cx.grad)
+    assert torch_layouts.stats()["fallbacks"] == {}
