@@ -47,7 +47,7 @@ from .operands import (coords_for, coords_with_dtype, copy_pieces, default_coord
                        is_whole_dense, keep, layouts_of, new_tensor, operand_layout, ordered_coords,
                        piece_common_reads, piece_reads, plan, raw, raw_view, real_slices, record_of, rowmajor,
                        runtime_record, scalar_view, stick_dim, strides_in_order, view)
-from .registry import check_cast, out_overload, register, write_out
+from .registry import aten_overload, check_cast, out_overload, register, write_out
 from .stats import count_kernel, count_restickify
 from .strided import strided_copy
 from .view_copy import copy_between, copy_real, materialize
@@ -64,11 +64,6 @@ class Spec(NamedTuple):
     masks: tuple[int, ...] = ()  # bool operands: never promoted
     native: str | None = None  # the CPU out= overload ``compute`` is, on the op's own arguments
     extra: tuple = ()  # arguments ``native`` takes after the op's own (relu: clamp_min's bound 0)
-
-
-def _op(name: str) -> torch._ops.OpOverload:
-    packet, _, overload = name.partition(".")
-    return getattr(getattr(A, packet), overload or "default")
 
 
 # -- dtypes ----------------------------------------------------------------------------
@@ -105,7 +100,7 @@ def _dtypes(spec: Spec, akeys: tuple, kkeys: tuple) -> tuple[torch.dtype, torch.
         zero = all(not isinstance(a, torch.Tensor) or a.dim() == 0 for a in (acc, v))
         acc = torch.ones(() if zero else (1,), dtype=dtype)
     compute = acc.dtype if isinstance(acc, torch.Tensor) else torch.result_type(torch.ones(()), acc)
-    result = _op(spec.name)(*args, **kwargs).dtype
+    result = aten_overload(spec.name)(*args, **kwargs).dtype
     return result, compute
 
 
@@ -116,7 +111,7 @@ def _call_dtypes(spec: Spec, args: list, kwargs: dict) -> tuple[torch.dtype, tor
 # -- operands and results ------------------------------------------------------------
 @functools.lru_cache(maxsize=512)
 def _names(spec: Spec) -> tuple[str, ...]:
-    return tuple(a.name for a in _op(spec.name)._schema.arguments)
+    return tuple(a.name for a in aten_overload(spec.name)._schema.arguments)
 
 
 def restickify_to(t: torch.Tensor, coords: BoundLayout) -> torch.Tensor:
@@ -844,7 +839,7 @@ SPECS += [Spec(f"{name}.{ov}", _binary(BINARY[name]), (0, 1))
           for name in ("eq", "ne", "lt", "le", "gt", "ge") for ov in ("Tensor", "Scalar")]
 SPECS += [Spec(name, _binary(BINARY[name]), (0, 1)) for name in ("maximum", "minimum")]
 SPECS += [Spec(f"pow.{ov}", _binary(torch.pow), (0, 1)) for ov in ("Tensor_Tensor", "Tensor_Scalar", "Scalar")]
-SPECS += [Spec(name, _positional(_op(out)), (0, 1)) for name, out in BINARY_OUT.items()]
+SPECS += [Spec(name, _positional(aten_overload(out)), (0, 1)) for name, out in BINARY_OUT.items()]
 SPECS += [Spec(name, _positional(op), (0,)) for name, op in PARAMETRIZED.items()]
 SPECS += [Spec(f"add.{ov}", _add, (0, 1)) for ov in ("Tensor", "Scalar")]
 SPECS += [Spec(f"sub.{ov}", _sub, (0, 1)) for ov in ("Tensor", "Scalar")]

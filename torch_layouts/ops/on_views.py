@@ -19,7 +19,7 @@ import torch
 from .. import _C
 from ..core.layout import BoundLayout
 from .operands import Read, common_reads, default_coords, host_read, new_tensor, raw_view, runtime_record
-from .registry import register
+from .registry import aten_overload, register
 from .view_copy import strided_or_staged
 
 __all__ = ["CPU_KERNELS", "cpu_kernel", "on_views", "register_all", "split"]
@@ -174,11 +174,6 @@ CPU_KERNELS = {
 }
 
 
-def _overload(name: str) -> torch._ops.OpOverload:
-    packet, _, overload = name.partition(".")
-    return getattr(getattr(torch.ops.aten, packet), overload or "default")
-
-
 def register_all() -> None:
     for functional, out in CPU_KERNELS.items():
-        register(functional, cpu_kernel(_overload(functional), _overload(out)))
+        register(functional, cpu_kernel(aten_overload(functional), aten_overload(out)))

@@ -30,12 +30,18 @@ def register(name: str, fn: Callable[..., Any], counted: bool = True) -> None:
     _kernels[name] = fn
 
 
+def aten_overload(name: str) -> torch._ops.OpOverload:
+    """The ATen overload named ``name`` (``"add.Tensor"``; ``"relu"``: the default overload)."""
+    packet, _, overload = name.partition(".")
+    return getattr(getattr(torch.ops.aten, packet), overload or "default")
+
+
 def out_overload(name: str) -> tuple[str, str] | None:
     """(overload, name of its out argument) of the ``out=`` form of functional ``aten::name``:
     the overload of the same op whose arguments are the functional's plus one out tensor."""
-    packet_name, _, overload = name.partition(".")
+    packet_name = name.partition(".")[0]
     packet = getattr(torch.ops.aten, packet_name)
-    schema = getattr(packet, overload or "default")._schema
+    schema = aten_overload(name)._schema
     if len(schema.returns) != 1:
         return None
     wanted = [(a.name, str(a.type)) for a in schema.arguments]
