@@ -264,10 +264,10 @@ LOGSUMEXP_CASES = [
 def test_logsumexp_is_the_cpus_and_replays(_, shape, dims, keepdim, dtype, monkeypatch):
     """The CPU's bits in the default layout of the result's shape (its padding the pad value);
     a geometry enters Python once, later calls are replayed by the runtime's front."""
-    from torch_layouts.ops import reductions
+    from torch_layouts.ops import on_views
     entered = []
-    original = reductions.on_views
-    monkeypatch.setattr(reductions, "on_views", lambda *a, **k: entered.append(1) or original(*a, **k))
+    original = on_views.on_views
+    monkeypatch.setattr(on_views, "on_views", lambda *a, **k: entered.append(1) or original(*a, **k))
     x = (torch.randn(shape, generator=torch.Generator().manual_seed(0)) * 4).to(dtype)
     dx = x.to("spyre")
     expected = torch.logsumexp(x, dims, keepdim)

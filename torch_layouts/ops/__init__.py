@@ -7,7 +7,7 @@ so PyTorch's own autograd formulas run above them:
   operands that share the stick), type conversion (``_to_copy``), ``clone``,
   ``fill_``/``zero_``, in-place variants and a few backward ops;
 * ``reductions`` -- ``sum``, ``mean``, ``amax``, ``amin``, ``all``, ``any`` (sparse results when
-  the stick dim is reduced), ``logsumexp``;
+  the stick dim is reduced);
 * ``softmax`` -- ``softmax``/``log_softmax``/``_safe_softmax`` (and backward);
 * ``layer_norm`` -- ``native_layer_norm`` and its backward;
 * ``matmul`` -- ``mm``, ``bmm``, ``mv``, ``addmm`` (``matmul``/``linear`` decompose into them;

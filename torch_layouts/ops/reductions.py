@@ -1,5 +1,4 @@
-"""Reductions on device memory: ``sum``, ``mean``, ``amax``, ``amin``, ``all``, ``any`` over dims
-(and ``logsumexp``, the CPU's kernel on the input's view, ``on_views``).
+"""Reductions on device memory: ``sum``, ``mean``, ``amax``, ``amin``, ``all``, ``any`` over dims.
 
 The input is read in its own coordinates (``operands.coords_for``); the reduced host
 dims' device dims ("digits") are summed away with CPU torch ops on that view. Padding
@@ -32,7 +31,6 @@ from ..core.layout import BoundLayout
 from .operands import (Read, coords_for, default_coords, geometry_key, has_padding, keep, layouts_of, new_tensor,
                        operand_layout, padded_copy, plan, plan_view, raw, raw_view, one_real_box, read_of, real_slices,
                        reduced_dims, rowmajor, runtime_record, strides_in_order, view)
-from .on_views import on_views
 from .registry import register
 from . import strided_reductions
 from .rows import ROW_DTYPES, Rows
@@ -533,18 +531,7 @@ def any_dims(x: torch.Tensor, dim: int | Sequence[int] | None = None, keepdim: b
     return reduce("any", x, dim, keepdim, None)
 
 
-def logsumexp(x: torch.Tensor, dim: Sequence[int], keepdim: bool = False) -> torch.Tensor:
-    """The CPU's ``logsumexp`` on ``x``'s strided view (or on a dense copy, where sticks split its
-    rows), the result in the default layout of its shape; replayed by the runtime's front."""
-    dims = normalize_dims(dim, x.dim())
-    shape = tuple(1 if d in dims else n for d, n in enumerate(x.shape) if keepdim or d not in dims)
-    dtype = x.dtype if x.is_floating_point() else torch.get_default_dtype()
-    return on_views(torch.ops.aten.logsumexp.out, [x, list(dim), keepdim], (0,), [default_coords(shape, dtype)],
-                    x.device)[0]
-
-
 def register_all() -> None:
-    register("logsumexp", logsumexp)
     register("sum.dim_IntList", sum_dim)
     register("sum", sum_all)
     register("mean.dim", mean_dim)
