@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from .. import _C
+from .on_views import common_device
 from .operands import copy_pieces, default_coords, new_tensor, piece_common_reads, runtime_record
 from .registry import register
 
@@ -35,20 +36,11 @@ def _wrap(dim: int, rank: int) -> int:
     return dim % rank
 
 
-def _common_device(tensors: Sequence[torch.Tensor]) -> torch.device:
-    devices = {t.device for t in tensors}
-    if len(devices) > 1:
-        first, second = sorted(map(str, devices))[:2]
-        raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, "
-                           f"{first} and {second}!")
-    return devices.pop()
-
-
 def _concat(op: str, tensors: Sequence[torch.Tensor], shape: torch.Size, dtype: torch.dtype,
             part: Callable[[torch.Tensor, int], torch.Tensor | None]) -> torch.Tensor:
     """A new tensor of ``shape`` holding each input in ``part(result, i)`` (None: a skipped one)."""
     tensors = list(tensors)
-    device = _common_device(tensors)
+    device = common_device(tensors)
     coords = default_coords(tuple(shape), dtype)
     out = new_tensor(coords, device)
     pieces: list[list] | None = []

@@ -11,7 +11,7 @@ True
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -22,7 +22,7 @@ from .operands import Read, common_reads, default_coords, host_read, new_tensor,
 from .registry import aten_overload, register
 from .view_copy import strided_or_staged
 
-__all__ = ["CPU_KERNELS", "cpu_kernel", "on_views", "register_all", "split"]
+__all__ = ["CPU_KERNELS", "common_device", "cpu_kernel", "on_views", "register_all", "split"]
 
 
 def _refined(args: list, inputs: tuple[int, ...], out: torch.Tensor) -> tuple[list, Read] | None:
@@ -51,6 +51,16 @@ def _refined(args: list, inputs: tuple[int, ...], out: torch.Tensor) -> tuple[li
     return [(i, (args[i], r, None)) for i, r in reads.items()], view
 
 
+def common_device(tensors: Sequence[torch.Tensor]) -> torch.device:
+    """The one device of ``tensors``; PyTorch's error where they lie on two."""
+    devices = {t.device for t in tensors}
+    if len(devices) > 1:
+        first, second = sorted(map(str, devices))[:2]
+        raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, "
+                           f"{first} and {second}!")
+    return devices.pop()
+
+
 def split(schema: torch._C.FunctionSchema, values: list) -> tuple[list, dict]:
     """``values`` (in ``schema``'s order) as a Python call takes them: positional, then keyword-only."""
     positional = [v for a, v in zip(schema.arguments, values) if not a.kwarg_only]
@@ -72,11 +82,7 @@ def on_views(op: torch._ops.OpOverload, args: list, inputs: tuple[int, ...], res
     where they have one, ``_refined``); the recipe is offered to the runtime's front. ``args``:
     every argument of the functional op (``functional``, by default ``op``'s packet's default
     overload) in its schema's order. Inputs that no read holds (empty ones) go through CPU copies."""
-    devices = {a.device for a in args if isinstance(a, torch.Tensor)}
-    if len(devices) > 1:
-        first, second = sorted(map(str, devices))[:2]
-        raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, "
-                           f"{first} and {second}!")
+    common_device([a for a in args if isinstance(a, torch.Tensor)])
     outs = [new_tensor(coords, device) for coords in results]
     refined = _refined(args, inputs, outs[0]) if refine and len(outs) == 1 else None
     if refined is not None:
