@@ -414,7 +414,7 @@ def _cpu_gemm(op: str, named: list[tuple[str, torch.Tensor]], out: torch.Tensor,
         breaks = _refined_plan(t, coords, exact)[1]
         if breaks:  # the copy below is the restickify (strict mode raises first)
             _restickified(op, named, i, rule, coords.layout, None)
-        read = strided_or_staged(t, True, staged=breaks, rowmajor=True)
+        read = strided_or_staged(t, True, staged=breaks, row_major=True)
         if read is None:  # never for the non-empty operands matmul passes
             return None
         reads.append((read, t.numel() * t.element_size() if breaks else 0))

@@ -40,7 +40,7 @@ import torch
 from .. import _C
 from ..core.layout import BoundLayout, DeviceLayout
 from .operands import (Read, ViewPlan, common_reads, coords_for, host_read, keep, layouts_of, new_tensor, ordered_coords,
-                       plan, plan_key, raw, raw_view, read_of, real_slices, record_of, strides_in_order, view)
+                       plan, plan_key, raw, raw_view, read_of, real_slices, record_of, rowmajor, strides_in_order, view)
 from .strided import executor_copy, on_executor, strided_copy
 
 # A box: the reads of both buffers, and whether the executor copies it (``strided.on_executor``).
@@ -78,29 +78,28 @@ def _dense(size: tuple[int, ...], stride: tuple[int, ...], dtype: torch.dtype) -
     return BoundLayout(layout, size, stride)
 
 
-def dense_coords(t: torch.Tensor, rowmajor: bool = False) -> BoundLayout:
+def dense_coords(t: torch.Tensor, row_major: bool = False) -> BoundLayout:
     """Coordinates holding ``t`` dense with no padding, its dims nested in the order of its
     strides (row-major for a whole tensor, column-major for a transposed matrix), or row-major."""
     size = tuple(t.shape)
-    return _dense(size, strides_in_order(size, tuple(range(len(size), 0, -1)) if rowmajor else tuple(t.stride())),
-                  t.dtype)
+    return _dense(size, rowmajor(size) if row_major else strides_in_order(size, tuple(t.stride())), t.dtype)
 
 
-def strided_or_staged(t: torch.Tensor, copied: bool, staged: bool = False, rowmajor: bool = False
+def strided_or_staged(t: torch.Tensor, copied: bool, staged: bool = False, row_major: bool = False
                       ) -> tuple[torch.Tensor, Read, BoundLayout | None] | None:
     """Where a CPU kernel reads (``copied``: an input's values) or writes a new result ``t``:
     ``t`` itself through its strided view (``operands.host_read``), or, where no strided view
     holds it (classes in padded sticks) or with ``staged``, a new tensor in ``dense_coords``
     (holding ``t``'s values when ``copied``; a result's is copied into ``t`` after), with those
-    coordinates. With ``rowmajor`` (a GEMM operand, which the CPU's half-precision GEMMs sum in
+    coordinates. With ``row_major`` (a GEMM operand, which the CPU's half-precision GEMMs sum in
     another order when transposed) the view's last dim steps by one element, else ``t`` is staged
     row-major. None for an empty tensor."""
     r = None if staged else host_read(t)
-    if r is not None and rowmajor and r[0] and r[0][-1] > 1 and r[1][-1] != 1:
+    if r is not None and row_major and r[0] and r[0][-1] > 1 and r[1][-1] != 1:
         r = None
     if r is not None:
         return t, r, None
-    coords = dense_coords(t, rowmajor)
+    coords = dense_coords(t, row_major)
     out = materialize(t, coords) if copied else new_tensor(coords, t.device)
     r = host_read(out)
     return None if r is None else (out, r, coords)
