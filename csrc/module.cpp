@@ -50,6 +50,17 @@ std::optional<std::pair<BufferView, BufferView>> copy_views(const py::object& sr
   return std::make_pair(buffer_view(src), buffer_view(dst));
 }
 
+// [(view, view), ...] as pairs of BufferViews (a copy's pieces); `what` names a malformed pair.
+std::vector<std::pair<BufferView, BufferView>> view_pairs(const py::handle& pieces, const char* what) {
+  std::vector<std::pair<BufferView, BufferView>> views;
+  for (const auto& piece : py::cast<py::list>(pieces)) {
+    auto pair = py::cast<py::tuple>(piece);
+    TORCH_CHECK_VALUE(pair.size() == 2, what);
+    views.emplace_back(buffer_view(pair[0]), buffer_view(pair[1]));
+  }
+  return views;
+}
+
 std::optional<BufferView> optional_view(const py::object& v) {
   if (v.is_none()) return std::nullopt;
   return buffer_view(v);
@@ -206,13 +217,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def(
       "_offer_clone_recipe",
       [](const at::Tensor& src, std::shared_ptr<BoundLayout> out, const py::list& pieces) {
-        std::vector<std::pair<BufferView, BufferView>> views;
-        for (const auto& piece : pieces) {
-          auto pair = py::cast<py::tuple>(piece);
-          TORCH_CHECK_VALUE(pair.size() == 2, "a clone piece is (source view, result view)");
-          views.emplace_back(buffer_view(pair[0]), buffer_view(pair[1]));
-        }
-        return offer_clone_recipe(src, std::move(out), std::move(views));
+        return offer_clone_recipe(src, std::move(out), view_pairs(pieces, "a clone piece is (source view, result view)"));
       },
       py::arg("src"), py::arg("out"), py::arg("pieces") = py::list());
   m.def(
@@ -220,27 +225,15 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       [](const std::string& op, const std::vector<at::Tensor>& inputs, std::shared_ptr<BoundLayout> out,
          const py::list& pieces) {
         std::vector<std::vector<std::pair<BufferView, BufferView>>> parts;
-        for (const auto& part : pieces) {
-          auto& views = parts.emplace_back();
-          for (const auto& piece : py::cast<py::list>(part)) {
-            auto pair = py::cast<py::tuple>(piece);
-            TORCH_CHECK_VALUE(pair.size() == 2, "a concat piece is (input view, result view)");
-            views.emplace_back(buffer_view(pair[0]), buffer_view(pair[1]));
-          }
-        }
+        for (const auto& part : pieces) parts.push_back(view_pairs(part, "a concat piece is (input view, result view)"));
         return offer_concat_recipe(op, inputs, std::move(out), std::move(parts));
       },
       py::arg("op"), py::arg("inputs"), py::arg("out"), py::arg("pieces"));
   m.def(
       "_keep_conversion",
       [](const at::Tensor& src, at::ScalarType dtype, std::shared_ptr<BoundLayout> out, const py::list& pieces) {
-        std::vector<std::pair<BufferView, BufferView>> views;
-        for (const auto& piece : pieces) {
-          auto pair = py::cast<py::tuple>(piece);
-          TORCH_CHECK_VALUE(pair.size() == 2, "a conversion piece is (source view, result view)");
-          views.emplace_back(buffer_view(pair[0]), buffer_view(pair[1]));
-        }
-        return keep_conversion(src, dtype, std::move(out), std::move(views));
+        return keep_conversion(src, dtype, std::move(out),
+                               view_pairs(pieces, "a conversion piece is (source view, result view)"));
       },
       py::arg("src"), py::arg("dtype"), py::arg("out"), py::arg("pieces"));
   m.def("_offer_softmax", [](const std::string& op, const std::vector<std::pair<int64_t, at::Tensor>>& own,
