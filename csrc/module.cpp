@@ -71,12 +71,8 @@ std::optional<Placed> placed(const py::object& p) {
   if (p.is_none()) return std::nullopt;
   auto t = py::cast<py::tuple>(p);
   TORCH_CHECK_VALUE(t.size() == 2, "a placement is (layout record, pieces)");
-  Placed out{py::cast<std::shared_ptr<BoundLayout>>(t[0]), {}};
-  for (const auto& piece : py::cast<py::list>(t[1])) {
-    auto pair = py::cast<py::tuple>(piece);
-    out.pieces.emplace_back(buffer_view(pair[0]), buffer_view(pair[1]));
-  }
-  return out;
+  return Placed{py::cast<std::shared_ptr<BoundLayout>>(t[0]),
+                view_pairs(t[1], "a placement piece is (target view, source view)")};
 }
 
 std::shared_ptr<BoundLayout> make_bound_layout(py::object layout, std::vector<int64_t> base_size,
