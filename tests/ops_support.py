@@ -1,5 +1,5 @@
 """Helpers shared by the op tests: does a result's padding still hold its pad value, does a
-result match the CPU's."""
+result match the CPU's, does a bad call raise the CPU's error."""
 
 from __future__ import annotations
 
@@ -46,3 +46,19 @@ def kernels_in(setter: Callable[[str], str], name: str) -> Iterator[None]:
         yield
     finally:
         setter(old)
+
+
+def raises_like_the_cpu(fn: Callable[[str], object]) -> None:
+    """``fn("spyre")`` raises the exception ``fn("cpu")`` raises: its type and message."""
+    try:
+        fn("cpu")
+    except Exception as cpu:  # whatever the CPU raises is the expectation
+        expected = cpu
+    else:
+        raise AssertionError("the CPU call raised nothing")
+    try:
+        fn("spyre")
+    except Exception as device:
+        assert type(device) is type(expected) and str(device) == str(expected), (device, expected)
+    else:
+        raise AssertionError(f"the device call raised nothing; the CPU's: {expected!r}")
