@@ -725,6 +725,29 @@ def test_dropout_replays_in_the_runtime_front(shape, p, dtype, monkeypatch):
     assert torch.equal(out.cpu(), x.cpu().mul(keep.to(dtype)).mul_(1 / (1 - p)))
 
 
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.integers(1, 40), min_size=1, max_size=3), st.sampled_from([F32, F16, BF16]),
+       st.sampled_from([0.1, 0.5]), st.data())
+def test_dropout_of_any_geometry_is_the_cpus_product_and_replays_it(shape, dtype, p, data):
+    """Any shape, dim order and dtype: the output is the CPU's ``x.mul(mask).mul_(scale)`` of the
+    mask drawn, bit for bit, the pad value in both results' padding, and a replay from the same
+    seed gives the same bits and layouts."""
+    order = data.draw(st.permutations(range(len(shape))))
+    elementwise.forget_recipes()
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(len(shape))).to(dtype)
+    dx = x.to("spyre", device_layout=SpyreTensorLayout(tuple(shape), dtype, list(order)))
+    runs = []
+    for _ in range(3):
+        torch.spyre.manual_seed(5)
+        runs.append(torch.native_dropout(dx, p, True))
+    out, mask = runs[0]
+    assert torch.equal(out.cpu(), x.mul(mask.cpu().to(dtype)).mul_(1 / (1 - p)))
+    for o, m in runs:
+        assert torch.equal(o.cpu(), out.cpu()) and torch.equal(m.cpu(), mask.cpu())
+        assert o.device_tensor_layout() == out.device_tensor_layout() and padding_holds_pad_value(o)
+        assert padding_holds_pad_value(m)
+
+
 # Same-device conversions (`_to_copy`): id, shape, from dtype, to dtype, device layout dim order (None: default).
 CONVERSIONS = [
     ("float32-to-float16", (32, 64), F32, F16, None),  # the result's stick holds two of the input's
@@ -865,6 +888,8 @@ def test_a_clone_that_restickifies_is_counted_every_call():
 REPLAY_PROPERTY_OPS = [
     ("mul", lambda x: x * x, True),
     ("rsub-number", lambda x: 1 - x, True),
+    ("remainder-number", lambda x: x % 0.75, True),  # an op that took the CPU fallback before
+    ("leaky_relu", lambda x: torch.nn.functional.leaky_relu(x, 0.2), True),
     ("relu", torch.relu, True),
     ("add_-number", lambda x: x.clone().add_(0.5), True),
     ("amax-last", lambda x: x.amax(-1), True),
