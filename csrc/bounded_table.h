@@ -4,12 +4,21 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
+#include <unordered_map>
 #include <mutex>
 #include <optional>
 #include <vector>
 
 namespace torch_layouts {
+
+// A geometry key's hash: every element mixed in (keys share long prefixes: the op, a layout).
+struct KeyHash {
+  size_t operator()(const std::vector<int64_t>& key) const noexcept {
+    uint64_t h = key.size();
+    for (const int64_t v : key) h = (h ^ static_cast<uint64_t>(v)) * 0x100000001B3ull + (h >> 29);
+    return static_cast<size_t>(h);
+  }
+};
 
 template <typename V>
 class BoundedTable {
@@ -41,7 +50,7 @@ class BoundedTable {
 
  private:
   mutable std::mutex mutex_;
-  std::map<std::vector<int64_t>, V> map_;
+  std::unordered_map<std::vector<int64_t>, V, KeyHash> map_;
   const size_t bound_;
 };
 

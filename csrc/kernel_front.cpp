@@ -230,8 +230,9 @@ void AtenRecipe::run(c10::ArrayRef<c10::IValue> args, int64_t target, std::vecto
     sources[read.arg] = new_device_tensor(read.staged, device).copy_(args[read.arg].toTensor());
     if (read.restickify_bytes > 0) count_restickify(read.restickify_bytes);
   }
-  for (const Part& part : parts) {
-    std::vector<c10::IValue> call = stack;
+  for (size_t p = 0; p < parts.size(); ++p) {
+    const Part& part = parts[p];
+    std::vector<c10::IValue> call = p + 1 < parts.size() ? stack : std::move(stack);  // the last part takes it
     for (const RecipeRead& read : part.reads) {  // the arguments, sources and results outlive the call
       call[read.arg] = borrowed_view_of(read.staged ? sources[read.arg] : args[read.arg].toTensor(), read.view);
     }

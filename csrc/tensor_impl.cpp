@@ -3,6 +3,9 @@
 #include <ATen/native/Resize.h>
 #include <ATen/ops/from_blob.h>
 #include <c10/core/DeviceGuard.h>
+#include <c10/core/InferenceMode.h>
+
+#include <array>
 
 #include "device_memory.h"
 #include "dma_executor.h"
@@ -152,11 +155,64 @@ at::Tensor raw_buffer(const at::Tensor& tensor, c10::ScalarType dtype, int64_t n
       at::TensorOptions().dtype(dtype).device(at::kCPU));
 }
 
+namespace {
+
+// A replay's borrowed views, kept per thread and handed out again for the same buffer bytes,
+// dtype and geometry while no one else holds them: a new CPU tensor costs ~1000 instructions (its
+// storage, its impl, its contiguity flags), two or three per replayed call. A kept view borrows
+// no memory: it is reused only while a device buffer of the same address and size is the one being
+// viewed, so an address freed and handed out again gives the same (correct) view.
+struct KeptView {
+  const void* data = nullptr;
+  int64_t nbytes = 0;
+  c10::ScalarType dtype = c10::ScalarType::Undefined;
+  bool inference = false;
+  at::Tensor view;
+};
+constexpr size_t kKeptViews = 32;  // the top 5 bits of a hash pick the slot
+
+bool same(c10::IntArrayRef a, c10::IntArrayRef b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i] != b[i]) return false;
+  }
+  return true;
+}
+
+// Whether `k` views these bytes so, held by no one else (the computes it was lent to are done).
+bool same_view(const KeptView& k, const void* data, int64_t nbytes, c10::ScalarType dtype, bool inference,
+               c10::IntArrayRef sizes, c10::IntArrayRef strides, int64_t offset) {
+  const at::Tensor& v = k.view;
+  return v.defined() && k.data == data && k.nbytes == nbytes && k.dtype == dtype && k.inference == inference &&
+         v.use_count() == 1 && v.storage().data() == data && v.storage_offset() == offset && same(v.sizes(), sizes) &&
+         same(v.strides(), strides);
+}
+
+at::Tensor borrowed_view(const c10::Storage& storage, int64_t nbytes, const caffe2::TypeMeta dtype,
+                         c10::IntArrayRef sizes, c10::IntArrayRef strides, int64_t offset) {
+  thread_local std::array<KeptView, kKeptViews> kept;  // a thread's views, released when it ends
+  const void* data = storage.data();
+  const bool inference = c10::InferenceMode::is_enabled();
+  uint64_t h = reinterpret_cast<uintptr_t>(data) + static_cast<uint64_t>(offset);
+  for (size_t d = 0; d < sizes.size(); ++d) h = h * 31 + static_cast<uint64_t>(sizes[d] * 7 + strides[d]);
+  h *= 0x9E3779B97F4A7C15ull;  // the high bits mix every input bit (buffer addresses share their low ones)
+  KeptView& k = kept[h >> 59];  // 32 slots
+  if (same_view(k, data, nbytes, dtype.toScalarType(), inference, sizes, strides, offset)) return k.view;
+  c10::Storage cpu(c10::Storage::use_byte_size_t{}, nbytes, c10::DataPtr(const_cast<void*>(data), c10::Device(c10::kCPU)),
+                   /*allocator=*/nullptr, /*resizable=*/false);
+  auto impl = c10::make_intrusive<c10::TensorImpl>(std::move(cpu), c10::DispatchKeySet(c10::DispatchKey::CPU), dtype);
+  impl->set_sizes_and_strides(sizes, strides, offset);
+  k = KeptView{data, nbytes, dtype.toScalarType(), inference, at::Tensor(std::move(impl))};
+  return k.view;
+}
+
+}  // namespace
+
 at::Tensor raw_view(const at::Tensor& tensor, c10::IntArrayRef sizes, c10::IntArrayRef strides, int64_t offset,
                     bool owning) {
   TORCH_CHECK_VALUE(sizes.size() == strides.size(), "raw view has ", sizes.size(), " sizes but ", strides.size(),
                     " strides");
-  c10::Storage storage = tensor.storage();
+  const c10::Storage& storage = tensor.storage();
   const int64_t numel = device_nbytes(storage) / static_cast<int64_t>(tensor.element_size());
   int64_t last = offset;
   bool empty = false;
@@ -168,9 +224,11 @@ at::Tensor raw_view(const at::Tensor& tensor, c10::IntArrayRef sizes, c10::IntAr
   }
   TORCH_CHECK_INDEX(offset >= 0 && (empty || last < numel), "raw view of elements [", offset, ", ", last,
                     "] reaches outside its device buffer of ", numel, " elements");
+  if (!owning) return borrowed_view(storage, numel * static_cast<int64_t>(tensor.element_size()), tensor.dtype(), sizes,
+                                    strides, offset);
   auto maker = at::for_blob(static_cast<char*>(storage.mutable_data()), sizes);
   maker.strides(strides).storage_offset(offset).options(at::TensorOptions().dtype(tensor.scalar_type()).device(at::kCPU));
-  if (owning) maker.deleter([storage](void*) mutable { storage = c10::Storage(); });
+  maker.deleter([held = storage](void*) mutable { held = c10::Storage(); });
   return maker.make_tensor();
 }
 

@@ -953,3 +953,35 @@ def test_replays_give_the_python_paths_bits_on_any_geometry(shape, dtype, which,
     else:
         tol = {F32: 1e-5, F16: 1e-2, BF16: 5e-2}[dtype]
         torch.testing.assert_close(first.cpu(), expected, rtol=tol, atol=tol * 4)
+
+
+# Replayed calls on fresh buffers each time: (id, function of (a, b, out) on either device).
+FRESH_BUFFER_OPS = [
+    ("add", lambda a, b, out: a + b),
+    ("add_", lambda a, b, out: a.add_(b, alpha=0.5)),
+    ("same tensor twice", lambda a, b, out: a.mul_(a)),
+    ("out=", lambda a, b, out: torch.mul(a, b, out=out)),
+    ("scalar", lambda a, b, out: b * 3.0),
+]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(1, 40), min_size=1, max_size=3), st.sampled_from([F32, F16, BF16]),
+       st.sampled_from(range(len(FRESH_BUFFER_OPS))), st.integers(0, 2**31 - 1))
+def test_replays_read_and_write_each_calls_own_buffers(shape, dtype, which, seed):
+    """A replay computes on CPU views of the call's buffers, which the runtime keeps per thread
+    and lends again for the same address and geometry: freed buffers handed out again at the same
+    address, buffers of other sizes in between and one tensor read twice still give every call the
+    CPU's bits for its own operands."""
+    _, fn, = FRESH_BUFFER_OPS[which]
+    gen = torch.Generator().manual_seed(seed)
+    for step in range(6):
+        a, b = (torch.randn(shape, generator=gen).to(dtype) for _ in range(2))
+        out = torch.empty(shape, dtype=dtype)
+        da, db, dout = a.to("spyre"), b.to("spyre"), out.to("spyre")
+        if step % 2:  # a buffer of another size between calls: the next ones land elsewhere
+            torch.empty(step * 7 + 1, device="spyre")
+        got, expected = fn(da, db, dout), fn(a, b, out)
+        assert torch.equal(got.cpu(), expected), f"step {step}"
+        assert torch.equal(da.cpu(), a) and torch.equal(db.cpu(), b), f"operands after step {step}"
+        del da, db, dout, got
