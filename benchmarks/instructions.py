@@ -21,11 +21,10 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-import torch
-
-if __package__ in (None, ""):  # run as a script: make the repository and this folder importable
+if __package__ in (None, ""):  # run as a script: this repository's torch_layouts (torch's autoload imports it)
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     sys.path.insert(0, str(Path(__file__).resolve().parent))
+import torch  # noqa: E402
 import torch_layouts  # noqa: E402,F401  (registers the spyre device and its kernels)
 
 try:

@@ -4,9 +4,9 @@
 #pragma once
 
 #include <cstdint>
-#include <unordered_map>
 #include <mutex>
 #include <optional>
+#include <unordered_map>
 #include <vector>
 
 namespace torch_layouts {

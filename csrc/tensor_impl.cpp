@@ -165,11 +165,12 @@ namespace {
 struct KeptView {
   const void* data = nullptr;
   int64_t nbytes = 0;
+  uint64_t used = 0;  // the thread's lend count when it was last lent (the older of a pair is replaced)
   c10::ScalarType dtype = c10::ScalarType::Undefined;
   bool inference = false;
   at::Tensor view;
 };
-constexpr size_t kKeptViews = 32;  // the top 5 bits of a hash pick the slot
+constexpr size_t kKeptViews = 256;  // pairs of slots; the top 7 bits of a hash pick the pair
 
 bool same(c10::IntArrayRef a, c10::IntArrayRef b) {
   if (a.size() != b.size()) return false;
@@ -191,18 +192,26 @@ bool same_view(const KeptView& k, const void* data, int64_t nbytes, c10::ScalarT
 at::Tensor borrowed_view(const c10::Storage& storage, int64_t nbytes, const caffe2::TypeMeta dtype,
                          c10::IntArrayRef sizes, c10::IntArrayRef strides, int64_t offset) {
   thread_local std::array<KeptView, kKeptViews> kept;  // a thread's views, released when it ends
+  thread_local uint64_t lent = 0;
   const void* data = storage.data();
   const bool inference = c10::InferenceMode::is_enabled();
   uint64_t h = reinterpret_cast<uintptr_t>(data) + static_cast<uint64_t>(offset);
   for (size_t d = 0; d < sizes.size(); ++d) h = h * 31 + static_cast<uint64_t>(sizes[d] * 7 + strides[d]);
   h *= 0x9E3779B97F4A7C15ull;  // the high bits mix every input bit (buffer addresses share their low ones)
-  KeptView& k = kept[h >> 59];  // 32 slots
-  if (same_view(k, data, nbytes, dtype.toScalarType(), inference, sizes, strides, offset)) return k.view;
+  KeptView* pair = &kept[(h >> 57) * 2];
+  ++lent;
+  for (KeptView* k : {pair, pair + 1}) {
+    if (same_view(*k, data, nbytes, dtype.toScalarType(), inference, sizes, strides, offset)) {
+      k->used = lent;
+      return k->view;
+    }
+  }
+  KeptView& k = pair[0].used <= pair[1].used ? pair[0] : pair[1];
   c10::Storage cpu(c10::Storage::use_byte_size_t{}, nbytes, c10::DataPtr(const_cast<void*>(data), c10::Device(c10::kCPU)),
                    /*allocator=*/nullptr, /*resizable=*/false);
   auto impl = c10::make_intrusive<c10::TensorImpl>(std::move(cpu), c10::DispatchKeySet(c10::DispatchKey::CPU), dtype);
   impl->set_sizes_and_strides(sizes, strides, offset);
-  k = KeptView{data, nbytes, dtype.toScalarType(), inference, at::Tensor(std::move(impl))};
+  k = KeptView{data, nbytes, lent, dtype.toScalarType(), inference, at::Tensor(std::move(impl))};
   return k.view;
 }
 
