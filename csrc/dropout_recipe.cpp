@@ -20,8 +20,8 @@ class DropoutBackward final : public Replay {
   void run(c10::ArrayRef<c10::IValue> args, int64_t, std::vector<c10::IValue>& results) const override {
     const at::Tensor& grad = args[0].toTensor();
     at::Tensor result = new_device_tensor(out, grad.device());
-    const at::Tensor o = view_of(result, out_view), a = view_of(grad, grad_view),
-                     b = view_of(args[1].toTensor(), mask_view);
+    const at::Tensor o = borrowed_view_of(result, out_view), a = borrowed_view_of(grad, grad_view),
+                     b = borrowed_view_of(args[1].toTensor(), mask_view);
     const double scale = args[2].toDouble();
     if (o.scalar_type() == at::kFloat && a.scalar_type() == at::kFloat &&
         (b.scalar_type() == at::kFloat || b.scalar_type() == at::kBool)) {
@@ -66,8 +66,8 @@ class DropoutForward final : public Replay {
     at::Tensor dense = new_device_tensor(values, x.device());
     dense.copy_(drawn);
     at::Tensor result = new_device_tensor(values, x.device()), flags = new_device_tensor(mask, x.device());
-    const at::Tensor o = view_of(result, dense_view), k = view_of(flags, dense_view), xv = view_of(x, x_view),
-                     d = view_of(dense, dense_view);
+    const at::Tensor o = borrowed_view_of(result, dense_view), k = borrowed_view_of(flags, dense_view),
+                     xv = borrowed_view_of(x, x_view), d = borrowed_view_of(dense, dense_view);
     const double scale = keep == 0 ? 0.0 : 1.0 / keep;
     if (boxes.empty()) dropout_apply(o, k, xv, d, scale);
     for (const auto& box : boxes) {

@@ -16,7 +16,7 @@ class FillReplay final : public Replay {
   void run(c10::ArrayRef<c10::IValue> args, int64_t, std::vector<c10::IValue>& results) const override {
     const at::Tensor& x = args[0].toTensor();
     const c10::Scalar value = zero ? c10::Scalar(0) : args[1].toScalar();
-    for (const BufferView& box : boxes) view_of(x, box).fill_(value);
+    for (const BufferView& box : boxes) borrowed_view_of(x, box).fill_(value);
     if (restore_padding) fill_padding(x, *layout_of(x));
     results.emplace_back(x);
   }

@@ -51,14 +51,14 @@ class ReduceReplay final : public Replay {
     const at::Tensor& x = args[0].toTensor();
     at::Tensor r = new_device_tensor(out, x.device());
     if (pieces.empty()) {
-      view_of(r, result).copy_(reduce(view_of(x, input)));
+      borrowed_view_of(r, result).copy_(reduce(borrowed_view_of(x, input)));
       results.emplace_back(std::move(r));
       return;
     }
     at::Tensor values;  // ops/reductions._boxed_values: each box's values, combined where regions meet
     std::vector<at::Tensor> regions;
     for (const ReducePiece& p : pieces) {
-      const at::Tensor v = reduce(view_of(x, p.input));
+      const at::Tensor v = reduce(borrowed_view_of(x, p.input));
       if (!values.defined()) values = at::zeros(values_sizes, v.options());
       at::Tensor& region = regions.emplace_back(values.as_strided(p.region.sizes, p.region.strides, p.region.offset));
       if (p.writes) {
@@ -68,7 +68,7 @@ class ReduceReplay final : public Replay {
       }
     }
     for (size_t k = 0; k < pieces.size(); ++k) {
-      if (pieces[k].writes) view_of(r, pieces[k].result).copy_(regions[k]);
+      if (pieces[k].writes) borrowed_view_of(r, pieces[k].result).copy_(regions[k]);
     }
     results.emplace_back(std::move(r));
   }

@@ -12,7 +12,7 @@ namespace {
 // A view's values as a contiguous float32 vector (ops/rows.Rows.per_row / per_column), its first
 // `length` (-1: all; a padded row's real elements).
 at::Tensor values_of(const at::Tensor& t, const BufferView& v, int64_t length = -1) {
-  at::Tensor flat = view_of(t, v).reshape(-1);
+  at::Tensor flat = borrowed_view_of(t, v).reshape(-1);
   if (length >= 0) flat = flat.narrow(0, 0, length);
   return flat.to(at::kFloat).contiguous();
 }
@@ -26,7 +26,7 @@ std::optional<at::Tensor> values_of(const c10::IValue& arg, const std::optional<
 at::Tensor placed(const Placed& p, const at::Tensor& flat, c10::Device device) {
   at::Tensor out = new_device_tensor(p.layout, device);
   for (const auto& [target, source] : p.pieces) {
-    view_of(out, target).copy_(flat.as_strided(source.sizes, source.strides, source.offset));
+    borrowed_view_of(out, target).copy_(flat.as_strided(source.sizes, source.strides, source.offset));
   }
   return out;
 }
@@ -42,7 +42,7 @@ class Softmax final : public Replay {
   void run(c10::ArrayRef<c10::IValue> args, int64_t, std::vector<c10::IValue>& results) const override {
     const at::Tensor& x = args[0].toTensor();
     at::Tensor result = new_device_tensor(out, x.device());
-    rows_softmax(view_of(x, input_rows), view_of(result, out_rows), width, log, safe, length);
+    rows_softmax(borrowed_view_of(x, input_rows), borrowed_view_of(result, out_rows), width, log, safe, length);
     results.emplace_back(std::move(result));
   }
 };
@@ -58,7 +58,7 @@ class SoftmaxBackward final : public Replay {
   void run(c10::ArrayRef<c10::IValue> args, int64_t, std::vector<c10::IValue>& results) const override {
     const at::Tensor& grad = args[0].toTensor();
     at::Tensor result = new_device_tensor(out, grad.device());
-    rows_softmax_backward(view_of(grad, grad_rows), view_of(args[1].toTensor(), output_rows), view_of(result, out_rows),
+    rows_softmax_backward(borrowed_view_of(grad, grad_rows), borrowed_view_of(args[1].toTensor(), output_rows), borrowed_view_of(result, out_rows),
                           width, log, length);
     results.emplace_back(std::move(result));
   }
@@ -76,7 +76,7 @@ class LayerNorm final : public Replay {
     const at::Tensor& x = args[0].toTensor();
     at::Tensor result = new_device_tensor(out, x.device());
     at::Tensor mean = at::empty({rows}, at::kFloat), rstd = at::empty({rows}, at::kFloat);
-    rows_layer_norm(view_of(x, input_rows), view_of(result, out_rows), values_of(args[2], weight_cols, length),
+    rows_layer_norm(borrowed_view_of(x, input_rows), borrowed_view_of(result, out_rows), values_of(args[2], weight_cols, length),
                     values_of(args[3], bias_cols, length), args[4].toDouble(), mean, rstd, width, length);
     results.emplace_back(std::move(result));
     results.emplace_back(placed(stats, mean, x.device()));
@@ -99,9 +99,9 @@ class LayerNormBackward final : public Replay {
     std::optional<at::Tensor> dgamma, dbeta;
     if (grad_weight) dgamma = at::empty({length}, at::kFloat);
     if (grad_bias) dbeta = at::empty({length}, at::kFloat);
-    rows_layer_norm_backward(view_of(grad, grad_rows), view_of(x, input_rows), values_of(args[3].toTensor(), mean_values),
+    rows_layer_norm_backward(borrowed_view_of(grad, grad_rows), borrowed_view_of(x, input_rows), values_of(args[3].toTensor(), mean_values),
                              values_of(args[4].toTensor(), rstd_values), values_of(args[5], weight_cols, length),
-                             dx.defined() ? std::optional<at::Tensor>(view_of(dx, *grad_input_rows)) : std::nullopt,
+                             dx.defined() ? std::optional<at::Tensor>(borrowed_view_of(dx, *grad_input_rows)) : std::nullopt,
                              dgamma, dbeta, width, length);
     results.emplace_back(std::move(dx));
     results.emplace_back(grad_weight ? placed(*grad_weight, *dgamma, x.device()) : at::Tensor());

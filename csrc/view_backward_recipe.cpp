@@ -19,7 +19,7 @@ class ViewBackward final : public Replay {
     fill_padding(result, *out);
     if (grad.numel() != 0) {
       if (reads) {
-        view_of(result, reads->second).copy_(view_of(grad, reads->first));
+        borrowed_view_of(result, reads->second).copy_(borrowed_view_of(grad, reads->first));
       } else {
         result.as_strided(sizes, strides, offset).copy_(grad);
       }

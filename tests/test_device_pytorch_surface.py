@@ -153,6 +153,7 @@ def test_multiprocessing_sends_spyre_tensors_by_value(tmp_path):
         def child(inbox, outbox):
             t = inbox.get(timeout=60)
             outbox.put((str(t.device), t.cpu(), str(t.device_tensor_layout())))
+            inbox.get(timeout=60)  # the CPU tensor's shared file is handed over while this process lives
 
         if __name__ == "__main__":
             ctx = mp.get_context("spawn")
@@ -162,6 +163,7 @@ def test_multiprocessing_sends_spyre_tensors_by_value(tmp_path):
             t = torch.arange(6.0).reshape(2, 3).to("spyre")
             inbox.put(t[:, 1:])
             device, values, layout = outbox.get(timeout=60)
+            inbox.put("received")
             worker.join(60)
             assert device == "spyre:0" and values.tolist() == [[1.0, 2.0], [4.0, 5.0]]
             assert layout == str(t.device_tensor_layout()) and worker.exitcode == 0
