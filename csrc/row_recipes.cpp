@@ -58,8 +58,8 @@ class SoftmaxBackward final : public Replay {
   void run(c10::ArrayRef<c10::IValue> args, int64_t, std::vector<c10::IValue>& results) const override {
     const at::Tensor& grad = args[0].toTensor();
     at::Tensor result = new_device_tensor(out, grad.device());
-    rows_softmax_backward(borrowed_view_of(grad, grad_rows), borrowed_view_of(args[1].toTensor(), output_rows), borrowed_view_of(result, out_rows),
-                          width, log, length);
+    rows_softmax_backward(borrowed_view_of(grad, grad_rows), borrowed_view_of(args[1].toTensor(), output_rows),
+                          borrowed_view_of(result, out_rows), width, log, length);
     results.emplace_back(std::move(result));
   }
 };
@@ -76,8 +76,9 @@ class LayerNorm final : public Replay {
     const at::Tensor& x = args[0].toTensor();
     at::Tensor result = new_device_tensor(out, x.device());
     at::Tensor mean = at::empty({rows}, at::kFloat), rstd = at::empty({rows}, at::kFloat);
-    rows_layer_norm(borrowed_view_of(x, input_rows), borrowed_view_of(result, out_rows), values_of(args[2], weight_cols, length),
-                    values_of(args[3], bias_cols, length), args[4].toDouble(), mean, rstd, width, length);
+    rows_layer_norm(borrowed_view_of(x, input_rows), borrowed_view_of(result, out_rows),
+                    values_of(args[2], weight_cols, length), values_of(args[3], bias_cols, length), args[4].toDouble(),
+                    mean, rstd, width, length);
     results.emplace_back(std::move(result));
     results.emplace_back(placed(stats, mean, x.device()));
     results.emplace_back(placed(stats, rstd, x.device()));
@@ -99,10 +100,11 @@ class LayerNormBackward final : public Replay {
     std::optional<at::Tensor> dgamma, dbeta;
     if (grad_weight) dgamma = at::empty({length}, at::kFloat);
     if (grad_bias) dbeta = at::empty({length}, at::kFloat);
-    rows_layer_norm_backward(borrowed_view_of(grad, grad_rows), borrowed_view_of(x, input_rows), values_of(args[3].toTensor(), mean_values),
-                             values_of(args[4].toTensor(), rstd_values), values_of(args[5], weight_cols, length),
-                             dx.defined() ? std::optional<at::Tensor>(borrowed_view_of(dx, *grad_input_rows)) : std::nullopt,
-                             dgamma, dbeta, width, length);
+    const std::optional<at::Tensor> dx_rows =
+        dx.defined() ? std::optional<at::Tensor>(borrowed_view_of(dx, *grad_input_rows)) : std::nullopt;
+    rows_layer_norm_backward(borrowed_view_of(grad, grad_rows), borrowed_view_of(x, input_rows),
+                             values_of(args[3].toTensor(), mean_values), values_of(args[4].toTensor(), rstd_values),
+                             values_of(args[5], weight_cols, length), dx_rows, dgamma, dbeta, width, length);
     results.emplace_back(std::move(dx));
     results.emplace_back(grad_weight ? placed(*grad_weight, *dgamma, x.device()) : at::Tensor());
     results.emplace_back(grad_bias ? placed(*grad_bias, *dbeta, x.device()) : at::Tensor());

@@ -163,30 +163,19 @@ namespace {
 // no memory: it is reused only while a device buffer of the same address and size is the one being
 // viewed, so an address freed and handed out again gives the same (correct) view.
 struct KeptView {
-  const void* data = nullptr;
-  int64_t nbytes = 0;
-  uint64_t used = 0;  // the thread's lend count when it was last lent (the older of a pair is replaced)
-  c10::ScalarType dtype = c10::ScalarType::Undefined;
+  at::Tensor view;    // its storage's address and size, dtype and geometry are the key
   bool inference = false;
-  at::Tensor view;
+  uint64_t used = 0;  // the thread's lend count when it was last lent (the older of a pair is replaced)
 };
 constexpr size_t kKeptViews = 256;  // pairs of slots; the top 7 bits of a hash pick the pair
-
-bool same(c10::IntArrayRef a, c10::IntArrayRef b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (a[i] != b[i]) return false;
-  }
-  return true;
-}
 
 // Whether `k` views these bytes so, held by no one else (the computes it was lent to are done).
 bool same_view(const KeptView& k, const void* data, int64_t nbytes, c10::ScalarType dtype, bool inference,
                c10::IntArrayRef sizes, c10::IntArrayRef strides, int64_t offset) {
   const at::Tensor& v = k.view;
-  return v.defined() && k.data == data && k.nbytes == nbytes && k.dtype == dtype && k.inference == inference &&
-         v.use_count() == 1 && v.storage().data() == data && v.storage_offset() == offset && same(v.sizes(), sizes) &&
-         same(v.strides(), strides);
+  return v.defined() && v.use_count() == 1 && k.inference == inference && v.storage().data() == data &&
+         static_cast<int64_t>(v.storage().nbytes()) == nbytes && v.scalar_type() == dtype &&
+         v.storage_offset() == offset && v.sizes() == sizes && v.strides() == strides;
 }
 
 at::Tensor borrowed_view(const c10::Storage& storage, int64_t nbytes, const caffe2::TypeMeta dtype,
@@ -207,11 +196,12 @@ at::Tensor borrowed_view(const c10::Storage& storage, int64_t nbytes, const caff
     }
   }
   KeptView& k = pair[0].used <= pair[1].used ? pair[0] : pair[1];
-  c10::Storage cpu(c10::Storage::use_byte_size_t{}, nbytes, c10::DataPtr(const_cast<void*>(data), c10::Device(c10::kCPU)),
-                   /*allocator=*/nullptr, /*resizable=*/false);
+  c10::Storage cpu(c10::Storage::use_byte_size_t{}, nbytes,
+                   c10::DataPtr(const_cast<void*>(data), c10::Device(c10::kCPU)), /*allocator=*/nullptr,
+                   /*resizable=*/false);
   auto impl = c10::make_intrusive<c10::TensorImpl>(std::move(cpu), c10::DispatchKeySet(c10::DispatchKey::CPU), dtype);
   impl->set_sizes_and_strides(sizes, strides, offset);
-  k = KeptView{data, nbytes, lent, dtype.toScalarType(), inference, at::Tensor(std::move(impl))};
+  k = KeptView{at::Tensor(std::move(impl)), inference, lent};
   return k.view;
 }
 

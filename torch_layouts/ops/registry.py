@@ -39,9 +39,8 @@ def aten_overload(name: str) -> torch._ops.OpOverload:
 def out_overload(name: str) -> tuple[str, str] | None:
     """(overload, name of its out argument) of the ``out=`` form of functional ``aten::name``:
     the overload of the same op whose arguments are the functional's plus one out tensor."""
-    packet_name = name.partition(".")[0]
-    packet = getattr(torch.ops.aten, packet_name)
-    schema = aten_overload(name)._schema
+    functional = aten_overload(name)
+    packet, schema = functional.overloadpacket, functional._schema
     if len(schema.returns) != 1:
         return None
     wanted = [(a.name, str(a.type)) for a in schema.arguments]
@@ -49,7 +48,7 @@ def out_overload(name: str) -> tuple[str, str] | None:
         arguments = getattr(packet, candidate)._schema.arguments
         outs = [a.name for a in arguments if a.is_out]
         if len(outs) == 1 and [(a.name, str(a.type)) for a in arguments if not a.is_out] == wanted:
-            return f"{packet_name}.{candidate}", outs[0]
+            return f"{name.partition('.')[0]}.{candidate}", outs[0]
     return None
 
 
