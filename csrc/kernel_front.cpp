@@ -37,6 +37,7 @@ class AtenRecipe final : public Replay {
   bool functional = false;             // the compute returns its results, copied into their views
   size_t compute_args = 0;             // arguments passed before the result's view
   std::vector<bool> wrap;              // scalar arguments the compute takes as (wrapped-number) tensors
+  std::vector<bool> viewed;            // arguments every part replaces by its read's view
   std::vector<std::pair<int64_t, c10::IValue>> overrides;
 
   void run(c10::ArrayRef<c10::IValue> args, int64_t target, std::vector<c10::IValue>& results) const override;
@@ -199,30 +200,34 @@ std::vector<int64_t> call_key(int64_t front, const c10::FunctionSchema& schema, 
   return key;
 }
 
-// The result (a new tensor or the call's target) with its view passed last to the compute.
+// The new results, or the call's target written in place, with its view passed last to the compute.
+// No argument tensor is copied: a copy of a Python-held tensor takes the GIL (PyTorch's PyObject
+// preservation), and the unboxed front lends the arguments uncounted.
 void AtenRecipe::run(c10::ArrayRef<c10::IValue> args, int64_t target, std::vector<c10::IValue>& results) const {
-  // The call's arguments; those the compute takes past them (relu's clamp_min bound) are overrides.
-  std::vector<c10::IValue> stack(args.begin(), args.begin() + static_cast<int64_t>(std::min(compute_args, args.size())));
-  stack.resize(compute_args);
-  for (size_t i = 0; i < compute_args; ++i) {
+  // The call's arguments, the read tensors left out (their views replace them); those the compute
+  // takes past them (relu's clamp_min bound) are overrides.
+  std::vector<c10::IValue> stack(compute_args);
+  for (size_t i = 0; i < compute_args && i < args.size(); ++i) {
+    if (viewed[i]) continue;
     if (wrap[i]) {  // as PyTorch's argument parser passes a Python number to a Tensor parameter
-      at::Tensor scalar = at::scalar_to_tensor(stack[i].toScalar());
+      at::Tensor scalar = at::scalar_to_tensor(args[i].toScalar());
       scalar.unsafeGetTensorImpl()->set_wrapped_number(true);
       stack[i] = std::move(scalar);
+    } else {
+      stack[i] = args[i];
     }
   }
   for (const auto& [i, value] : overrides) stack[i] = value;
   const c10::Device device = args[parts.front().reads.front().arg].toTensor().device();
-  std::vector<at::Tensor> values, written;  // the results; what the compute writes (a result, or its staging)
+  std::vector<at::Tensor> values, staged;  // the new results; where each is computed first (undefined: itself)
   for (size_t i = 0; i < outs.size(); ++i) {
     values.push_back(new_device_tensor(outs[i], device));
-    written.push_back(i < staged_outs.size() && staged_outs[i] ? new_device_tensor(staged_outs[i], device)
-                                                               : values.back());
+    staged.push_back(i < staged_outs.size() && staged_outs[i] ? new_device_tensor(staged_outs[i], device) : at::Tensor());
   }
-  if (outs.empty()) {  // the target, written in place
-    values.push_back(args[target].toTensor());
-    written.push_back(values.back());
-  }
+  // What the compute writes: a result, its staging, or the target in place.
+  auto written = [&](size_t i) -> const at::Tensor& {
+    return outs.empty() ? args[target].toTensor() : staged[i].defined() ? staged[i] : values[i];
+  };
   std::vector<at::Tensor> sources;  // the staged operands' copies, made once for every part
   for (const RecipeRead& read : parts.front().reads) {
     if (!read.staged) continue;
@@ -239,16 +244,16 @@ void AtenRecipe::run(c10::ArrayRef<c10::IValue> args, int64_t target, std::vecto
     if (functional) {  // the returned CPU tensors copied into the results' views
       compute->callBoxed(call);
       for (size_t i = 0; i < part.results.size(); ++i) {
-        borrowed_view_of(written[i], part.results[i]).copy_(call[i].toTensor());
+        borrowed_view_of(written(i), part.results[i]).copy_(call[i].toTensor());
       }
       continue;
     }
     if (part.results.empty()) call.emplace_back(call[target].toTensor());
-    for (size_t i = 0; i < part.results.size(); ++i) call.emplace_back(borrowed_view_of(written[i], part.results[i]));
+    for (size_t i = 0; i < part.results.size(); ++i) call.emplace_back(borrowed_view_of(written(i), part.results[i]));
     compute->callBoxed(call);
   }
   for (size_t i = 0; i < values.size(); ++i) {
-    if (!written[i].is_same(values[i])) values[i].copy_(written[i]);  // the runtime's copy into its layout
+    if (staged[i].defined()) values[i].copy_(staged[i]);  // the runtime's copy into its layout
     results.emplace_back(std::move(values[i]));
   }
 }
@@ -330,25 +335,24 @@ std::pair<py::tuple, py::dict> python_arguments(const c10::FunctionSchema& schem
 
 class Front final : public c10::OperatorKernel {
  public:
-  Front(int64_t id, std::atomic<int64_t>* count, py::object fn, bool counted)
-      : id_(id), count_(count), fn_(fn.release().ptr()), counted_(counted) {}
+  Front(FrontEntry entry, py::object fn) : entry_(entry), fn_(fn.release().ptr()) {}
 
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
     const c10::FunctionSchema& schema = op.schema();
     const size_t n = schema.arguments().size();
-    if (counted_) count_->fetch_add(1, std::memory_order_relaxed);
-    const int64_t target = written_argument(schema);
-    std::vector<int64_t> key = t_strict ? std::vector<int64_t>{} : call_key(id_, schema, torch::jit::last(*stack, n), target);
-    if (!key.empty()) {
-      const std::shared_ptr<const Replay> recipe = g_recipes.find(key).value_or(nullptr);
-      if (recipe && recipe->accepts(torch::jit::last(*stack, n))) {
-        std::vector<c10::IValue> results;
-        recipe->run(torch::jit::last(*stack, n), target, results);
-        torch::jit::drop(*stack, n);
-        for (c10::IValue& r : results) stack->push_back(std::move(r));
-        return;
+    std::vector<c10::IValue> results;
+    if (replay_call(entry_, op, torch::jit::last(*stack, n), results)) {
+      const int64_t target = written_argument(schema);
+      if (target >= 0 && schema.returns().size() == 1) {  // an in-place or out= op returns what it wrote
+        results.push_back(torch::jit::last(*stack, n)[target]);
       }
+      torch::jit::drop(*stack, n);
+      for (c10::IValue& r : results) stack->push_back(std::move(r));
+      return;
     }
+    if (entry_.counted) entry_.count->fetch_add(1, std::memory_order_relaxed);
+    const int64_t target = written_argument(schema);
+    std::vector<int64_t> key = t_strict ? std::vector<int64_t>{} : call_key(entry_.id, schema, torch::jit::last(*stack, n), target);
     std::vector<c10::IValue> arguments = torch::jit::pop(*stack, n);
     py::gil_scoped_acquire gil;
     auto [args, kwargs] = python_arguments(schema, arguments);
@@ -371,10 +375,8 @@ class Front final : public c10::OperatorKernel {
   }
 
  private:
-  int64_t id_;
-  std::atomic<int64_t>* count_;  // its entry in g_counts
+  FrontEntry entry_;
   PyObject* fn_;  // owned for the life of the process (kernels are never unregistered)
-  bool counted_;
 };
 
 torch::Library& library() {
@@ -384,17 +386,37 @@ torch::Library& library() {
 
 }  // namespace
 
+bool replay_call(const FrontEntry& front, const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args,
+                 std::vector<c10::IValue>& results) {
+  if (t_strict) return false;
+  const c10::FunctionSchema& schema = op.schema();
+  const int64_t target = written_argument(schema);
+  const std::vector<int64_t> key = call_key(front.id, schema, args, target);
+  if (key.empty()) return false;
+  const std::shared_ptr<const Replay> recipe = g_recipes.find(key).value_or(nullptr);
+  if (!recipe || !recipe->accepts(args)) return false;
+  if (front.counted) front.count->fetch_add(1, std::memory_order_relaxed);
+  recipe->run(args, target, results);
+  return true;
+}
+
 void register_front(const std::string& name, py::object fn, bool counted) {
-  int64_t id;
-  std::atomic<int64_t>* count;
+  FrontEntry entry{0, nullptr, counted};
   {
     std::lock_guard<std::mutex> lock(g_fronts_mutex);
-    id = static_cast<int64_t>(g_counts.size());
-    count = &g_counts.emplace_back(std::piecewise_construct, std::forward_as_tuple("aten::" + name),
-                                   std::forward_as_tuple(0)).second;
+    entry.id = static_cast<int64_t>(g_counts.size());
+    entry.count = &g_counts.emplace_back(std::piecewise_construct, std::forward_as_tuple("aten::" + name),
+                                         std::forward_as_tuple(0)).second;
   }
-  library().impl(name.c_str(),
-                 torch::CppFunction::makeFromBoxedFunctor(std::make_unique<Front>(id, count, std::move(fn), counted)));
+  auto front = std::make_unique<Front>(entry, std::move(fn));
+  const std::optional<c10::OperatorHandle> op = find_op("aten::" + name);
+  std::optional<torch::CppFunction> unboxed;
+  if (op) unboxed = unboxed_front(*op, entry, [&front] { return c10::BoxedKernel::makeFromFunctor(std::move(front)); });
+  if (unboxed) {
+    library().impl(name.c_str(), std::move(*unboxed));
+    return;
+  }
+  library().impl(name.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::move(front)));
 }
 
 bool offer_recipe(const std::vector<std::optional<at::Tensor>>& args, std::vector<RecipeRead> reads,
@@ -511,6 +533,8 @@ bool offer_recipe(const std::vector<std::optional<at::Tensor>>& args, std::vecto
       recipe->wrap.push_back(false);
     }
   }
+  recipe->viewed.assign(recipe->compute_args, false);
+  for (const RecipeRead& read : reads) recipe->viewed[read.arg] = true;
   recipe->compute = handle;
   AtenRecipe::Part whole{std::move(reads), std::move(result_views)};
   if (!pieces.empty()) {

@@ -13,7 +13,11 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <pybind11/pybind11.h>
 
+#include <torch/library.h>
+
+#include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -26,6 +30,28 @@ namespace torch_layouts {
 // Registers `fn` as the spyre kernel of the ATen overload `name` ("add.Tensor"); with `counted`
 // the front counts each call in kernel_counts() (else `fn` counts its own).
 void register_front(const std::string& name, pybind11::object fn, bool counted);
+
+// A registered front: its id (the first entry of its calls' replay keys) and call count (kept by
+// the front when `counted`).
+struct FrontEntry {
+  int64_t id;
+  std::atomic<int64_t>* count;
+  bool counted;
+};
+
+// Runs the replay kept for `front`'s call of `op` with `args`, if one serves it (and counts the
+// call): appends the new results (a call that writes an argument returns that argument, which the
+// caller returns); false: the boxed front runs the Python kernel. The arguments are only read, so
+// they may be lent uncounted (unboxed_front.cpp).
+bool replay_call(const FrontEntry& front, const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args,
+                 std::vector<c10::IValue>& results);
+
+// The kernel of `op` for the hot schemas listed in unboxed_front.cpp: called unboxed, it lends its
+// arguments to replay_call without taking references (each reference to a Python-held tensor
+// takes the GIL), and boxes the call for the boxed front (`boxed()`, called once at registration)
+// when no replay serves it. None for other schemas (registered boxed).
+std::optional<torch::CppFunction> unboxed_front(const c10::OperatorHandle& op, const FrontEntry& front,
+                                                const std::function<c10::BoxedKernel()>& boxed);
 
 // A strided view of a device tensor's buffer.
 struct BufferView {
@@ -41,7 +67,8 @@ bool copy_views_fit(const std::pair<BufferView, BufferView>& views, int64_t nume
 class Replay {
  public:
   virtual ~Replay() = default;
-  // Appends the op's results (in its schema's order); `target`: the argument it writes, or -1.
+  // Appends the op's new results (in its schema's order; none for the argument it writes, its
+  // `target`, or -1); it reads `args` only and copies no argument tensor (see replay_call).
   virtual void run(c10::ArrayRef<c10::IValue> args, int64_t target, std::vector<c10::IValue>& results) const = 0;
   // Whether it serves a call of its key with these arguments (else the Python kernel does).
   virtual bool accepts(c10::ArrayRef<c10::IValue> args) const { return true; }
