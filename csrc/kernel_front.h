@@ -68,7 +68,8 @@ class Replay {
  public:
   virtual ~Replay() = default;
   // Appends the op's new results (in its schema's order; none for the argument it writes, its
-  // `target`, or -1); it reads `args` only and copies no argument tensor (see replay_call).
+  // `target`, or -1). It only reads `args`, which an unboxed front lends without references: a copy
+  // of one takes its own reference (for a Python-held tensor under the GIL), so hot replays make none.
   virtual void run(c10::ArrayRef<c10::IValue> args, int64_t target, std::vector<c10::IValue>& results) const = 0;
   // Whether it serves a call of its key with these arguments (else the Python kernel does).
   virtual bool accepts(c10::ArrayRef<c10::IValue> args) const { return true; }

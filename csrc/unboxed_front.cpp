@@ -10,6 +10,7 @@
 
 #include <ATen/ops/_log_softmax_backward_data_ops.h>
 #include <ATen/ops/_log_softmax_ops.h>
+#include <ATen/ops/_safe_softmax_ops.h>
 #include <ATen/ops/_softmax_backward_data_ops.h>
 #include <ATen/ops/_softmax_ops.h>
 #include <ATen/ops/add_ops.h>
@@ -23,6 +24,7 @@
 #include <ATen/ops/fill_ops.h>
 #include <ATen/ops/gelu_backward_ops.h>
 #include <ATen/ops/gelu_ops.h>
+#include <ATen/ops/maximum_ops.h>
 #include <ATen/ops/mean_ops.h>
 #include <ATen/ops/mm_ops.h>
 #include <ATen/ops/mse_loss_backward_ops.h>
@@ -51,6 +53,7 @@
 #include <ATen/ops/tanh_backward_ops.h>
 #include <ATen/ops/tanh_ops.h>
 #include <ATen/ops/threshold_backward_ops.h>
+#include <ATen/ops/where_ops.h>
 #include <ATen/ops/zero_ops.h>
 
 #include <ATen/core/boxing/impl/boxing.h>
@@ -201,10 +204,11 @@ const std::unordered_map<std::string, Maker>& makers() {
       entry<o::silu>(), entry<o::silu_backward>(), entry<o::addcmul_>(), entry<o::addcdiv_>(),
       entry<o::sum_dim_IntList>(), entry<o::sum>(), entry<o::mean>(), entry<o::mean_dim>(), entry<o::mm>(),
       entry<o::addmm>(), entry<o::bmm>(), entry<o::clone>(), entry<o::_softmax>(), entry<o::_softmax_backward_data>(),
-      entry<o::_log_softmax>(), entry<o::_log_softmax_backward_data>(), entry<o::native_layer_norm>(),
+      entry<o::_safe_softmax>(), entry<o::_log_softmax>(), entry<o::_log_softmax_backward_data>(), entry<o::native_layer_norm>(),
       entry<o::native_layer_norm_backward>(), entry<o::native_dropout>(), entry<o::native_dropout_backward>(),
       entry<o::fill__Scalar>(), entry<o::zero_>(), entry<o::nll_loss_forward>(), entry<o::nll_loss_backward>(),
       entry<o::mse_loss>(), entry<o::mse_loss_backward>(), entry<o::select_backward>(), entry<o::slice_backward>(),
+      entry<o::where_self>(), entry<o::maximum>(), entry<o::sub_out>(), entry<o::div_out>(),
   };
   return *table;
 }
