@@ -28,9 +28,9 @@ class Gemm final : public Replay {
     for (int64_t nbytes : restickify_bytes) count_restickify(nbytes);
     auto operand = [&](const GemmRead& r) {
       const at::Tensor& t = args[r.arg].toTensor();
-      const at::Tensor source = r.staged ? new_device_tensor(r.staged, t.device()).copy_(t) : t;
-      // a staged copy lives only in its (owning) view; the call's own tensors outlive the GEMM
-      return GemmOperand{r.staged ? view_of(source, r.view) : borrowed_view_of(t, r.view), r.batch, r.rows, r.cols};
+      if (!r.staged) return GemmOperand{borrowed_view_of(t, r.view), r.batch, r.rows, r.cols};  // t outlives the GEMM
+      // a staged copy lives only in its (owning) view
+      return GemmOperand{view_of(new_device_tensor(r.staged, t.device()).copy_(t), r.view), r.batch, r.rows, r.cols};
     };
     const at::Tensor& first = args[a.arg].toTensor();
     at::Tensor out = new_device_tensor(c, first.device());
