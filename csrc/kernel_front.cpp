@@ -341,7 +341,8 @@ class Front final : public c10::OperatorKernel {
     const c10::FunctionSchema& schema = op.schema();
     const size_t n = schema.arguments().size();
     std::vector<c10::IValue> results;
-    if (replay_call(entry_, op, torch::jit::last(*stack, n), results)) {
+    std::vector<int64_t> key;  // the call's, kept with the recipe its Python kernel offers
+    if (replay_call(entry_, op, torch::jit::last(*stack, n), results, &key)) {
       const int64_t target = written_argument(schema);
       if (target >= 0 && schema.returns().size() == 1) {  // an in-place or out= op returns what it wrote
         results.push_back(torch::jit::last(*stack, n)[target]);
@@ -352,7 +353,6 @@ class Front final : public c10::OperatorKernel {
     }
     if (entry_.counted) entry_.count->fetch_add(1, std::memory_order_relaxed);
     const int64_t target = written_argument(schema);
-    std::vector<int64_t> key = t_strict ? std::vector<int64_t>{} : call_key(entry_.id, schema, torch::jit::last(*stack, n), target);
     std::vector<c10::IValue> arguments = torch::jit::pop(*stack, n);
     py::gil_scoped_acquire gil;
     auto [args, kwargs] = python_arguments(schema, arguments);
@@ -387,14 +387,17 @@ torch::Library& library() {
 }  // namespace
 
 bool replay_call(const FrontEntry& front, const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args,
-                 std::vector<c10::IValue>& results) {
+                 std::vector<c10::IValue>& results, std::vector<int64_t>* missed) {
   if (t_strict) return false;
   const c10::FunctionSchema& schema = op.schema();
   const int64_t target = written_argument(schema);
-  const std::vector<int64_t> key = call_key(front.id, schema, args, target);
+  std::vector<int64_t> key = call_key(front.id, schema, args, target);
   if (key.empty()) return false;
   const std::shared_ptr<const Replay> recipe = g_recipes.find(key).value_or(nullptr);
-  if (!recipe || !recipe->accepts(args)) return false;
+  if (!recipe || !recipe->accepts(args)) {
+    if (missed != nullptr) *missed = std::move(key);
+    return false;
+  }
   if (front.counted) front.count->fetch_add(1, std::memory_order_relaxed);
   recipe->run(args, target, results);
   return true;

@@ -41,10 +41,11 @@ struct FrontEntry {
 
 // Runs the replay kept for `front`'s call of `op` with `args`, if one serves it (and counts the
 // call): appends the new results (a call that writes an argument returns that argument, which the
-// caller returns); false: the boxed front runs the Python kernel. The arguments are only read, so
-// they may be lent uncounted (unboxed_front.cpp).
+// caller returns); false: the boxed front runs the Python kernel, and `missed` (if given) gets the
+// call's key when it has one (never in strict mode). The arguments are only read, so they may be
+// lent uncounted (unboxed_front.cpp).
 bool replay_call(const FrontEntry& front, const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args,
-                 std::vector<c10::IValue>& results);
+                 std::vector<c10::IValue>& results, std::vector<int64_t>* missed = nullptr);
 
 // The kernel of `op` for the hot schemas listed in unboxed_front.cpp: called unboxed, it lends its
 // arguments to replay_call without taking references (each reference to a Python-held tensor
