@@ -114,3 +114,56 @@ def test_a_lent_tensor_outlives_its_call_only_through_its_own_references():
         del da, db
     for s, c, expected in kept:
         assert torch.equal(s.cpu(), expected) and s._use_count() == 1 and c._use_count() == 1
+
+
+OOM_SCRIPT = """
+import sys, torch, torch_layouts
+a, b = torch.randn(64, 1024), torch.randn(64, 1024)  # 256 KiB each
+da, db = a.to("spyre"), b.to("spyre")
+for _ in range(2):  # the first calls in Python, the second ones replayed
+    assert torch.equal((da + db).cpu(), a + b)
+    torch.testing.assert_close(torch.softmax(da, -1).cpu(), torch.softmax(a, -1))
+assert torch_layouts._C._kept_recipes() >= 2
+counts = [(t._use_count(), sys.getrefcount(t)) for t in (da, db)]
+filler = torch.empty(96 * 1024, device="spyre")  # 384 KiB: what is left cannot hold a result
+for fn in (lambda: da + db, lambda: torch.softmax(da, -1)):
+    try:
+        fn()
+    except torch.OutOfMemoryError:
+        pass
+    else:
+        raise AssertionError("no OutOfMemoryError")
+assert [(t._use_count(), sys.getrefcount(t)) for t in (da, db)] == counts, "a failed replay kept or dropped a reference"
+del filler
+assert torch.equal((da + db).cpu(), a + b) and torch.equal(da.cpu(), a) and torch.equal(db.cpu(), b)
+print("ok")
+"""
+
+
+def test_a_replay_that_raises_gives_its_lent_arguments_back():
+    """A replay that fails (its result does not fit in device memory) raises OutOfMemoryError with
+    the arguments' reference counts as they were; the next call, with memory freed, computes."""
+    import os
+    import subprocess
+    from pathlib import Path
+    repo = Path(__file__).resolve().parent.parent
+    done = subprocess.run([sys.executable, "-c", OOM_SCRIPT], cwd=repo, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(repo), "TORCH_LAYOUTS_DEVICE_MEMORY": "1MiB"})
+    assert done.returncode == 0 and done.stdout.startswith("ok"), done.stdout + done.stderr[-3000:]
+
+
+def test_threads_replaying_on_shared_arguments_leave_their_counts():
+    """Four threads replaying calls on the same lent tensors at once: every result is the CPU's and
+    the shared arguments' reference counts end as they began."""
+    from concurrent.futures import ThreadPoolExecutor
+    elementwise.forget_recipes()
+    a, b = torch.randn(16, 96), torch.randn(16, 96)
+    da, db = a.to("spyre"), b.to("spyre")
+    (da + db), torch.softmax(da, -1)  # kept: the threads replay them
+    before = _counts([da, db])
+
+    def work(_: int) -> bool:
+        return all(torch.equal((da + db).cpu(), a + b) and torch.equal((da * db).cpu(), a * b) for _ in range(50))
+    with ThreadPoolExecutor(4) as pool:
+        assert all(pool.map(work, range(8)))
+    assert _counts([da, db]) == before
