@@ -335,36 +335,33 @@ int64_t set_stream_bytes(int64_t bytes) {
 }
 
 namespace {
-// The nest's elements set to v: an odometer over the outer loops, the innermost loop a run.
+// The elements of `nd` dims of ranges and strides from p set to v: the innermost dim a run (a
+// plain fill where its elements are adjacent), the outer ones loops (no allocation: a padded
+// tensor's fills run at every allocation).
+template <typename E>
+void fill_dims(E* p, const int64_t* ranges, const int64_t* strides, size_t nd, E v) {
+  if (nd == 1) {
+    if (strides[0] == 1) {
+      std::fill_n(p, ranges[0], v);
+    } else {
+      for (int64_t i = 0; i < ranges[0]; ++i) p[i * strides[0]] = v;
+    }
+    return;
+  }
+  for (int64_t i = 0; i < ranges[0]; ++i) fill_dims(p + i * strides[0], ranges + 1, strides + 1, nd - 1, v);
+}
+
 template <typename E>
 void fill_nest(E* base, const Fill& fill, E v) {
   const size_t nd = fill.ranges.size();
+  for (auto r : fill.ranges) {
+    if (r == 0) return;
+  }
   if (nd == 0) {
     base[fill.offset] = v;
     return;
   }
-  for (auto r : fill.ranges) {
-    if (r == 0) return;
-  }
-  const int64_t n = fill.ranges[nd - 1], step = fill.strides[nd - 1];
-  std::vector<int64_t> idx(nd - 1, 0);
-  int64_t off = fill.offset;
-  while (true) {
-    E* p = base + off;
-    if (step == 1) {
-      std::fill(p, p + n, v);
-    } else {
-      for (int64_t i = 0; i < n; ++i) p[i * step] = v;
-    }
-    size_t d = nd - 1;
-    while (d-- > 0) {
-      off += fill.strides[d];
-      if (++idx[d] < fill.ranges[d]) break;
-      off -= fill.strides[d] * fill.ranges[d];
-      idx[d] = 0;
-    }
-    if (d == static_cast<size_t>(-1)) return;
-  }
+  fill_dims(base + fill.offset, fill.ranges.data(), fill.strides.data(), nd, v);
 }
 
 // The pad value as one element of `dtype` (converted as fill_ would), its bytes first in E.
