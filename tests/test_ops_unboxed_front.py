@@ -167,3 +167,27 @@ def test_threads_replaying_on_shared_arguments_leave_their_counts():
     with ThreadPoolExecutor(4) as pool:
         assert all(pool.map(work, range(8)))
     assert _counts([da, db]) == before
+
+
+def test_boxed_calls_reach_the_unboxed_fronts():
+    """A boxed call of an op at the device's key (below autograd, as a boxed fallback or the Python
+    dispatcher makes it) enters the unboxed front through PyTorch's unboxing wrapper: the same
+    values, the written tensor returned, reference counts unchanged."""
+    elementwise.forget_recipes()
+    add_ = torch._C._dispatch_find_schema_or_throw("aten::add_", "Tensor")
+    layer_norm = torch._C._dispatch_find_schema_or_throw("aten::native_layer_norm", "")
+    a, b = torch.randn(4, 40), torch.randn(4, 40)
+    da, db = a.to("spyre"), b.to("spyre")
+    for call in range(3):
+        before = _counts([da, db])
+        before[0] = (before[0][0], before[0][1] + 1)  # `got` is da
+        with torch._C._AutoDispatchBelowADInplaceOrView():
+            got = torch._C._dispatch_call_boxed(add_, da, db, alpha=0.5)
+        assert got is da and _counts([da, db]) == before, f"call {call}"
+        a.add_(b, alpha=0.5)
+        assert torch.equal(da.cpu(), a), f"call {call}"
+        del got
+        with torch._C._AutoDispatchBelowADInplaceOrView():
+            out = torch._C._dispatch_call_boxed(layer_norm, db, [40], None, None, 1e-5)
+        for o, e in zip(out, torch.native_layer_norm(b, [40], None, None, 1e-5), strict=True):
+            torch.testing.assert_close(o.cpu(), e, rtol=1e-5, atol=1e-5)
