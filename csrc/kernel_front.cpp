@@ -222,7 +222,8 @@ void AtenRecipe::run(c10::ArrayRef<c10::IValue> args, int64_t target, std::vecto
   std::vector<at::Tensor> values, staged;  // the new results; where each is computed first (undefined: itself)
   for (size_t i = 0; i < outs.size(); ++i) {
     values.push_back(new_device_tensor(outs[i], device));
-    staged.push_back(i < staged_outs.size() && staged_outs[i] ? new_device_tensor(staged_outs[i], device) : at::Tensor());
+    const bool staging = i < staged_outs.size() && staged_outs[i];
+    staged.push_back(staging ? new_device_tensor(staged_outs[i], device) : at::Tensor());
   }
   // What the compute writes: a result, its staging, or the target in place.
   auto written = [&](size_t i) -> const at::Tensor& {

@@ -70,7 +70,8 @@ namespace torch_layouts {
 namespace {
 
 template <class T>
-constexpr bool kLent = std::is_same_v<std::decay_t<T>, at::Tensor> || std::is_same_v<std::decay_t<T>, std::optional<at::Tensor>>;
+constexpr bool kLent =
+    std::is_same_v<std::decay_t<T>, at::Tensor> || std::is_same_v<std::decay_t<T>, std::optional<at::Tensor>>;
 
 // An argument as an IValue: a tensor lent without a reference (given back by `give_back`).
 template <class T>
@@ -141,8 +142,8 @@ class UnboxedFront<R(Args...)> {
       replayed = replay_call(front_, op_, lent.values(), results);
     }
     if (!replayed) {
-      return c10::impl::BoxedKernelWrapper<R(Args...)>::call(boxed_, op_, c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
-                                                             std::forward<Args>(args)...);
+      return c10::impl::BoxedKernelWrapper<R(Args...)>::call(
+          boxed_, op_, c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), std::forward<Args>(args)...);
     }
     if constexpr (std::is_same_v<R, at::Tensor&>) {  // in place: self; out=: the last argument
       return written(args...);
@@ -204,8 +205,9 @@ const std::unordered_map<std::string, Maker>& makers() {
       entry<o::silu>(), entry<o::silu_backward>(), entry<o::addcmul_>(), entry<o::addcdiv_>(),
       entry<o::sum_dim_IntList>(), entry<o::sum>(), entry<o::mean>(), entry<o::mean_dim>(), entry<o::mm>(),
       entry<o::addmm>(), entry<o::bmm>(), entry<o::clone>(), entry<o::_softmax>(), entry<o::_softmax_backward_data>(),
-      entry<o::_safe_softmax>(), entry<o::_log_softmax>(), entry<o::_log_softmax_backward_data>(), entry<o::native_layer_norm>(),
-      entry<o::native_layer_norm_backward>(), entry<o::native_dropout>(), entry<o::native_dropout_backward>(),
+      entry<o::_safe_softmax>(), entry<o::_log_softmax>(), entry<o::_log_softmax_backward_data>(),
+      entry<o::native_layer_norm>(), entry<o::native_layer_norm_backward>(), entry<o::native_dropout>(),
+      entry<o::native_dropout_backward>(),
       entry<o::fill__Scalar>(), entry<o::zero_>(), entry<o::nll_loss_forward>(), entry<o::nll_loss_backward>(),
       entry<o::mse_loss>(), entry<o::mse_loss_backward>(), entry<o::select_backward>(), entry<o::slice_backward>(),
       entry<o::where_self>(), entry<o::maximum>(), entry<o::sub_out>(), entry<o::div_out>(),
