@@ -240,7 +240,9 @@ def test_untyped_storage_round_trip_is_bit_exact_for_random_layouts(case: tuple[
     memory = bytes(torch_layouts.device_memory(y).view(torch.uint8).numpy())
     # the storage is the layout's buffer, longer only where the host strides reach further
     assert host.nbytes() >= len(memory) and bytes(host)[:len(memory)] == memory
-    target = y.new_empty(y.shape, device="spyre", device_layout=y.device_tensor_layout())
+    # a fresh buffer bound as y's is (a layout of host strides binds only to the strides it names)
+    bound = torch_layouts._C._bound_layout_of(y)
+    target = y.new_empty_strided(bound.base_size, bound.base_stride, device_layout=y.device_tensor_layout())
     target = target.as_strided(y.shape, y.stride(), y.storage_offset())
     target.untyped_storage().copy_(host)
     assert bits_equal(target.cpu(), x)
