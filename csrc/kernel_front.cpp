@@ -343,8 +343,8 @@ class Front final : public c10::OperatorKernel {
     const size_t n = schema.arguments().size();
     std::vector<c10::IValue> results;
     std::vector<int64_t> key;  // the call's, kept with the recipe its Python kernel offers
+    const int64_t target = entry_.target;
     if (replay_call(entry_, op, torch::jit::last(*stack, n), results, &key)) {
-      const int64_t target = written_argument(schema);
       if (target >= 0 && schema.returns().size() == 1) {  // an in-place or out= op returns what it wrote
         results.push_back(torch::jit::last(*stack, n)[target]);
       }
@@ -353,7 +353,6 @@ class Front final : public c10::OperatorKernel {
       return;
     }
     if (entry_.counted) entry_.count->fetch_add(1, std::memory_order_relaxed);
-    const int64_t target = written_argument(schema);
     std::vector<c10::IValue> arguments = torch::jit::pop(*stack, n);
     py::gil_scoped_acquire gil;
     auto [args, kwargs] = python_arguments(schema, arguments);
@@ -390,9 +389,7 @@ torch::Library& library() {
 bool replay_call(const FrontEntry& front, const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args,
                  std::vector<c10::IValue>& results, std::vector<int64_t>* missed) {
   if (t_strict) return false;
-  const c10::FunctionSchema& schema = op.schema();
-  const int64_t target = written_argument(schema);
-  std::vector<int64_t> key = call_key(front.id, schema, args, target);
+  std::vector<int64_t> key = call_key(front.id, op.schema(), args, front.target);
   if (key.empty()) return false;
   const std::shared_ptr<const Replay> recipe = g_recipes.find(key).value_or(nullptr);
   if (!recipe || !recipe->accepts(args)) {
@@ -400,12 +397,14 @@ bool replay_call(const FrontEntry& front, const c10::OperatorHandle& op, c10::Ar
     return false;
   }
   if (front.counted) front.count->fetch_add(1, std::memory_order_relaxed);
-  recipe->run(args, target, results);
+  recipe->run(args, front.target, results);
   return true;
 }
 
 void register_front(const std::string& name, py::object fn, bool counted) {
-  FrontEntry entry{0, nullptr, counted};
+  const std::optional<c10::OperatorHandle> op = find_op("aten::" + name);
+  TORCH_CHECK_VALUE(op, "no ATen operator aten::", name, " to register a spyre kernel for");
+  FrontEntry entry{0, nullptr, counted, written_argument(op->schema())};
   {
     std::lock_guard<std::mutex> lock(g_fronts_mutex);
     entry.id = static_cast<int64_t>(g_counts.size());
@@ -413,9 +412,8 @@ void register_front(const std::string& name, py::object fn, bool counted) {
                                          std::forward_as_tuple(0)).second;
   }
   auto front = std::make_unique<Front>(entry, std::move(fn));
-  const std::optional<c10::OperatorHandle> op = find_op("aten::" + name);
-  std::optional<torch::CppFunction> unboxed;
-  if (op) unboxed = unboxed_front(*op, entry, [&front] { return c10::BoxedKernel::makeFromFunctor(std::move(front)); });
+  std::optional<torch::CppFunction> unboxed =
+      unboxed_front(*op, entry, [&front] { return c10::BoxedKernel::makeFromFunctor(std::move(front)); });
   if (unboxed) {
     library().impl(name.c_str(), std::move(*unboxed));
     return;

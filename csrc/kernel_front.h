@@ -31,12 +31,13 @@ namespace torch_layouts {
 // the front counts each call in kernel_counts() (else `fn` counts its own).
 void register_front(const std::string& name, pybind11::object fn, bool counted);
 
-// A registered front: its id (the first entry of its calls' replay keys) and call count (kept by
-// the front when `counted`).
+// A registered front: its id (the first entry of its calls' replay keys), call count (kept by
+// the front when `counted`) and the argument its op writes (in-place self, out=; -1: none).
 struct FrontEntry {
   int64_t id;
   std::atomic<int64_t>* count;
   bool counted;
+  int64_t target;
 };
 
 // Runs the replay kept for `front`'s call of `op` with `args`, if one serves it (and counts the
