@@ -38,6 +38,13 @@ class BoundedTable {
     return it->second;
   }
 
+  // f(value) for every entry, under the table's lock (f must not use the table).
+  template <typename F>
+  void for_each(F&& f) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const auto& [key, value] : map_) f(value);
+  }
+
   size_t size() const {
     std::lock_guard<std::mutex> lock(mutex_);
     return map_.size();

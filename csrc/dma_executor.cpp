@@ -8,10 +8,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 
 #include "dma_tiles.h"
+#include "tile_tuning.h"
 
 namespace torch_layouts {
 namespace {
@@ -198,46 +200,29 @@ void copy_extended_tiles(char* d0, const char* s0, const TilePlan& plan) {
   });
 }
 
-void copy_nest(char* dst, const char* src, const Transfer& nest, int64_t esize) {
-  const TilePlan plan = tile_plan(nest, esize);
-  char* d0 = dst + nest.dst_offset * esize;
-  const char* s0 = src + nest.src_offset * esize;
-  const int64_t unit = plan.unit;
-  if (plan.e.size > 1) return copy_extended_tiles(d0, s0, plan);
-  if (plan.c.size > 1) return copy_small_tiles(d0, s0, plan);
-  if (plan.outer.empty() && plan.a.size == 1 && plan.b.size == 1) {  // one run: split it across threads
-    const bool stream = unit >= g_stream_bytes.load(std::memory_order_relaxed);
-    at::parallel_for(0, unit, unit > 2 * kParallelBytes ? kParallelBytes : unit + 1, [&](int64_t begin, int64_t end) {
-      copy_run(d0 + begin, s0 + begin, end - begin, stream);
-      if (stream) end_streaming();
-    });
-    return;
-  }
-  // Tiles of 2 KiB (t x t units, one line a row for 2-byte units): rows of a side whose rows lie
-  // far apart alias in cache at power-of-two strides, so that side gets few rows. Where only the
-  // destination's rows lie far apart, its runs grow 4x longer (longer streamed rows); where
-  // neither side's do, the tile grows 4x. A source of short adjacent rows is read whole rows at
-  // a time; when streaming, so is one of whole-line units up to 8 KiB (Spyre's sticks: a source
-  // row read in order, each 128-byte stick streamed to its column; 10-40% faster at 32 MiB, slower
-  // in cache). Thin tiles grow long. Square transposes (both sides 64 units or more) of 2/4/8-byte
-  // units (NHWC, dim_order changes) and of 16-byte units (MACE's float32 images; not when streamed
-  // from source rows farther apart than the destination's, where they measured slower) take 16 KiB
-  // tiles, 64 destination rows of 256 bytes: per tile, the block transposes amortise the call and
-  // the prefetch, and 64 far-apart rows stay within what the prefetchers and the L1 hold (1.2-2x
-  // faster than 2 KiB tiles at 1 and 32 MiB, benchmarks/RESULTS.md). Where the source's rows lie
-  // farther apart than the destination's (NCHW -> NHWC, kHWC8), the tile is turned the other way:
-  // 64 source rows of 256 bytes, 128 units when streaming (each far row read in longer runs; 1.5-2x
-  // faster at 32 MiB). Below the streaming size, far-apart destination rows of 2/4/8-byte units
-  // are written in 1 KiB runs, 32 rows a tile (NHWC -> NCHW, kHWC8's D2H: 1.4x faster at 1 and
-  // 4 MiB); and a side with few rows (64 or fewer) far apart facing near rows on the other (the
-  // H2D and D2H of blocked-channel formats: kCHW32, nChw16c, a dim_order change of float32) takes
-  // all of those rows and moves each in 1 KiB runs (1.3-1.7x faster at 1 and 4 MiB; streamed, the
-  // H2D of 8 to 64 source rows too: kCDHW32 and kCHW32 1.1-1.4x faster at 32 MiB, the others as
-  // fast or faster with shorter tiles). Work items are rectangles of tiles of about kParallelBytes.
-  const int64_t na = plan.a.size, nb = plan.b.size;
-  const int64_t nd = static_cast<int64_t>(plan.outer.size());
-  const int64_t outer = outer_count(plan);
-  const bool stream = outer * na * nb * unit >= g_stream_bytes.load(std::memory_order_relaxed);
+// The rules' tile shape. Tiles of 2 KiB (t x t units, one line a row for 2-byte units): rows of a side whose rows lie
+// far apart alias in cache at power-of-two strides, so that side gets few rows. Where only the
+// destination's rows lie far apart, its runs grow 4x longer (longer streamed rows); where
+// neither side's do, the tile grows 4x. A source of short adjacent rows is read whole rows at
+// a time; when streaming, so is one of whole-line units up to 8 KiB (Spyre's sticks: a source
+// row read in order, each 128-byte stick streamed to its column; 10-40% faster at 32 MiB, slower
+// in cache). Thin tiles grow long. Square transposes (both sides 64 units or more) of 2/4/8-byte
+// units (NHWC, dim_order changes) and of 16-byte units (MACE's float32 images; not when streamed
+// from source rows farther apart than the destination's, where they measured slower) take 16 KiB
+// tiles, 64 destination rows of 256 bytes: per tile, the block transposes amortise the call and
+// the prefetch, and 64 far-apart rows stay within what the prefetchers and the L1 hold (1.2-2x
+// faster than 2 KiB tiles at 1 and 32 MiB, benchmarks/RESULTS.md). Where the source's rows lie
+// farther apart than the destination's (NCHW -> NHWC, kHWC8), the tile is turned the other way:
+// 64 source rows of 256 bytes, 128 units when streaming (each far row read in longer runs; 1.5-2x
+// faster at 32 MiB). Below the streaming size, far-apart destination rows of 2/4/8-byte units
+// are written in 1 KiB runs, 32 rows a tile (NHWC -> NCHW, kHWC8's D2H: 1.4x faster at 1 and
+// 4 MiB); and a side with few rows (64 or fewer) far apart facing near rows on the other (the
+// H2D and D2H of blocked-channel formats: kCHW32, nChw16c, a dim_order change of float32) takes
+// all of those rows and moves each in 1 KiB runs (1.3-1.7x faster at 1 and 4 MiB; streamed, the
+// H2D of 8 to 64 source rows too: kCDHW32 and kCHW32 1.1-1.4x faster at 32 MiB, the others as
+// fast or faster with shorter tiles). A copy that repeats tries other shapes too (tile_tuning.h).
+TileShape rule_tile(const TilePlan& plan, bool stream) {
+  const int64_t unit = plan.unit, na = plan.a.size, nb = plan.b.size;
   int64_t t = 8;  // a power of two, at least 8, with t * t * unit <= 2 KiB
   while (t * t * 4 * unit <= 2048) t *= 2;
   const bool far_src = std::abs(plan.a.src) >= 1024, far_dst = std::abs(plan.b.dst) >= 1024;
@@ -268,6 +253,15 @@ void copy_nest(char* dst, const char* src, const Transfer& nest, int64_t esize) 
     tb = nb;
     ta = std::max(ta, std::min(na, 1024 / unit));
   }
+  return {ta, tb};
+}
+
+// Every tile of tile.a x tile.b units of the plan; work items are rectangles of tiles of about
+// kParallelBytes, split over the intra-op threads.
+void run_tiles(char* d0, const char* s0, const TilePlan& plan, TileShape tile, bool stream) {
+  const int64_t unit = plan.unit, na = plan.a.size, nb = plan.b.size, ta = tile.a, tb = tile.b;
+  const int64_t nd = static_cast<int64_t>(plan.outer.size());
+  const int64_t outer = outer_count(plan);
   const int64_t cb = std::min(nb, std::max<int64_t>(1, kParallelBytes / (ta * tb * unit)) * tb);
   const int64_t ca = std::min(na, std::max<int64_t>(1, kParallelBytes / (ta * cb * unit)) * ta);
   const int64_t blocks_a = (na + ca - 1) / ca, blocks_b = (nb + cb - 1) / cb, blocks = blocks_a * blocks_b;
@@ -312,6 +306,47 @@ void copy_nest(char* dst, const char* src, const Transfer& nest, int64_t esize) 
     }
   };
   for_items(items, item_bytes, body);
+}
+
+// Copies this large are tuned (tile_tuning.h): a smaller one costs too little for its shape to matter.
+constexpr int64_t kTuneBytes = int64_t(1) << 19;
+
+// A tiled nest's geometry for tile tuning: its plan, whether it streams, and the thread count.
+std::vector<int64_t> tuning_key(const TilePlan& plan, bool stream) {
+  std::vector<int64_t> key{plan.unit, stream, at::get_num_threads()};
+  for (const Loop& loop : {plan.a, plan.b}) key.insert(key.end(), {loop.size, loop.dst, loop.src});
+  for (const Loop& loop : plan.outer) key.insert(key.end(), {loop.size, loop.dst, loop.src});
+  return key;
+}
+
+void copy_nest(char* dst, const char* src, const Transfer& nest, int64_t esize) {
+  const TilePlan plan = tile_plan(nest, esize);
+  char* d0 = dst + nest.dst_offset * esize;
+  const char* s0 = src + nest.src_offset * esize;
+  const int64_t unit = plan.unit;
+  if (plan.e.size > 1) return copy_extended_tiles(d0, s0, plan);
+  if (plan.c.size > 1) return copy_small_tiles(d0, s0, plan);
+  if (plan.outer.empty() && plan.a.size == 1 && plan.b.size == 1) {  // one run: split it across threads
+    const bool stream = unit >= g_stream_bytes.load(std::memory_order_relaxed);
+    at::parallel_for(0, unit, unit > 2 * kParallelBytes ? kParallelBytes : unit + 1, [&](int64_t begin, int64_t end) {
+      copy_run(d0 + begin, s0 + begin, end - begin, stream);
+      if (stream) end_streaming();
+    });
+    return;
+  }
+  const int64_t bytes = outer_count(plan) * plan.a.size * plan.b.size * unit;
+  const bool stream = bytes >= g_stream_bytes.load(std::memory_order_relaxed);
+  const TileShape rules = rule_tile(plan, stream);
+  if (bytes < kTuneBytes) {
+    return run_tiles(d0, s0, plan, next_tile(nullptr, rules, plan.a.size, plan.b.size).shape, stream);
+  }
+  const std::vector<int64_t> key = tuning_key(plan, stream);
+  const TileTrial trial = next_tile(&key, rules, plan.a.size, plan.b.size);
+  const auto start = std::chrono::steady_clock::now();
+  run_tiles(d0, s0, plan, trial.shape, stream);
+  if (trial.trial >= 0) {
+    report_tile(key, trial, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
 }
 
 }  // namespace

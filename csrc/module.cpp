@@ -27,6 +27,7 @@
 #include "runtime_stats.h"
 #include "tensor_impl.h"
 #include "tile_gemm.h"
+#include "tile_tuning.h"
 #include "view_copies.h"
 #include "view_offsets.h"
 
@@ -423,6 +424,24 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   });
   m.def("_run_nests", &run_nests_py);
   m.def("_set_stream_bytes", &set_stream_bytes);
+  // Tile tuning (tile_tuning.h).
+  m.def("_set_tile_tuning", &set_tile_tuning);
+  m.def("_force_tile_shape", &force_tile_shape, py::arg("a"), py::arg("b"));
+  m.def("_tile_trial_calls", &tile_trial_calls);
+  m.def("_forget_tile_tunings", &forget_tile_tunings);
+  m.def("_tile_tunings", [] {
+    py::list out;
+    for (const TuningState& t : tile_tunings()) {
+      py::list shapes;
+      for (const TileShape& s : t.shapes) shapes.append(py::make_tuple(s.a, s.b));
+      py::dict d;
+      d["shapes"] = shapes;
+      d["best"] = t.best;
+      d["chosen"] = t.chosen >= 0 ? py::object(shapes[t.chosen]) : py::object(py::none());
+      out.append(d);
+    }
+    return out;
+  });
   m.def("_view_offsets", [](std::shared_ptr<BoundLayout> info, std::vector<int64_t> sizes, std::vector<int64_t> strides,
                             int64_t offset) { return view_offsets(*info, sizes, strides, offset); });
 

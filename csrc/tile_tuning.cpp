@@ -1,0 +1,128 @@
+#include "tile_tuning.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <numeric>
+
+#include "bounded_table.h"
+
+namespace torch_layouts {
+namespace {
+
+// Shapes beside the rules' (units along a x along b): each was the fastest of a 7 x 5 grid
+// (a: 16..1024, b: 16..256) for some family's 1 or 32 MiB H2D, D2H or D2D on this project's
+// 2-thread VM (benchmarks/RESULTS.md), where the rules' shape was 1.1-2x slower.
+constexpr TileShape kCandidates[] = {{1024, 16}, {256, 16}, {32, 16},  {512, 32},  {64, 32},  {32, 64},
+                                     {256, 64},  {128, 128}, {1024, 128}, {32, 256}, {64, 256}, {512, 256}};
+constexpr int64_t kCandidateCount = sizeof(kCandidates) / sizeof(kCandidates[0]);
+// After one trial of every shape, the fastest few and the rules' shape run twice more (a trial can
+// catch a slow moment of a shared machine); the best time of each decides, and the rules' shape
+// keeps its place unless another beats it by kMargin (a noisy win must not cost a regression).
+constexpr int64_t kFinalists = 3;
+constexpr int64_t kFinalRounds = 2;
+constexpr double kMargin = 1.1;
+constexpr size_t kMaxTunings = 256;
+
+struct Tuning {
+  std::mutex mutex;
+  std::vector<TileShape> shapes;
+  std::vector<double> best;
+  std::vector<int> schedule;  // trial order: every shape, then the finalists
+  size_t issued = 0, reported = 0;
+  int chosen = -1;
+};
+
+std::atomic<bool> g_on{[] {
+  const char* env = std::getenv("TORCH_LAYOUTS_TILE_TUNING");
+  return !(env && std::strcmp(env, "0") == 0);
+}()};
+std::atomic<int64_t> g_forced_a{0}, g_forced_b{0};
+BoundedTable<std::shared_ptr<Tuning>> g_tunings(kMaxTunings);
+
+std::shared_ptr<Tuning> make_tuning(TileShape rules, int64_t na, int64_t nb) {
+  auto t = std::make_shared<Tuning>();
+  t->shapes.push_back(rules);
+  for (const TileShape& c : kCandidates) {
+    const TileShape s{std::min(na, c.a), std::min(nb, c.b)};
+    const bool seen = std::any_of(t->shapes.begin(), t->shapes.end(), [&](const TileShape& o) {
+      return o.a == s.a && o.b == s.b;
+    });
+    if (!seen) t->shapes.push_back(s);
+  }
+  t->best.assign(t->shapes.size(), std::numeric_limits<double>::infinity());
+  t->schedule.resize(t->shapes.size());
+  std::iota(t->schedule.begin(), t->schedule.end(), 0);
+  if (t->shapes.size() == 1) t->chosen = 0;
+  return t;
+}
+
+int fastest(const Tuning& t) {
+  const int best = static_cast<int>(std::min_element(t.best.begin(), t.best.end()) - t.best.begin());
+  return t.best[0] <= t.best[best] * kMargin ? 0 : best;
+}
+
+}  // namespace
+
+TileTrial next_tile(const std::vector<int64_t>* key, TileShape rules, int64_t na, int64_t nb) {
+  const int64_t fa = g_forced_a.load(std::memory_order_relaxed), fb = g_forced_b.load(std::memory_order_relaxed);
+  if (fa > 0 && fb > 0) return {{std::min(na, fa), std::min(nb, fb)}};
+  if (!key || !g_on.load(std::memory_order_relaxed)) return {rules};
+  std::shared_ptr<Tuning> t = g_tunings.find(*key).value_or(nullptr);
+  if (!t) {
+    // The first call of a geometry runs the rules' shape untimed: a copy made once pays nothing.
+    g_tunings.keep(*key, make_tuning(rules, na, nb));
+    return {rules};
+  }
+  std::lock_guard<std::mutex> lock(t->mutex);
+  if (t->chosen >= 0) return {t->shapes[t->chosen]};
+  if (t->issued < t->schedule.size()) {
+    const int i = t->schedule[t->issued++];
+    return {t->shapes[i], i};
+  }
+  return {t->shapes[fastest(*t)]};  // trials still running on other threads
+}
+
+void report_tile(const std::vector<int64_t>& key, const TileTrial& trial, double seconds) {
+  std::shared_ptr<Tuning> t = g_tunings.find(key).value_or(nullptr);
+  if (!t || trial.trial < 0) return;
+  std::lock_guard<std::mutex> lock(t->mutex);
+  if (t->chosen >= 0 || trial.trial >= static_cast<int>(t->shapes.size())) return;
+  t->best[trial.trial] = std::min(t->best[trial.trial], seconds);
+  ++t->reported;
+  if (t->reported == t->shapes.size()) {
+    std::vector<int> order(t->shapes.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int x, int y) { return t->best[x] < t->best[y]; });
+    order.resize(std::min<size_t>(order.size(), kFinalists));
+    if (std::find(order.begin(), order.end(), 0) == order.end()) order.push_back(0);
+    for (int64_t round = 0; round < kFinalRounds; ++round) t->schedule.insert(t->schedule.end(), order.begin(), order.end());
+  }
+  if (t->reported == t->schedule.size()) t->chosen = fastest(*t);
+}
+
+bool set_tile_tuning(bool on) { return g_on.exchange(on); }
+
+void force_tile_shape(int64_t a, int64_t b) {
+  g_forced_a = std::max<int64_t>(a, 0);
+  g_forced_b = std::max<int64_t>(b, 0);
+}
+
+int64_t tile_trial_calls() { return 1 + kCandidateCount + 1 + kFinalRounds * (kFinalists + 1); }
+
+std::vector<TuningState> tile_tunings() {
+  std::vector<TuningState> out;
+  g_tunings.for_each([&](const std::shared_ptr<Tuning>& t) {
+    std::lock_guard<std::mutex> lock(t->mutex);
+    out.push_back({t->shapes, t->best, t->chosen});
+  });
+  return out;
+}
+
+void forget_tile_tunings() { g_tunings.clear(); }
+
+}  // namespace torch_layouts

@@ -1,0 +1,47 @@
+// Tile shapes of the DMA executor's transposes, measured per copy geometry (docs/design.md,
+// "Tile tuning"). The executor's rules pick a shape from a nest's geometry alone; which shape is
+// fastest also depends on the machine (caches, prefetchers, write-combining, threads), by up to 2x.
+// The first calls of a geometry that repeats are trials: each runs the whole copy with one
+// candidate shape and is timed; after the trials every call runs the fastest. Every shape copies
+// the same bytes: tuning changes speed only.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace torch_layouts {
+
+// Units along the destination's rows (a) and along the source's rows (b) per tile.
+struct TileShape {
+  int64_t a, b;
+};
+
+// The shape a call runs; `trial` >= 0: a trial, whose time report_tile wants.
+struct TileTrial {
+  TileShape shape;
+  int trial = -1;
+};
+
+// The shape for this call of a geometry (`key`: the nest's tile plan and the thread count; null for
+// a copy too small to tune) whose rules pick `rules` for na x nb units: the forced shape, else
+// the rules' where tuning is off, else a trial or the fastest.
+TileTrial next_tile(const std::vector<int64_t>* key, TileShape rules, int64_t na, int64_t nb);
+void report_tile(const std::vector<int64_t>& key, const TileTrial& trial, double seconds);
+
+// Whether geometries are tuned (default on; TORCH_LAYOUTS_TILE_TUNING=0 turns it off); returns the
+// previous setting.
+bool set_tile_tuning(bool on);
+// Every call runs this shape (a, b > 0), untuned; (0, 0) restores tuning. For tests.
+void force_tile_shape(int64_t a, int64_t b);
+// The most trial calls a geometry takes before it settles.
+int64_t tile_trial_calls();
+
+struct TuningState {
+  std::vector<TileShape> shapes;  // the rules' shape first, then the other candidates
+  std::vector<double> best;       // best seconds per shape so far (infinity: not tried)
+  int chosen;                     // index into shapes once settled, else -1
+};
+std::vector<TuningState> tile_tunings();
+void forget_tile_tunings();
+
+}  // namespace torch_layouts

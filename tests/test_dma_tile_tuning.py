@@ -1,0 +1,160 @@
+"""Tile tuning of the DMA executor (``csrc/tile_tuning.h``): the first calls of a repeated copy
+try tile shapes, timed, then every call runs the fastest. Any shape must copy the same bytes, so
+the properties force random shapes on random nests against PyTorch's strided copy, and follow a
+tuned geometry from its first call to its settled shape with every result checked."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from torch_layouts import _C
+
+BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+@pytest.fixture(autouse=True)
+def fresh_tunings():
+    _C._forget_tile_tunings()
+    yield
+    _C._force_tile_shape(0, 0)
+    _C._set_tile_tuning(True)
+    _C._forget_tile_tunings()
+
+
+@pytest.fixture(params=[False, True], ids=["plain", "streaming"])
+def streaming(request: pytest.FixtureRequest):
+    old = _C._set_stream_bytes(0 if request.param else 1 << 62)
+    yield request.param
+    _C._set_stream_bytes(old)
+
+
+def dense(shape: list[int], pad: list[int]) -> list[int]:
+    """Row-major strides of ``shape`` with ``pad`` extra elements along each dim."""
+    strides, step = [], 1
+    for n, p in zip(reversed(shape), reversed(pad)):
+        strides.append(step)
+        step *= n + p
+    return strides[::-1]
+
+
+def check_copy(shape: list[int], order: list[int], src_pad: list[int], dst_pad: list[int], esize: int) -> None:
+    """``src`` (rows padded) copied into a destination whose dims run in ``order`` equals PyTorch's
+    strided copy bit for bit, every element outside the nest untouched."""
+    src_strides = dense(shape, src_pad)
+    dst_dense = dense([shape[d] for d in order], [dst_pad[d] for d in order])
+    dst_strides = [0] * len(shape)
+    for k, d in enumerate(order):
+        dst_strides[d] = dst_dense[k]
+    src_numel = 1 + sum((n - 1) * s for n, s in zip(shape, src_strides))
+    dst_numel = 1 + sum((n - 1) * s for n, s in zip(shape, dst_strides))
+    src = torch.randint(-100, 100, (src_numel,), dtype=torch.int64).to(BITS[esize])
+    dst = torch.full((dst_numel,), 7, dtype=BITS[esize])
+    expected = dst.clone()
+    expected.as_strided(shape, dst_strides).copy_(src.as_strided(shape, src_strides))
+    _C._run_nests([(tuple(shape), tuple(dst_strides), tuple(src_strides), 0, 0)], dst, src)
+    assert torch.equal(dst, expected)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data(), a=st.integers(1, 1100), b=st.integers(1, 300))
+def test_every_tile_shape_copies_the_same_bytes(streaming: bool, data: st.DataObject, a: int, b: int) -> None:
+    rank = data.draw(st.integers(2, 4))
+    shape = data.draw(st.lists(st.sampled_from([1, 2, 3, 7, 16, 17, 64, 65, 130]), min_size=rank, max_size=rank))
+    while math.prod(shape) > 60_000:
+        shape[shape.index(max(shape))] //= 2
+    order = list(data.draw(st.permutations(range(rank))))
+    pads = st.lists(st.sampled_from([0, 0, 1, 3]), min_size=rank, max_size=rank)
+    esize = data.draw(st.sampled_from([1, 2, 4, 8]))
+    _C._force_tile_shape(a, b)
+    check_copy(shape, order, data.draw(pads), data.draw(pads), esize)
+
+
+def transpose_nest(rows: int, cols: int) -> tuple:
+    """A rows x cols matrix into its transpose's buffer."""
+    return ((rows, cols), (1, rows), (cols, 1), 0, 0)
+
+
+@pytest.mark.parametrize("esize, rows, cols", [(2, 1024, 512), (4, 300, 1000), (8, 256, 300), (1, 2048, 600)])
+def test_a_repeated_copy_settles_on_a_tried_shape_with_every_call_exact(streaming: bool, esize: int, rows: int,
+                                                                        cols: int) -> None:
+    src = torch.randint(-100, 100, (rows * cols,), dtype=torch.int64).to(BITS[esize])
+    expected = src.view(rows, cols).t().reshape(-1)
+    for call in range(_C._tile_trial_calls()):
+        dst = torch.zeros_like(src)
+        _C._run_nests([transpose_nest(rows, cols)], dst, src)
+        assert torch.equal(dst, expected), f"call {call}"
+    (state,) = _C._tile_tunings()
+    shapes = state["shapes"]
+    assert len(set(shapes)) == len(shapes) > 1
+    assert all(1 <= a <= rows and 1 <= b <= cols for a, b in shapes)
+    assert state["chosen"] in shapes
+    best = state["best"]
+    assert all(math.isfinite(t) and t > 0 for t in best)  # every shape was tried
+    chosen = shapes.index(state["chosen"])
+    # The rules' shape (first) stays unless the fastest beats it by the margin.
+    assert (chosen == 0 and best[0] <= 1.1 * min(best)) or (best[chosen] == min(best) and 1.1 * best[chosen] < best[0])
+
+
+def test_small_copies_and_tuning_off_keep_the_rules_untimed() -> None:
+    src = torch.arange(256 * 256, dtype=torch.int16)
+    dst = torch.empty_like(src)
+    for _ in range(_C._tile_trial_calls()):  # 128 KiB: below the tuning size
+        _C._run_nests([transpose_nest(256, 256)], dst, src)
+    assert _C._tile_tunings() == []
+    big = torch.arange(1024 * 512, dtype=torch.int16)
+    assert _C._set_tile_tuning(False) is True
+    for _ in range(3):
+        _C._run_nests([transpose_nest(1024, 512)], torch.empty_like(big), big)
+    assert _C._tile_tunings() == []
+    assert _C._set_tile_tuning(True) is False
+
+
+def test_geometries_are_tuned_per_thread_count() -> None:
+    src = torch.arange(1024 * 512, dtype=torch.int16)
+    old = torch.get_num_threads()
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            for _ in range(2):
+                _C._run_nests([transpose_nest(1024, 512)], torch.empty_like(src), src)
+    finally:
+        torch.set_num_threads(old)
+    assert len(_C._tile_tunings()) == 2
+
+
+def test_threads_tuning_one_geometry_together_copy_exactly() -> None:
+    src = torch.randint(-100, 100, (1024 * 512,), dtype=torch.int16)
+    expected = src.view(1024, 512).t().reshape(-1)
+    failures: list[int] = []
+
+    def work(worker: int) -> None:
+        for _ in range(_C._tile_trial_calls()):
+            dst = torch.zeros_like(src)
+            _C._run_nests([transpose_nest(1024, 512)], dst, src)
+            if not torch.equal(dst, expected):
+                failures.append(worker)
+
+    threads = [threading.Thread(target=work, args=(w,)) for w in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []
+    (state,) = _C._tile_tunings()
+    assert state["chosen"] in state["shapes"]
+
+
+def test_environment_turns_tuning_off() -> None:
+    code = "from torch_layouts import _C; print(_C._set_tile_tuning(True))"
+    env = dict(os.environ, TORCH_LAYOUTS_TILE_TUNING="0", TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
