@@ -200,27 +200,27 @@ void copy_extended_tiles(char* d0, const char* s0, const TilePlan& plan) {
   });
 }
 
-// The rules' tile shape. Tiles of 2 KiB (t x t units, one line a row for 2-byte units): rows of a side whose rows lie
-// far apart alias in cache at power-of-two strides, so that side gets few rows. Where only the
-// destination's rows lie far apart, its runs grow 4x longer (longer streamed rows); where
-// neither side's do, the tile grows 4x. A source of short adjacent rows is read whole rows at
-// a time; when streaming, so is one of whole-line units up to 8 KiB (Spyre's sticks: a source
-// row read in order, each 128-byte stick streamed to its column; 10-40% faster at 32 MiB, slower
-// in cache). Thin tiles grow long. Square transposes (both sides 64 units or more) of 2/4/8-byte
-// units (NHWC, dim_order changes) and of 16-byte units (MACE's float32 images; not when streamed
-// from source rows farther apart than the destination's, where they measured slower) take 16 KiB
-// tiles, 64 destination rows of 256 bytes: per tile, the block transposes amortise the call and
-// the prefetch, and 64 far-apart rows stay within what the prefetchers and the L1 hold (1.2-2x
-// faster than 2 KiB tiles at 1 and 32 MiB, benchmarks/RESULTS.md). Where the source's rows lie
-// farther apart than the destination's (NCHW -> NHWC, kHWC8), the tile is turned the other way:
-// 64 source rows of 256 bytes, 128 units when streaming (each far row read in longer runs; 1.5-2x
-// faster at 32 MiB). Below the streaming size, far-apart destination rows of 2/4/8-byte units
-// are written in 1 KiB runs, 32 rows a tile (NHWC -> NCHW, kHWC8's D2H: 1.4x faster at 1 and
-// 4 MiB); and a side with few rows (64 or fewer) far apart facing near rows on the other (the
-// H2D and D2H of blocked-channel formats: kCHW32, nChw16c, a dim_order change of float32) takes
-// all of those rows and moves each in 1 KiB runs (1.3-1.7x faster at 1 and 4 MiB; streamed, the
-// H2D of 8 to 64 source rows too: kCDHW32 and kCHW32 1.1-1.4x faster at 32 MiB, the others as
-// fast or faster with shorter tiles). A copy that repeats tries other shapes too (tile_tuning.h).
+// The rules' tile shape. Tiles of 2 KiB (t x t units, one line a row for 2-byte units): rows of a
+// side whose rows lie far apart alias in cache at power-of-two strides, so that side gets few rows.
+// Where only the destination's rows lie far apart, its runs grow 4x longer (longer streamed rows);
+// where neither side's do, the tile grows 4x. A source of short adjacent rows is read whole rows at
+// a time; when streaming, so is one of whole-line units up to 8 KiB (Spyre's sticks: a source row
+// read in order, each 128-byte stick streamed to its column; 10-40% faster at 32 MiB, slower in
+// cache). Thin tiles grow long. Square transposes (both sides 64 units or more) of 2/4/8-byte units
+// (NHWC, dim_order changes) and of 16-byte units (MACE's float32 images; not when streamed from
+// source rows farther apart than the destination's, where they measured slower) take 16 KiB tiles,
+// 64 destination rows of 256 bytes: per tile, the block transposes amortise the call and the
+// prefetch, and 64 far-apart rows stay within what the prefetchers and the L1 hold (1.2-2x faster
+// than 2 KiB tiles at 1 and 32 MiB, benchmarks/RESULTS.md). Where the source's rows lie farther
+// apart than the destination's (NCHW -> NHWC, kHWC8), the tile is turned the other way: 64 source
+// rows of 256 bytes, 128 units when streaming (each far row read in longer runs; 1.5-2x faster at
+// 32 MiB). Below the streaming size, far-apart destination rows of 2/4/8-byte units are written in
+// 1 KiB runs, 32 rows a tile (NHWC -> NCHW, kHWC8's D2H: 1.4x faster at 1 and 4 MiB); and a side
+// with few rows (64 or fewer) far apart facing near rows on the other (the H2D and D2H of blocked-
+// channel formats: kCHW32, nChw16c, a dim_order change of float32) takes all of those rows and
+// moves each in 1 KiB runs (1.3-1.7x faster at 1 and 4 MiB; streamed, the H2D of 8 to 64 source
+// rows too: kCDHW32 and kCHW32 1.1-1.4x faster at 32 MiB, the others as fast or faster with shorter
+// tiles). A copy that repeats tries other shapes too (tile_tuning.h).
 TileShape rule_tile(const TilePlan& plan, bool stream) {
   const int64_t unit = plan.unit, na = plan.a.size, nb = plan.b.size;
   int64_t t = 8;  // a power of two, at least 8, with t * t * unit <= 2 KiB

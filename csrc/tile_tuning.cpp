@@ -100,7 +100,9 @@ void report_tile(const std::vector<int64_t>& key, const TileTrial& trial, double
     std::stable_sort(order.begin(), order.end(), [&](int x, int y) { return t->best[x] < t->best[y]; });
     order.resize(std::min<size_t>(order.size(), kFinalists));
     if (std::find(order.begin(), order.end(), 0) == order.end()) order.push_back(0);
-    for (int64_t round = 0; round < kFinalRounds; ++round) t->schedule.insert(t->schedule.end(), order.begin(), order.end());
+    for (int64_t round = 0; round < kFinalRounds; ++round) {
+      t->schedule.insert(t->schedule.end(), order.begin(), order.end());
+    }
   }
   if (t->reported == t->schedule.size()) t->chosen = fastest(*t);
 }
