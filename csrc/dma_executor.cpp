@@ -185,18 +185,21 @@ void copy_small_tiles(char* d0, const char* s0, const TilePlan& plan) {
 }
 
 // Nests with a loop e that continues both sides' rows: work items are an outer position and a
-// chunk of e of about kExtendedBytes, each one copy_extended_tile.
-void copy_extended_tiles(char* d0, const char* s0, const TilePlan& plan) {
+// chunk of e of about chunking.a bytes (the rules: kExtendedBytes), each one copy_extended_tile,
+// its destination rows streamed where chunking.b is 1 (the rules: never; tuning may choose it).
+void copy_extended_tiles(char* d0, const char* s0, const TilePlan& plan, TileShape chunking) {
   const int64_t step = plan.a.size * plan.b.size * plan.unit;
-  const int64_t ke = std::clamp<int64_t>(kExtendedBytes / step, 1, plan.e.size);
+  const int64_t ke = std::clamp<int64_t>(chunking.a / step, 1, plan.e.size);
   const int64_t chunks = (plan.e.size + ke - 1) / ke;
+  const bool stream = chunking.b != 0;
   for_items(outer_count(plan) * chunks, ke * step, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const auto [doff, soff] = outer_offsets(plan, i / chunks);
       const int64_t e0 = (i % chunks) * ke;
       copy_extended_tile(d0 + doff + e0 * plan.e.dst, s0 + soff + e0 * plan.e.src, plan.a.size, plan.b.size,
-                         std::min(ke, plan.e.size - e0), plan.a.src, plan.b.dst, plan.unit);
+                         std::min(ke, plan.e.size - e0), plan.a.src, plan.b.dst, plan.unit, stream);
     }
+    if (stream) end_streaming();
   });
 }
 
@@ -311,12 +314,26 @@ void run_tiles(char* d0, const char* s0, const TilePlan& plan, TileShape tile, b
 // Copies this large are tuned (tile_tuning.h): a smaller one costs too little for its shape to matter.
 constexpr int64_t kTuneBytes = int64_t(1) << 19;
 
-// A tiled nest's geometry for tile tuning: its plan, whether it streams, and the thread count.
-std::vector<int64_t> tuning_key(const TilePlan& plan, bool stream) {
-  std::vector<int64_t> key{plan.unit, stream, at::get_num_threads()};
-  for (const Loop& loop : {plan.a, plan.b}) key.insert(key.end(), {loop.size, loop.dst, loop.src});
+// A nest's geometry for tile tuning: its kind and plan, whether it streams, and the thread count.
+std::vector<int64_t> tuning_key(const TilePlan& plan, TileKind kind, bool stream) {
+  std::vector<int64_t> key{static_cast<int64_t>(kind), plan.unit, stream, at::get_num_threads()};
+  for (const Loop& loop : {plan.a, plan.b, plan.e}) key.insert(key.end(), {loop.size, loop.dst, loop.src});
   for (const Loop& loop : plan.outer) key.insert(key.end(), {loop.size, loop.dst, loop.src});
   return key;
+}
+
+// run(shape) with the shape tuning gives this call of a nest of `bytes`; timed when it is a trial.
+template <typename Run>
+void run_tuned(const TilePlan& plan, TileKind kind, int64_t bytes, bool stream, TileShape rules, TileShape limit,
+               const Run& run) {
+  if (bytes < kTuneBytes) return run(next_tile(nullptr, kind, rules, limit).shape);
+  const std::vector<int64_t> key = tuning_key(plan, kind, stream);
+  const TileTrial trial = next_tile(&key, kind, rules, limit);
+  const auto start = std::chrono::steady_clock::now();
+  run(trial.shape);
+  if (trial.trial >= 0) {
+    report_tile(key, trial, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
 }
 
 void copy_nest(char* dst, const char* src, const Transfer& nest, int64_t esize) {
@@ -324,7 +341,11 @@ void copy_nest(char* dst, const char* src, const Transfer& nest, int64_t esize) 
   char* d0 = dst + nest.dst_offset * esize;
   const char* s0 = src + nest.src_offset * esize;
   const int64_t unit = plan.unit;
-  if (plan.e.size > 1) return copy_extended_tiles(d0, s0, plan);
+  const int64_t bytes = outer_count(plan) * plan.a.size * plan.b.size * plan.e.size * unit;
+  if (plan.e.size > 1) {
+    return run_tuned(plan, TileKind::kExtended, bytes, false, {kExtendedBytes, 0}, {kStageBytes, 1},
+                     [&](TileShape chunking) { copy_extended_tiles(d0, s0, plan, chunking); });
+  }
   if (plan.c.size > 1) return copy_small_tiles(d0, s0, plan);
   if (plan.outer.empty() && plan.a.size == 1 && plan.b.size == 1) {  // one run: split it across threads
     const bool stream = unit >= g_stream_bytes.load(std::memory_order_relaxed);
@@ -334,19 +355,9 @@ void copy_nest(char* dst, const char* src, const Transfer& nest, int64_t esize) 
     });
     return;
   }
-  const int64_t bytes = outer_count(plan) * plan.a.size * plan.b.size * unit;
   const bool stream = bytes >= g_stream_bytes.load(std::memory_order_relaxed);
-  const TileShape rules = rule_tile(plan, stream);
-  if (bytes < kTuneBytes) {
-    return run_tiles(d0, s0, plan, next_tile(nullptr, rules, plan.a.size, plan.b.size).shape, stream);
-  }
-  const std::vector<int64_t> key = tuning_key(plan, stream);
-  const TileTrial trial = next_tile(&key, rules, plan.a.size, plan.b.size);
-  const auto start = std::chrono::steady_clock::now();
-  run_tiles(d0, s0, plan, trial.shape, stream);
-  if (trial.trial >= 0) {
-    report_tile(key, trial, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  }
+  run_tuned(plan, TileKind::kTiles, bytes, stream, rule_tile(plan, stream), {plan.a.size, plan.b.size},
+            [&](TileShape tile) { run_tiles(d0, s0, plan, tile, stream); });
 }
 
 }  // namespace

@@ -431,13 +431,9 @@ void gather_words(char* d, const char* s, int64_t n, int64_t src_step, int64_t r
     if (row % W) store<E>(out + row - W, load<E>(in + row - W));
   }
 }
-}  // namespace
-
-void copy_extended_tile(char* d, const char* s, int64_t na, int64_t nb, int64_t ne, int64_t src_a, int64_t dst_b,
-                        int64_t unit) {
-  alignas(64) char buf[kStageBytes];
-  const int64_t row = na * unit;  // buf[e * nb + b] holds destination row b's chunk e
-  plain_tile(buf, s, na, ne * nb, src_a, row, unit);
+// Destination row b of an extended tile (ne chunks of `row` bytes, adjacent) gathered from the
+// transposed buffer, where chunk e of row b lies at buf[(e * nb + b) * row].
+void gather_extended(char* d, const char* buf, int64_t nb, int64_t ne, int64_t dst_b, int64_t row) {
   const int64_t step = nb * row;
   // Rows of 4, 8 or 16 bytes: the gather is itself a transpose of row-wide units, ne x nb, run as
   // SIMD blocks (MACE CONV2D_FILTER float16 H2D: 1.2x faster at 1 MiB, 1.3x at 32 MiB).
@@ -457,6 +453,22 @@ void copy_extended_tile(char* d, const char* s, int64_t na, int64_t nb, int64_t 
         else gather_words<uint8_t>(out, in, ne, step, row);
     }
   }
+}
+}  // namespace
+
+void copy_extended_tile(char* d, const char* s, int64_t na, int64_t nb, int64_t ne, int64_t src_a, int64_t dst_b,
+                        int64_t unit, bool stream) {
+  alignas(64) char buf[kStageBytes];
+  const int64_t row = na * unit;  // buf[e * nb + b] holds destination row b's chunk e
+  plain_tile(buf, s, na, ne * nb, src_a, row, unit);
+  if (!stream) return gather_extended(d, buf, nb, ne, dst_b, row);
+  // Streamed: the destination rows are gathered into a second L1 buffer, then each is written
+  // around the cache (no read-for-ownership of its lines: MACE CONV2D_FILTER and OIhw16i16o at
+  // 32 MiB, see benchmarks/RESULTS.md).
+  alignas(64) char rows[kStageBytes];
+  const int64_t run = ne * row;
+  gather_extended(rows, buf, nb, ne, run, row);
+  for (int64_t b = 0; b < nb; ++b) copy_run(d + b * dst_b, rows + b * run, run, true);
 }
 
 void copy_strided(char* d, const char* s, int64_t n, int64_t dst_step, int64_t src_step, int64_t unit) {

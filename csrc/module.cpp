@@ -426,7 +426,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("_set_stream_bytes", &set_stream_bytes);
   // Tile tuning (tile_tuning.h).
   m.def("_set_tile_tuning", &set_tile_tuning);
-  m.def("_force_tile_shape", &force_tile_shape, py::arg("a"), py::arg("b"));
+  m.def(
+      "_force_tile_shape",
+      [](int64_t a, int64_t b, bool extended) {
+        force_tile_shape(extended ? TileKind::kExtended : TileKind::kTiles, a, b);
+      },
+      py::arg("a"), py::arg("b"), py::arg("extended") = false);
   m.def("_tile_trial_calls", &tile_trial_calls);
   m.def("_forget_tile_tunings", &forget_tile_tunings);
   m.def("_tile_tunings", [] {

@@ -4,22 +4,28 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <memory>
 #include <mutex>
 #include <numeric>
+#include <span>
 
 #include "bounded_table.h"
 
 namespace torch_layouts {
 namespace {
 
-// Shapes beside the rules' (units along a x along b): each was the fastest of a 7 x 5 grid
+// Tile shapes beside the rules' (units along a x along b): each was the fastest of a 7 x 5 grid
 // (a: 16..1024, b: 16..256) for some family's 1 or 32 MiB H2D, D2H or D2D on this project's
 // 2-thread VM (benchmarks/RESULTS.md), where the rules' shape was 1.1-2x slower.
-constexpr TileShape kCandidates[] = {{1024, 16}, {256, 16}, {32, 16},  {512, 32},  {64, 32},  {32, 64},
-                                     {256, 64},  {128, 128}, {1024, 128}, {32, 256}, {64, 256}, {512, 256}};
-constexpr int64_t kCandidateCount = sizeof(kCandidates) / sizeof(kCandidates[0]);
+constexpr TileShape kTileCandidates[] = {{1024, 16}, {256, 16},   {32, 16},  {512, 32}, {64, 32},  {32, 64},
+                                         {256, 64},  {128, 128}, {1024, 128}, {32, 256}, {64, 256}, {512, 256}};
+// Extended tiles: chunks of 4, 16 or 64 KiB, rows written plainly or streamed (streaming saved a
+// quarter of float32 MACE CONV2D_FILTER and OIhw16i16o copies at 32 MiB and cost float16 ones as
+// much: benchmarks/RESULTS.md).
+constexpr TileShape kExtendedCandidates[] = {{4096, 0}, {4096, 1}, {16384, 0}, {16384, 1}, {65536, 0}, {65536, 1}};
+constexpr int64_t kMostCandidates = std::max(std::size(kTileCandidates), std::size(kExtendedCandidates));
 // After one trial of every shape, the fastest few and the rules' shape run twice more (a trial can
 // catch a slow moment of a shared machine); the best time of each decides, and the rules' shape
 // keeps its place unless another beats it by kMargin (a noisy win must not cost a regression).
@@ -41,14 +47,17 @@ std::atomic<bool> g_on{[] {
   const char* env = std::getenv("TORCH_LAYOUTS_TILE_TUNING");
   return !(env && std::strcmp(env, "0") == 0);
 }()};
-std::atomic<int64_t> g_forced_a{0}, g_forced_b{0};
+std::atomic<int64_t> g_forced[2][2] = {};  // per kind: a, b
 BoundedTable<std::shared_ptr<Tuning>> g_tunings(kMaxTunings);
 
-std::shared_ptr<Tuning> make_tuning(TileShape rules, int64_t na, int64_t nb) {
+std::shared_ptr<Tuning> make_tuning(TileKind kind, TileShape rules, TileShape limit) {
   auto t = std::make_shared<Tuning>();
   t->shapes.push_back(rules);
-  for (const TileShape& c : kCandidates) {
-    const TileShape s{std::min(na, c.a), std::min(nb, c.b)};
+  const bool tiles = kind == TileKind::kTiles;
+  const std::span<const TileShape> others =
+      tiles ? std::span<const TileShape>(kTileCandidates) : std::span<const TileShape>(kExtendedCandidates);
+  for (const TileShape& c : others) {
+    const TileShape s{std::min(limit.a, c.a), std::min(limit.b, c.b)};
     const bool seen = std::any_of(t->shapes.begin(), t->shapes.end(), [&](const TileShape& o) {
       return o.a == s.a && o.b == s.b;
     });
@@ -68,14 +77,16 @@ int fastest(const Tuning& t) {
 
 }  // namespace
 
-TileTrial next_tile(const std::vector<int64_t>* key, TileShape rules, int64_t na, int64_t nb) {
-  const int64_t fa = g_forced_a.load(std::memory_order_relaxed), fb = g_forced_b.load(std::memory_order_relaxed);
-  if (fa > 0 && fb > 0) return {{std::min(na, fa), std::min(nb, fb)}};
+TileTrial next_tile(const std::vector<int64_t>* key, TileKind kind, TileShape rules, TileShape limit) {
+  const std::atomic<int64_t>* forced = g_forced[static_cast<int>(kind)];
+  if (const int64_t a = forced[0].load(std::memory_order_relaxed); a > 0) {
+    return {{std::min(limit.a, a), std::min(limit.b, forced[1].load(std::memory_order_relaxed))}};
+  }
   if (!key || !g_on.load(std::memory_order_relaxed)) return {rules};
   std::shared_ptr<Tuning> t = g_tunings.find(*key).value_or(nullptr);
   if (!t) {
     // The first call of a geometry runs the rules' shape untimed: a copy made once pays nothing.
-    g_tunings.keep(*key, make_tuning(rules, na, nb));
+    g_tunings.keep(*key, make_tuning(kind, rules, limit));
     return {rules};
   }
   std::lock_guard<std::mutex> lock(t->mutex);
@@ -109,12 +120,13 @@ void report_tile(const std::vector<int64_t>& key, const TileTrial& trial, double
 
 bool set_tile_tuning(bool on) { return g_on.exchange(on); }
 
-void force_tile_shape(int64_t a, int64_t b) {
-  g_forced_a = std::max<int64_t>(a, 0);
-  g_forced_b = std::max<int64_t>(b, 0);
+void force_tile_shape(TileKind kind, int64_t a, int64_t b) {
+  std::atomic<int64_t>* forced = g_forced[static_cast<int>(kind)];
+  forced[1] = std::max<int64_t>(b, 0);
+  forced[0] = std::max<int64_t>(a, 0);
 }
 
-int64_t tile_trial_calls() { return 1 + kCandidateCount + 1 + kFinalRounds * (kFinalists + 1); }
+int64_t tile_trial_calls() { return 1 + kMostCandidates + 1 + kFinalRounds * (kFinalists + 1); }
 
 std::vector<TuningState> tile_tunings() {
   std::vector<TuningState> out;

@@ -11,10 +11,13 @@
 
 namespace torch_layouts {
 
-// Units along the destination's rows (a) and along the source's rows (b) per tile.
+// How a nest's tiles run. Tiled nests: units along the destination's rows (a) x along the
+// source's rows (b) per tile. Extended tiles (a loop continuing both sides' rows): the bytes of
+// one chunk of that loop (a) and whether the destination rows stream (b = 1) or not (0).
 struct TileShape {
   int64_t a, b;
 };
+enum class TileKind { kTiles, kExtended };
 
 // The shape a call runs; `trial` >= 0: a trial, whose time report_tile wants.
 struct TileTrial {
@@ -22,17 +25,19 @@ struct TileTrial {
   int trial = -1;
 };
 
-// The shape for this call of a geometry (`key`: the nest's tile plan and the thread count; null for
-// a copy too small to tune) whose rules pick `rules` for na x nb units: the forced shape, else
-// the rules' where tuning is off, else a trial or the fastest.
-TileTrial next_tile(const std::vector<int64_t>* key, TileShape rules, int64_t na, int64_t nb);
+// The shape for this call of a geometry (`key`: the nest's plan and the thread count; null for a
+// copy too small to tune) whose rules pick `rules`, candidates clamped to `limit` (a tiled nest's
+// na x nb units): the forced shape of its kind, else the rules' where tuning is off, else a trial
+// or the fastest.
+TileTrial next_tile(const std::vector<int64_t>* key, TileKind kind, TileShape rules, TileShape limit);
 void report_tile(const std::vector<int64_t>& key, const TileTrial& trial, double seconds);
 
 // Whether geometries are tuned (default on; TORCH_LAYOUTS_TILE_TUNING=0 turns it off); returns the
 // previous setting.
 bool set_tile_tuning(bool on);
-// Every call runs this shape (a, b > 0), untuned; (0, 0) restores tuning. For tests.
-void force_tile_shape(int64_t a, int64_t b);
+// Every call of that kind runs this shape (a > 0, b >= 0; clamped to its limit), untuned; a = 0
+// restores tuning. For tests.
+void force_tile_shape(TileKind kind, int64_t a, int64_t b);
 // The most trial calls a geometry takes before it settles.
 int64_t tile_trial_calls();
 

@@ -144,10 +144,10 @@ def test_rows_continued_on_both_sides(streaming: bool, esize: int, na: int, nb: 
 
 
 @pytest.mark.parametrize("esize, na", [(1, 4), (1, 8), (1, 16), (2, 2), (2, 4), (2, 8), (4, 2), (4, 4), (8, 2)])
-def test_rows_continued_on_both_sides_in_row_wide_blocks(esize: int, na: int) -> None:
+def test_rows_continued_on_both_sides_in_row_wide_blocks(streaming: bool, esize: int, na: int) -> None:
     """Destination rows of 4, 8 or 16 bytes (CONV2D_FILTER's 4 output channels of a 3x3 kernel):
     the second transpose, of row-wide units, with ragged blocks (9 rows, chunks of e not a
-    multiple of 4), equal PyTorch's strided copy bit for bit in both directions."""
+    multiple of 4), equal PyTorch's strided copy bit for bit in both directions, streamed or not."""
     check_rows_continued(BITS[esize], na, nb=9, ne=1000, outer=2, gap=0)
 
 

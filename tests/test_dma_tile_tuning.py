@@ -26,6 +26,7 @@ def fresh_tunings():
     _C._forget_tile_tunings()
     yield
     _C._force_tile_shape(0, 0)
+    _C._force_tile_shape(0, 0, extended=True)
     _C._set_tile_tuning(True)
     _C._forget_tile_tunings()
 
@@ -76,6 +77,29 @@ def test_every_tile_shape_copies_the_same_bytes(streaming: bool, data: st.DataOb
     esize = data.draw(st.sampled_from([1, 2, 4, 8]))
     _C._force_tile_shape(a, b)
     check_copy(shape, order, data.draw(pads), data.draw(pads), esize)
+
+
+@settings(max_examples=80, deadline=None)
+@given(esize=st.sampled_from([1, 2, 4, 8]), na=st.integers(2, 20), nb=st.integers(2, 20),
+       ne=st.sampled_from([2, 9, 113, 1000]), outer=st.integers(1, 3), chunk=st.sampled_from([1, 100, 4096, 65536]),
+       stream=st.booleans())
+def test_every_chunking_of_extended_tiles_copies_the_same_bytes(esize: int, na: int, nb: int, ne: int, outer: int,
+                                                                 chunk: int, stream: bool) -> None:
+    """A loop e continuing both sides' rows ([outer][a][e][b] -> [outer][b][e][a], MACE's
+    CONV2D_FILTER, OIhw16i16o) in chunks of any size, rows streamed or not, and back: PyTorch's
+    strided copy bit for bit, the elements between outer positions untouched."""
+    _C._force_tile_shape(chunk, int(stream), extended=True)
+    ranges, gap = (outer, nb, ne, na), 5
+    packed = (nb * ne * na + gap, ne * na, na, 1)  # [outer][b][e][a]
+    rows = (na * ne * nb + gap, 1, nb, ne * nb)  # [outer][a][e][b], strides in ranges' order
+    numel = outer * (na * nb * ne + gap)
+    src = torch.randint(-100, 100, (numel,), dtype=torch.int64).to(BITS[esize])
+    for dst_strides, src_strides in ((packed, rows), (rows, packed)):
+        dst = torch.full((numel,), 7, dtype=BITS[esize])
+        expected = dst.clone()
+        expected.as_strided(ranges, dst_strides).copy_(src.as_strided(ranges, src_strides))
+        _C._run_nests([(ranges, dst_strides, src_strides, 0, 0)], dst, src)
+        assert torch.equal(dst, expected)
 
 
 def transpose_nest(rows: int, cols: int) -> tuple:
@@ -129,6 +153,24 @@ def test_geometries_are_tuned_per_thread_count() -> None:
     finally:
         torch.set_num_threads(old)
     assert len(_C._tile_tunings()) == 2
+
+
+def test_extended_tiles_settle_on_a_tried_chunking() -> None:
+    """MACE CONV2D_FILTER's D2H nest (float16, 2 MiB): tried chunkings, plain and streamed, every
+    call exact."""
+    o4, hw, i = 8, 9, 8192
+    ranges, dst_strides, src_strides = (o4, hw, i, 4), (4 * i * hw, 1, hw, i * hw), (4 * i * hw, 4 * i, 4, 1)
+    src = torch.randint(-100, 100, (o4 * hw * i * 4,), dtype=torch.int16)
+    expected = torch.zeros_like(src)
+    expected.as_strided(ranges, dst_strides).copy_(src.as_strided(ranges, src_strides))
+    for call in range(_C._tile_trial_calls()):
+        dst = torch.zeros_like(src)
+        _C._run_nests([(ranges, dst_strides, src_strides, 0, 0)], dst, src)
+        assert torch.equal(dst, expected), f"call {call}"
+    (state,) = _C._tile_tunings()
+    assert state["shapes"][0] == (16384, 0)  # the rules: 16 KiB chunks, plain stores
+    assert {b for _, b in state["shapes"]} == {0, 1}
+    assert state["chosen"] in state["shapes"]
 
 
 def test_threads_tuning_one_geometry_together_copy_exactly() -> None:
