@@ -319,3 +319,13 @@ def helpers() -> SimpleNamespace:
     """Strategies and helpers shared by the layout and DMA tests."""
     return SimpleNamespace(layout_cases=layout_cases, spyre_cases=spyre_cases, SpyreCase=SpyreCase,
                            random_bits=random_bits, as_bits=as_bits, pad_bits=pad_bits, unravel=unravel)
+
+
+@pytest.fixture(params=[False, True], ids=["plain", "streaming"])
+def streaming(request: pytest.FixtureRequest):
+    """Every DMA copy streamed (non-temporal stores) or none, for the test's duration."""
+    from torch_layouts import _C
+
+    old = _C._set_stream_bytes(0 if request.param else 1 << 62)
+    yield request.param
+    _C._set_stream_bytes(old)

@@ -16,41 +16,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import torch_layouts
+from dma_support import BITS, check_rows_continued, check_permuted_copy
 from torch_layouts import _C, DeviceLayout
 
-BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 SIZES = [1, 2, 3, 4, 5, 8, 9, 16, 17, 32, 33, 64, 65]
-
-
-@pytest.fixture(params=[False, True], ids=["plain", "streaming"])
-def streaming(request: pytest.FixtureRequest):
-    old = _C._set_stream_bytes(0 if request.param else 1 << 62)
-    yield request.param
-    _C._set_stream_bytes(old)
-
-
-def dense_strides(shape: list[int], pad: list[int]) -> list[int]:
-    strides, step = [], 1
-    for n, p in zip(reversed(shape), reversed(pad)):
-        strides.append(step)
-        step *= n + p
-    return strides[::-1]
-
-
-def check_rows_continued(dtype: torch.dtype, na: int, nb: int, ne: int, outer: int, gap: int) -> None:
-    """[outer][a][e][b] -> [outer][b][e][a] and back (``gap`` elements between outer positions)
-    equal PyTorch's strided copy bit for bit, the elements outside the nest untouched."""
-    ranges = (outer, nb, ne, na)
-    packed = (nb * ne * na + gap, ne * na, na, 1)  # [outer][b][e][a]
-    rows = (na * ne * nb + gap, 1, nb, ne * nb)  # [outer][a][e][b], strides in ranges' order
-    numel = outer * (na * nb * ne + gap)
-    src = torch.randint(-100, 100, (numel,), dtype=torch.int64).to(dtype)
-    for dst_strides, src_strides in ((packed, rows), (rows, packed)):
-        dst = torch.full((numel,), 7, dtype=dtype)
-        expected = dst.clone()
-        expected.as_strided(ranges, dst_strides).copy_(src.as_strided(ranges, src_strides))
-        _C._run_nests([(ranges, dst_strides, src_strides, 0, 0)], dst, src)
-        assert torch.equal(dst, expected)
 
 
 def check_transposed_both_ways(host: torch.Tensor) -> None:
@@ -81,22 +50,7 @@ def copies(draw: st.DrawFn) -> tuple:
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(case=copies())
 def test_nest_equals_pytorch_strided_copy(streaming: bool, case: tuple) -> None:
-    shape, order, src_pad, dst_pad, esize = case
-    dtype = BITS[esize]
-    src_strides = dense_strides(shape, src_pad)
-    dst_shape = [shape[d] for d in order]
-    dst_dense = dense_strides(dst_shape, [dst_pad[d] for d in order])
-    dst_strides = [0] * len(shape)
-    for k, d in enumerate(order):
-        dst_strides[d] = dst_dense[k]
-    src_numel = 1 + sum((n - 1) * s for n, s in zip(shape, src_strides))
-    dst_numel = 1 + sum((n - 1) * s for n, s in zip(shape, dst_strides))
-    src = torch.randint(-100, 100, (src_numel + 7,), dtype=torch.int64).to(dtype)[3:3 + src_numel]
-    dst = torch.full((dst_numel,), 7, dtype=dtype)
-    expected = dst.clone()
-    expected.as_strided(shape, dst_strides).copy_(src.as_strided(shape, src_strides))
-    _C._run_nests([(tuple(shape), tuple(dst_strides), tuple(src_strides), 0, 0)], dst, src)
-    assert torch.equal(dst, expected)
+    check_permuted_copy(*case)
 
 
 @pytest.mark.parametrize("esize", [1, 2, 4, 8])

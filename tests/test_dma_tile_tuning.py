@@ -16,9 +16,9 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from dma_support import BITS, check_permuted_copy, check_rows_continued
 from torch_layouts import _C
 
-BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
 @pytest.fixture(autouse=True)
@@ -29,40 +29,6 @@ def fresh_tunings():
     _C._force_tile_shape(0, 0, extended=True)
     _C._set_tile_tuning(True)
     _C._forget_tile_tunings()
-
-
-@pytest.fixture(params=[False, True], ids=["plain", "streaming"])
-def streaming(request: pytest.FixtureRequest):
-    old = _C._set_stream_bytes(0 if request.param else 1 << 62)
-    yield request.param
-    _C._set_stream_bytes(old)
-
-
-def dense(shape: list[int], pad: list[int]) -> list[int]:
-    """Row-major strides of ``shape`` with ``pad`` extra elements along each dim."""
-    strides, step = [], 1
-    for n, p in zip(reversed(shape), reversed(pad)):
-        strides.append(step)
-        step *= n + p
-    return strides[::-1]
-
-
-def check_copy(shape: list[int], order: list[int], src_pad: list[int], dst_pad: list[int], esize: int) -> None:
-    """``src`` (rows padded) copied into a destination whose dims run in ``order`` equals PyTorch's
-    strided copy bit for bit, every element outside the nest untouched."""
-    src_strides = dense(shape, src_pad)
-    dst_dense = dense([shape[d] for d in order], [dst_pad[d] for d in order])
-    dst_strides = [0] * len(shape)
-    for k, d in enumerate(order):
-        dst_strides[d] = dst_dense[k]
-    src_numel = 1 + sum((n - 1) * s for n, s in zip(shape, src_strides))
-    dst_numel = 1 + sum((n - 1) * s for n, s in zip(shape, dst_strides))
-    src = torch.randint(-100, 100, (src_numel,), dtype=torch.int64).to(BITS[esize])
-    dst = torch.full((dst_numel,), 7, dtype=BITS[esize])
-    expected = dst.clone()
-    expected.as_strided(shape, dst_strides).copy_(src.as_strided(shape, src_strides))
-    _C._run_nests([(tuple(shape), tuple(dst_strides), tuple(src_strides), 0, 0)], dst, src)
-    assert torch.equal(dst, expected)
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -76,7 +42,7 @@ def test_every_tile_shape_copies_the_same_bytes(streaming: bool, data: st.DataOb
     pads = st.lists(st.sampled_from([0, 0, 1, 3]), min_size=rank, max_size=rank)
     esize = data.draw(st.sampled_from([1, 2, 4, 8]))
     _C._force_tile_shape(a, b)
-    check_copy(shape, order, data.draw(pads), data.draw(pads), esize)
+    check_permuted_copy(shape, order, data.draw(pads), data.draw(pads), esize)
 
 
 @settings(max_examples=80, deadline=None)
@@ -89,17 +55,7 @@ def test_every_chunking_of_extended_tiles_copies_the_same_bytes(esize: int, na: 
     CONV2D_FILTER, OIhw16i16o) in chunks of any size, rows streamed or not, and back: PyTorch's
     strided copy bit for bit, the elements between outer positions untouched."""
     _C._force_tile_shape(chunk, int(stream), extended=True)
-    ranges, gap = (outer, nb, ne, na), 5
-    packed = (nb * ne * na + gap, ne * na, na, 1)  # [outer][b][e][a]
-    rows = (na * ne * nb + gap, 1, nb, ne * nb)  # [outer][a][e][b], strides in ranges' order
-    numel = outer * (na * nb * ne + gap)
-    src = torch.randint(-100, 100, (numel,), dtype=torch.int64).to(BITS[esize])
-    for dst_strides, src_strides in ((packed, rows), (rows, packed)):
-        dst = torch.full((numel,), 7, dtype=BITS[esize])
-        expected = dst.clone()
-        expected.as_strided(ranges, dst_strides).copy_(src.as_strided(ranges, src_strides))
-        _C._run_nests([(ranges, dst_strides, src_strides, 0, 0)], dst, src)
-        assert torch.equal(dst, expected)
+    check_rows_continued(BITS[esize], na, nb, ne, outer, gap=5)
 
 
 def transpose_nest(rows: int, cols: int) -> tuple:
