@@ -17,28 +17,37 @@ class ForeachReplay final : public Replay {
 
   explicit ForeachReplay(c10::OperatorHandle handle) : op(std::move(handle)) {}
 
+  // The lists' tensors are read where the call's stack holds them (no reference taken per tensor:
+  // one would incref its Python object under the GIL) and lent to the CPU op as flat views of
+  // their buffers, borrowed for this call.
   void run(c10::ArrayRef<c10::IValue> args, int64_t, std::vector<c10::IValue>& results) const override {
     std::vector<c10::IValue> stack(args.begin(), args.end());
     std::unordered_map<const c10::TensorImpl*, at::Tensor> copied;  // one copy of a tensor two lists hold
     for (int64_t p : list_args) {
-      std::vector<at::Tensor> tensors = args[p].toTensorVector();
+      const c10::ArrayRef<c10::IValue> tensors = args[p].toListRef();
+      std::vector<const at::Tensor*> read(tensors.size());
+      for (size_t i = 0; i < tensors.size(); ++i) read[i] = &tensors[i].toTensor();
       for (const ForeachCopy& c : copies) {
         if (c.arg != p) continue;
-        at::Tensor& t = tensors[c.index];
+        const at::Tensor& t = *read[c.index];
         auto [it, fresh] = copied.try_emplace(t.unsafeGetTensorImpl());
         if (fresh) it->second = new_device_tensor(c.layout, t.device()).copy_(t);
-        t = it->second;
+        read[c.index] = &it->second;
       }
       std::vector<at::Tensor> flat;
       flat.reserve(tensors.size());
-      for (size_t i = 0; i < tensors.size(); ++i) flat.push_back(raw_view(tensors[i], {numels[i]}, {1}, 0));
+      for (size_t i = 0; i < tensors.size(); ++i) {
+        flat.push_back(raw_view(*read[i], {numels[i]}, {1}, 0, /*owning=*/false));
+      }
       stack[p] = c10::IValue(std::move(flat));
     }
     op.callBoxed(stack);
-    const c10::List<at::Tensor> written = args[list_args.front()].toTensorList();
-    for (int64_t i : padded) {
-      const at::Tensor t = written[i];
-      fill_padding(t, *layout_of(t));
+    if (!padded.empty()) {
+      const c10::ArrayRef<c10::IValue> written = args[list_args.front()].toListRef();
+      for (int64_t i : padded) {
+        const at::Tensor& t = written[i].toTensor();
+        fill_padding(t, *layout_of(t));
+      }
     }
     (void)results;  // in place: the op returns nothing
   }

@@ -6,6 +6,7 @@ the raw buffers, padded layouts included, their padding restored), other dim ord
 from __future__ import annotations
 
 import copy
+import sys
 
 import pytest
 import torch
@@ -214,3 +215,30 @@ def test_the_runtime_front_replays_lined_up_calls(_, fn, count, scalars, names, 
                 assert torch.equal(bits(g.cpu()), bits(w)) and padding_holds_pad_value(g)
     assert len(entered) == 1
     assert sum(torch_layouts.stats()["kernel_calls"].values()) == 3
+
+
+def test_replayed_calls_lend_the_lists_tensors_without_references():
+    """A replayed call reads its lists' tensors where the call's stack holds them and lends the CPU
+    op views borrowed for the call: after every call each tensor's C++ and Python reference counts
+    are as before, the CPU's bits, a tensor that two lists (or one list twice) hold included."""
+    from torch_layouts.ops import foreach
+    foreach.PLANS.clear()
+    torch.manual_seed(0)
+    host_p = [torch.randn(64, 32), torch.randn(10)]
+    host_g = [torch.randn(64, 32), torch.randn(10)]
+    params, grads = [t.to("spyre") for t in host_p], [t.to("spyre") for t in host_g]
+
+    def counts() -> list[tuple[int, int]]:
+        return [(t._use_count(), sys.getrefcount(t)) for t in params + grads]
+
+    before = counts()
+    for _ in range(3):
+        torch._foreach_add_(params, grads, alpha=-0.1)
+        torch._foreach_add_(host_p, host_g, alpha=-0.1)
+        torch._foreach_addcmul_(params, grads, grads, value=0.01)
+        torch._foreach_addcmul_(host_p, host_g, host_g, value=0.01)
+        torch._foreach_add_([params[0], params[0]], [grads[0], grads[0]])
+        torch._foreach_add_([host_p[0], host_p[0]], [host_g[0], host_g[0]])
+        assert counts() == before
+    for d, h in zip(params, host_p):
+        assert torch.equal(bits(d.cpu()), bits(h))
