@@ -22,8 +22,8 @@ namespace {
 constexpr TileShape kTileCandidates[] = {{1024, 16}, {256, 16},   {32, 16},  {512, 32}, {64, 32},  {32, 64},
                                          {256, 64},  {128, 128}, {1024, 128}, {32, 256}, {64, 256}, {512, 256}};
 // Extended tiles: chunks of 4, 16 or 64 KiB, rows written plainly or streamed (streaming saved a
-// quarter of float32 MACE CONV2D_FILTER and OIhw16i16o copies at 32 MiB and cost float16 ones as
-// much: benchmarks/RESULTS.md).
+// fifth to a third of float32 MACE CONV2D_FILTER and OIhw16i16o copies at 32 MiB and cost float16
+// ones a third: benchmarks/RESULTS.md).
 constexpr TileShape kExtendedCandidates[] = {{4096, 0}, {4096, 1}, {16384, 0}, {16384, 1}, {65536, 0}, {65536, 1}};
 constexpr int64_t kMostCandidates = std::max(std::size(kTileCandidates), std::size(kExtendedCandidates));
 // After one trial of every shape, the fastest few and the rules' shape run twice more (a trial can
