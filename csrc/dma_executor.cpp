@@ -332,7 +332,7 @@ void run_tuned(const TilePlan& plan, TileKind kind, int64_t bytes, bool stream, 
   const auto start = std::chrono::steady_clock::now();
   run(trial.shape);
   if (trial.trial >= 0) {
-    report_tile(key, trial, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    report_tile(trial, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
 }
 

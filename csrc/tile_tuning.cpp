@@ -14,6 +14,16 @@
 #include "bounded_table.h"
 
 namespace torch_layouts {
+
+struct TileTuning {
+  std::mutex mutex;
+  std::vector<TileShape> shapes;
+  std::vector<double> best;
+  std::vector<int> schedule;  // trial order: every shape, then the finalists
+  size_t issued = 0, reported = 0;
+  int chosen = -1;
+};
+
 namespace {
 
 // Tile shapes beside the rules' (units along a x along b): each was the fastest of a 7 x 5 grid
@@ -34,24 +44,15 @@ constexpr int64_t kFinalRounds = 2;
 constexpr double kMargin = 1.1;
 constexpr size_t kMaxTunings = 256;
 
-struct Tuning {
-  std::mutex mutex;
-  std::vector<TileShape> shapes;
-  std::vector<double> best;
-  std::vector<int> schedule;  // trial order: every shape, then the finalists
-  size_t issued = 0, reported = 0;
-  int chosen = -1;
-};
-
 std::atomic<bool> g_on{[] {
   const char* env = std::getenv("TORCH_LAYOUTS_TILE_TUNING");
   return !(env && std::strcmp(env, "0") == 0);
 }()};
 std::atomic<int64_t> g_forced[2][2] = {};  // per kind: a, b
-BoundedTable<std::shared_ptr<Tuning>> g_tunings(kMaxTunings);
+BoundedTable<std::shared_ptr<TileTuning>> g_tunings(kMaxTunings);
 
-std::shared_ptr<Tuning> make_tuning(TileKind kind, TileShape rules, TileShape limit) {
-  auto t = std::make_shared<Tuning>();
+std::shared_ptr<TileTuning> make_tuning(TileKind kind, TileShape rules, TileShape limit) {
+  auto t = std::make_shared<TileTuning>();
   t->shapes.push_back(rules);
   const bool tiles = kind == TileKind::kTiles;
   const std::span<const TileShape> others =
@@ -70,7 +71,7 @@ std::shared_ptr<Tuning> make_tuning(TileKind kind, TileShape rules, TileShape li
   return t;
 }
 
-int fastest(const Tuning& t) {
+int fastest(const TileTuning& t) {
   const int best = static_cast<int>(std::min_element(t.best.begin(), t.best.end()) - t.best.begin());
   return t.best[0] <= t.best[best] * kMargin ? 0 : best;
 }
@@ -83,7 +84,7 @@ TileTrial next_tile(const std::vector<int64_t>* key, TileKind kind, TileShape ru
     return {{std::min(limit.a, a), std::min(limit.b, forced[1].load(std::memory_order_relaxed))}};
   }
   if (!key || !g_on.load(std::memory_order_relaxed)) return {rules};
-  std::shared_ptr<Tuning> t = g_tunings.find(*key).value_or(nullptr);
+  std::shared_ptr<TileTuning> t = g_tunings.find(*key).value_or(nullptr);
   if (!t) {
     // The first call of a geometry runs the rules' shape untimed: a copy made once pays nothing.
     g_tunings.keep(*key, make_tuning(kind, rules, limit));
@@ -93,13 +94,13 @@ TileTrial next_tile(const std::vector<int64_t>* key, TileKind kind, TileShape ru
   if (t->chosen >= 0) return {t->shapes[t->chosen]};
   if (t->issued < t->schedule.size()) {
     const int i = t->schedule[t->issued++];
-    return {t->shapes[i], i};
+    return {t->shapes[i], i, t};
   }
   return {t->shapes[fastest(*t)]};  // trials still running on other threads
 }
 
-void report_tile(const std::vector<int64_t>& key, const TileTrial& trial, double seconds) {
-  std::shared_ptr<Tuning> t = g_tunings.find(key).value_or(nullptr);
+void report_tile(const TileTrial& trial, double seconds) {
+  TileTuning* t = trial.tuning.get();
   if (!t || trial.trial < 0) return;
   std::lock_guard<std::mutex> lock(t->mutex);
   if (t->chosen >= 0 || trial.trial >= static_cast<int>(t->shapes.size())) return;
@@ -130,7 +131,7 @@ int64_t tile_trial_calls() { return 1 + kMostCandidates + 1 + kFinalRounds * (kF
 
 std::vector<TuningState> tile_tunings() {
   std::vector<TuningState> out;
-  g_tunings.for_each([&](const std::shared_ptr<Tuning>& t) {
+  g_tunings.for_each([&](const std::shared_ptr<TileTuning>& t) {
     std::lock_guard<std::mutex> lock(t->mutex);
     out.push_back({t->shapes, t->best, t->chosen});
   });

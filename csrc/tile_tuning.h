@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace torch_layouts {
@@ -19,10 +20,14 @@ struct TileShape {
 };
 enum class TileKind { kTiles, kExtended };
 
-// The shape a call runs; `trial` >= 0: a trial, whose time report_tile wants.
+// One geometry's trials and its chosen shape (tile_tuning.cpp).
+struct TileTuning;
+
+// The shape a call runs; `trial` >= 0: a trial of `tuning`, whose time report_tile wants.
 struct TileTrial {
   TileShape shape;
   int trial = -1;
+  std::shared_ptr<TileTuning> tuning;
 };
 
 // The shape for this call of a geometry (`key`: the nest's plan and the thread count; null for a
@@ -30,7 +35,8 @@ struct TileTrial {
 // na x nb units): the forced shape of its kind, else the rules' where tuning is off, else a trial
 // or the fastest.
 TileTrial next_tile(const std::vector<int64_t>* key, TileKind kind, TileShape rules, TileShape limit);
-void report_tile(const std::vector<int64_t>& key, const TileTrial& trial, double seconds);
+// Records a trial's time in the tuning that issued it (the table may have dropped it since).
+void report_tile(const TileTrial& trial, double seconds);
 
 // Whether geometries are tuned (default on; TORCH_LAYOUTS_TILE_TUNING=0 turns it off); returns the
 // previous setting.
