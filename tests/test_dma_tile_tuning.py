@@ -20,7 +20,6 @@ from dma_support import BITS, check_permuted_copy, check_rows_continued
 from torch_layouts import _C
 
 
-
 @pytest.fixture(autouse=True)
 def fresh_tunings():
     _C._forget_tile_tunings()
@@ -34,6 +33,8 @@ def fresh_tunings():
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data(), a=st.integers(1, 1100), b=st.integers(1, 300))
 def test_every_tile_shape_copies_the_same_bytes(streaming: bool, data: st.DataObject, a: int, b: int) -> None:
+    """Any tile shape, forced on a random permuted, padded, unaligned nest of any element size,
+    plain or streamed: PyTorch's strided copy bit for bit, nothing outside the nest written."""
     rank = data.draw(st.integers(2, 4))
     shape = data.draw(st.lists(st.sampled_from([1, 2, 3, 7, 16, 17, 64, 65, 130]), min_size=rank, max_size=rank))
     while math.prod(shape) > 60_000:
