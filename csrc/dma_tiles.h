@@ -31,6 +31,12 @@ void copy_run(char* d, const char* s, int64_t bytes, bool stream);
 // d[i * dst_step] = s[i * src_step] for i < n, units of `unit` bytes (byte steps).
 void copy_strided(char* d, const char* s, int64_t n, int64_t dst_step, int64_t src_step, int64_t unit);
 
+// Whether copy_tile may transpose 2/4/8-byte units in AVX-512 blocks of 64-byte rows (whole cache
+// lines); the CPU must have AVX-512F and AVX-512BW. set_line_blocks(false) keeps the 256-bit blocks
+// of half lines (tests compare both); returns the old setting; ValueError turning on without them.
+bool line_blocks_available();
+bool set_line_blocks(bool on);
+
 // The largest tile (bytes) copy_tile stages through L1 when streaming.
 constexpr int64_t kStageBytes = 65536;
 

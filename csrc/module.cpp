@@ -10,6 +10,7 @@
 #include "device_guard.h"
 #include "device_memory.h"
 #include "dma_executor.h"
+#include "dma_tiles.h"
 #include "gemm_recipe.h"
 #include "dropout_recipe.h"
 #include "fill_recipe.h"
@@ -424,6 +425,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   });
   m.def("_run_nests", &run_nests_py);
   m.def("_set_stream_bytes", &set_stream_bytes);
+  m.def("_line_blocks_available", &line_blocks_available);
+  m.def("_set_line_blocks", &set_line_blocks);
   // Tile tuning (tile_tuning.h).
   m.def("_set_tile_tuning", &set_tile_tuning);
   m.def(

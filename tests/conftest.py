@@ -329,3 +329,17 @@ def streaming(request: pytest.FixtureRequest):
     old = _C._set_stream_bytes(0 if request.param else 1 << 62)
     yield request.param
     _C._set_stream_bytes(old)
+
+
+@pytest.fixture(params=["lines", "half_lines"])
+def block_width(request: pytest.FixtureRequest):
+    """Transposes of 2/4/8-byte units in AVX-512 blocks of whole 64-byte lines, or in the 256-bit
+    blocks of half lines, for the test's duration (skipped where the CPU has no AVX-512BW)."""
+    from torch_layouts import _C
+
+    lines = request.param == "lines"
+    if lines and not _C._line_blocks_available():
+        pytest.skip("this CPU has no AVX-512F/BW line blocks")
+    old = _C._set_line_blocks(lines)
+    yield request.param
+    _C._set_line_blocks(old)

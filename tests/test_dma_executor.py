@@ -49,13 +49,13 @@ def copies(draw: st.DrawFn) -> tuple:
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(case=copies())
-def test_nest_equals_pytorch_strided_copy(streaming: bool, case: tuple) -> None:
+def test_nest_equals_pytorch_strided_copy(streaming: bool, block_width: str, case: tuple) -> None:
     check_permuted_copy(*case)
 
 
 @pytest.mark.parametrize("esize", [1, 2, 4, 8])
 @pytest.mark.parametrize("rows", [2, 4, 8, 16, 32, 64, 100])
-def test_interleaves_and_transposes_of_long_rows(streaming: bool, esize: int, rows: int) -> None:
+def test_interleaves_and_transposes_of_long_rows(streaming: bool, block_width: str, esize: int, rows: int) -> None:
     """rows x 4099 units transposed both ways: the interleave kernels (2 and 4 rows), tiles of
     all of a few far-apart rows (up to 64), the SIMD blocks and their ragged edges, split across
     threads."""
@@ -64,11 +64,46 @@ def test_interleaves_and_transposes_of_long_rows(streaming: bool, esize: int, ro
 
 @pytest.mark.parametrize("esize", [2, 4, 8])
 @pytest.mark.parametrize("rows, cols", [(64, 64), (130, 300), (257, 129), (64, 1000)])
-def test_square_transposes_turned_toward_the_far_side(streaming: bool, esize: int, rows: int, cols: int) -> None:
+def test_square_transposes_turned_toward_the_far_side(streaming: bool, block_width: str, esize: int, rows: int,
+                                                     cols: int) -> None:
     """Square transposes take tiles along the destination's rows, or along the source's where
     those lie farther apart (NCHW -> NHWC): both orientations, ragged tiles, every unit width of
     the block transposes, equal PyTorch's transpose bit for bit."""
     check_transposed_both_ways(torch.randint(-100, 100, (rows, cols), dtype=torch.int64).to(BITS[esize]))
+
+
+@pytest.mark.parametrize("esize", [2, 4, 8])
+@pytest.mark.parametrize("blocks, extra", [((1, 1), (0, 0)), ((1, 1), (1, 0)), ((2, 3), (0, 5)), ((3, 2), (7, 13)),
+                                           ((1, 4), (63, 1)), ((0, 2), (16, 3)), ((1, 1), (17, 0))])
+@pytest.mark.parametrize("pad", [0, 3])
+def test_one_tile_of_line_blocks_and_the_strips_they_leave(block_width: str, esize: int, blocks: tuple[int, int],
+                                                           extra: tuple[int, int], pad: int) -> None:
+    """A transpose run as one tile of whole line blocks (64-byte rows: 32x32 2-byte, 16x16 4-byte
+    or 8x8 8-byte units; a band of 16 rows of 2-byte units in 16x32 blocks) plus the strips below
+    and beside them, rows padded and read unaligned, both ways: PyTorch's strided copy bit for
+    bit, nothing outside the nest written."""
+    k = 64 // esize
+    shape = [blocks[0] * k + extra[0], blocks[1] * k + extra[1]]
+    _C._force_tile_shape(1 << 20, 1 << 20)
+    try:
+        check_permuted_copy(shape, [1, 0], [0, pad], [0, pad], esize)
+        check_permuted_copy(shape[::-1], [1, 0], [pad, 0], [0, pad], esize)
+    finally:
+        _C._force_tile_shape(0, 0)
+
+
+def test_line_blocks_switch_names_a_missing_instruction_set() -> None:
+    """Turning the line blocks on where the CPU lacks AVX-512BW is a ValueError; off always works
+    and returns the old setting."""
+    old = _C._set_line_blocks(False)
+    try:
+        assert _C._set_line_blocks(False) is False
+        if not _C._line_blocks_available():
+            with pytest.raises(ValueError, match="AVX-512"):
+                _C._set_line_blocks(True)
+    finally:
+        if old:
+            _C._set_line_blocks(True)
 
 
 @pytest.mark.parametrize("lanes", [2, 4, 8])

@@ -32,7 +32,8 @@ def fresh_tunings():
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data(), a=st.integers(1, 1100), b=st.integers(1, 300))
-def test_every_tile_shape_copies_the_same_bytes(streaming: bool, data: st.DataObject, a: int, b: int) -> None:
+def test_every_tile_shape_copies_the_same_bytes(streaming: bool, block_width: str, data: st.DataObject, a: int,
+                                               b: int) -> None:
     """Any tile shape, forced on a random permuted, padded, unaligned nest of any element size,
     plain or streamed: PyTorch's strided copy bit for bit, nothing outside the nest written."""
     rank = data.draw(st.integers(2, 4))
