@@ -92,6 +92,18 @@ def test_one_tile_of_line_blocks_and_the_strips_they_leave(block_width: str, esi
         _C._force_tile_shape(0, 0)
 
 
+@pytest.mark.parametrize("rows", [2, 4])
+@pytest.mark.parametrize("units", [32, 33, 95, 1000])
+@pytest.mark.parametrize("pad", [0, 3])
+def test_interleaves_of_two_and_four_rows_and_their_inverses(block_width: str, rows: int, units: int,
+                                                              pad: int) -> None:
+    """2 or 4 rows interleaved into a dense destination (kCHW2, kCHW4) and the inverse, 32 units a
+    step in AVX-512 word permutes plus the tail, rows padded and read unaligned: PyTorch's strided
+    copy bit for bit, nothing outside the nest written."""
+    check_permuted_copy([rows, units], [1, 0], [0, pad], [0, 0], 2)
+    check_permuted_copy([units, rows], [1, 0], [0, 0], [pad, 0], 2)
+
+
 def test_line_blocks_switch_names_a_missing_instruction_set() -> None:
     """Turning the line blocks on where the CPU lacks AVX-512BW is a ValueError; off always works
     and returns the old setting."""
