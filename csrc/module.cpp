@@ -308,12 +308,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       "_offer_reduce",
       [](const std::string& kind, const at::Tensor& x, const py::object& input, std::vector<int64_t> order,
          std::optional<at::ScalarType> dtype, std::shared_ptr<BoundLayout> out, const py::object& result, int64_t count,
-         std::optional<at::ScalarType> out_dtype) {
+         std::optional<at::ScalarType> out_dtype, bool row_sums) {
         return offer_reduce(kind, x, buffer_view(input), std::move(order), dtype, std::move(out), buffer_view(result),
-                            count, out_dtype);
+                            count, out_dtype, row_sums);
       },
       py::arg("kind"), py::arg("x"), py::arg("input"), py::arg("order"), py::arg("dtype"), py::arg("out"),
-      py::arg("result"), py::arg("count") = 1, py::arg("out_dtype") = py::none());
+      py::arg("result"), py::arg("count") = 1, py::arg("out_dtype") = py::none(), py::arg("row_sums") = false);
   m.def("_offer_reduce_pieces", [](const std::string& kind, const at::Tensor& x, const py::list& pieces,
                                    std::vector<int64_t> values_sizes, std::vector<int64_t> order,
                                    std::shared_ptr<BoundLayout> out) {

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "row_kernels.h"
+
 namespace torch_layouts {
 namespace {
 
@@ -16,13 +18,35 @@ class ReduceReplay final : public Replay {
   Kind kind = Kind::kSum;
   std::optional<c10::ScalarType> dtype;  // a sum's (a mean's sums') dtype
   int64_t count = 1;                      // a mean's reduced elements
-  c10::ScalarType out_dtype = at::kFloat;  // a mean's result dtype
+  c10::ScalarType out_dtype = at::kFloat;  // a mean's (and row sums') result dtype
+  bool row_sums = false;                  // summed over sticks by the row kernels
   LayoutPtr out;
   std::vector<ReducePiece> pieces;        // several boxes (no input and result view then)
   std::vector<int64_t> values_sizes;      // their values' shape (the reduced dims of size 1)
 
-  // The per-dim reductions of v, as ops/reductions.reduce_view and _values make them.
+  // The per-dim reductions of v, as ops/reductions.reduce_view and _values make them (row sums:
+  // as _row_sums does).
   at::Tensor reduce(at::Tensor v) const {
+    if (row_sums) {
+      std::vector<int64_t> perm, shape;  // the kept dims in order, then the reduced ones ascending
+      std::vector<int64_t> red(order);
+      std::sort(red.begin(), red.end());
+      int64_t rows = 1;
+      for (int64_t d = 0; d < v.dim(); ++d) {
+        const bool reduced = std::binary_search(red.begin(), red.end(), d);
+        if (!reduced) {
+          perm.push_back(d);
+          rows *= v.size(d);
+        }
+        shape.push_back(reduced ? 1 : v.size(d));
+      }
+      perm.insert(perm.end(), red.begin(), red.end());
+      at::Tensor sums = at::empty({rows}, v.options().dtype(at::kFloat));
+      rows_sum(v.permute(perm), sums, static_cast<int64_t>(red.size()));
+      at::Tensor values = sums.view(shape);
+      if (kind == Kind::kMean) values = values.div(count);
+      return values.to(out_dtype);
+    }
     for (int64_t d : order) {
       switch (kind) {
         case Kind::kSum:
@@ -88,8 +112,9 @@ std::optional<Kind> kind_of(const std::string& kind) {
 
 bool offer_reduce(const std::string& kind, const at::Tensor& x, BufferView input, std::vector<int64_t> order,
                   std::optional<c10::ScalarType> dtype, LayoutPtr out, BufferView result, int64_t count,
-                  std::optional<c10::ScalarType> out_dtype) {
+                  std::optional<c10::ScalarType> out_dtype, bool row_sums) {
   if (!out || (kind == "mean" && (count <= 0 || !out_dtype)) || input.sizes.size() != input.strides.size() ||
+      (row_sums && ((kind != "sum" && kind != "mean") || !out_dtype || order.empty())) ||
       result.sizes.size() != result.strides.size() || result.sizes.size() != input.sizes.size()) {
     return false;
   }
@@ -97,10 +122,9 @@ bool offer_reduce(const std::string& kind, const at::Tensor& x, BufferView input
   const std::optional<Kind> parsed = kind_of(kind);
   if (!parsed) return false;
   r->kind = *parsed;
-  if (r->kind == Kind::kMean) {
-    r->count = count;
-    r->out_dtype = *out_dtype;
-  }
+  if (r->kind == Kind::kMean) r->count = count;
+  if (r->kind == Kind::kMean || row_sums) r->out_dtype = *out_dtype;
+  r->row_sums = row_sums;
   for (size_t d = 0; d < input.sizes.size(); ++d) {  // the values' shape: the input's, 1 along the reduced dims
     const bool reduced = std::find(order.begin(), order.end(), static_cast<int64_t>(d)) != order.end();
     if (result.sizes[d] != (reduced ? 1 : input.sizes[d])) return false;

@@ -227,6 +227,36 @@ def test_whole_tensor_reductions_read_the_buffer_in_place(_, shape, dtype, make,
         torch.testing.assert_close(out.cpu(), ref, **tolerance(dtype, math.prod(shape)))
 
 
+# Sums and means over sticks taken by the row kernels (``reductions.ROW_SUMS_FROM``, lowered here
+# to every size): later calls of a geometry replay in the runtime's front, the row kernels' bits.
+# id, shape, dtype, dims, keepdim, kind.
+ROW_SUMS = [
+    ("stick-sum-half", (64, 256), F16, (1,), False, "sum"),
+    ("padded-stick-mean-keepdim", (40, 150), F32, (1,), True, "mean"),
+    ("padded-sticks-sum", (3, 20, 150), F32, (2,), False, "sum"),
+    ("rows-and-sticks-mean-half", (8, 16, 128), F16, (1, 2), False, "mean"),
+]
+
+
+@pytest.mark.parametrize("_, shape, dtype, dims, keepdim, kind", ROW_SUMS, ids=[c[0] for c in ROW_SUMS])
+def test_sums_over_sticks_replay_the_row_kernels(_, shape, dtype, dims, keepdim, kind, monkeypatch):
+    """After the first call (Python, the row kernels' sweep) the front replays the sweep: the bits
+    and layout the Python path gives on the same data, the CPU's values to rounding."""
+    from torch_layouts.ops import reductions
+    monkeypatch.setattr(reductions, "ROW_SUMS_FROM", 1)
+    swept, real = [], reductions._row_sums
+    monkeypatch.setattr(reductions, "_row_sums", lambda v, red: swept.append(red) or real(v, red))
+    fn = lambda t: getattr(t, kind)(dim=dims, keepdim=keepdim)  # noqa: E731
+    bits = torch.int16 if dtype == F16 else torch.int32
+    for out, ref, x in _in_place_calls(shape, dtype, lambda t: t, fn, monkeypatch):
+        with torch_layouts.strict_layouts():  # the Python path, which replays nothing
+            planned = fn(x.to("spyre"))
+        assert out.device_tensor_layout() == planned.device_tensor_layout()
+        assert torch.equal(out.cpu().view(bits), planned.cpu().view(bits))
+        torch.testing.assert_close(out.cpu(), ref, **tolerance(dtype, math.prod(shape[d] for d in dims)))
+    assert swept
+
+
 # Views whose reduced dims split a device dim (attention's heads): reduced as strided views of the
 # buffer instead of restickified. id, base shape, dtype, the view, kind, dims, keepdim.
 STRIDED = [

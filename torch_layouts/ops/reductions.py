@@ -248,8 +248,8 @@ def reduce_view(v: torch.Tensor, red: tuple[int, ...], kind: str, device: torch.
     return v if dtype is None or v.dtype == dtype else v.to(dtype)
 
 
-# Inputs from which sums over sticks take the C++ row sums: below, ATen's sum on the view, which
-# the runtime's front replays (a row-sum plan runs its Python every call: ~100 us).
+# Inputs from which sums over sticks take the C++ row sums: below, ATen's sum on the view (either
+# way, later calls of the geometry replay in the runtime's front).
 ROW_SUMS_FROM = 1 << 20
 
 
@@ -423,8 +423,9 @@ def _offer(kind: str, x: torch.Tensor, v: torch.Tensor, kept: ReducePlan, keepdi
     out as ``values`` (so the CPU kernel walks the elements in the same order: the same bits).
     Several, a result laid out otherwise (a sum over a padded stick: one value per stick), or a
     mean, ``all`` or ``any``: the same per-dim reductions as ``reduce_view`` (a mean's sums
-    divided as ``_values`` does), their values copied into the result (``csrc/reduce_recipe.cpp``)."""
-    if (kind not in NATIVE and kind not in ("mean", "all", "any")) or kept.row_sums or values.dtype != kept.out_dtype:
+    divided as ``_values`` does; sums over sticks by the row kernels, as ``_row_sums``), their
+    values copied into the result (``csrc/reduce_recipe.cpp``)."""
+    if (kind not in NATIVE and kind not in ("mean", "all", "any")) or values.dtype != kept.out_dtype:
         return
     coords, dims = kept.coords, kept.dims
     w = write_plan(coords, dims, keepdim, values.dtype)
@@ -441,7 +442,7 @@ def _offer(kind: str, x: torch.Tensor, v: torch.Tensor, kept: ReducePlan, keepdi
     if boxes is None:
         return
     size, strides, offset = _values_view(w)
-    direct = kind in NATIVE and len(kept.red) == 1 and tuple(values.shape) == tuple(size) and all(
+    direct = not kept.row_sums and kind in NATIVE and len(kept.red) == 1 and tuple(values.shape) == tuple(size) and all(
         n == 1 or s == t for n, s, t in zip(size, strides, values.stride()))
     if not direct:  # several dims, or a result laid out otherwise than the values (a sum over a padded stick)
         box = boxes[0] if boxes else [(0, n) for n in coords.shape]
@@ -451,7 +452,7 @@ def _offer(kind: str, x: torch.Tensor, v: torch.Tensor, kept: ReducePlan, keepdi
         _C._offer_reduce(kind, x, (tuple(n for _, n in box), tuple(v.stride()), v.storage_offset() + start),
                          sorted(kept.red, key=lambda d: (v.stride(d), d)), sums, runtime_record(w.out_coords),
                          (tuple(1 if d in kept.red else n for d, (_, n) in enumerate(box)), strides, offset + result_start),
-                         kept.count, kept.out_dtype)
+                         kept.count, kept.out_dtype, kept.row_sums)
         return
     _C._offer_recipe([x], [(0, tuple(v.shape), tuple(v.stride()), v.storage_offset())], runtime_record(w.out_coords),
                      (size, strides, offset), [(1, list(kept.red)), (2, True)], NATIVE[kind], boxes)
