@@ -156,12 +156,24 @@ void add_run_sums_portable(float* sums, const char* const* runs, int64_t count, 
   }
 }
 
+// Equally spaced runs, their pointers made a batch at a time.
+void add_strided_run_sums_portable(float* sums, const char* first, int64_t step, int64_t count, int64_t n,
+                                   bool half) {
+  constexpr int64_t kBatch = 256;
+  const char* runs[kBatch];
+  for (int64_t r0 = 0; r0 < count; r0 += kBatch) {
+    const int64_t m = count - r0 < kBatch ? count - r0 : kBatch;
+    for (int64_t r = 0; r < m; ++r) runs[r] = first + (r0 + r) * step;
+    add_run_sums_portable(sums + r0, runs, m, n, half);
+  }
+}
+
 void store_half_portable(uint16_t* d, const float* s, int64_t n) {
   for (int64_t i = 0; i < n; ++i) d[i] = c10::detail::fp16_ieee_from_fp32_value(s[i]);
 }
 
 const RowMath kPortable{portable_simd::softmax, portable_simd::softmax_backward, portable_simd::layer_norm,
-                        portable_simd::layer_norm_backward, portable_simd::sum, add_run_sums_portable,
+                        portable_simd::layer_norm_backward, portable_simd::sum, add_run_sums_portable, add_strided_run_sums_portable,
                         load_half_portable, store_half_portable};
 
 }  // namespace
@@ -269,7 +281,7 @@ void store_half_avx2(uint16_t* d, const float* s, int64_t n) {
 
 
 const RowMath kAvx2{softmax,    softmax_backward, layer_norm,     layer_norm_backward,
-                    sum,        add_run_sums, load_half_avx2, store_half_avx2};
+                    sum,        add_run_sums, add_strided_run_sums, load_half_avx2, store_half_avx2};
 
 }  // namespace
 }  // namespace avx2_simd
@@ -363,7 +375,7 @@ inline __m256i halves_below(const uint16_t* p, int64_t r) {
 #include "row_sums_x86.h"
 
 const RowMath kAvx512{softmax, softmax_backward, layer_norm, layer_norm_backward, sum,
-                      add_run_sums, avx2_simd::load_half_avx2, avx2_simd::store_half_avx2};
+                      add_run_sums, add_strided_run_sums, avx2_simd::load_half_avx2, avx2_simd::store_half_avx2};
 
 }  // namespace
 }  // namespace avx512_simd

@@ -31,6 +31,13 @@ struct Row {
 // every pass reads the block in storage order.
 constexpr int64_t kMaxBlockRows = 64;
 
+// Runs first + r * step, indexed as an array of their pointers is.
+struct StridedRuns {
+  const char* first;
+  int64_t step;
+  const char* operator[](int64_t r) const { return first + r * step; }
+};
+
 struct RowMath {
   // out := softmax(x) (log: log_softmax); safe: a row of only -inf gives 0s. out may be x.
   void (*softmax)(RowShape s, int64_t count, Row x, Row out, bool log, bool safe);
@@ -46,6 +53,8 @@ struct RowMath {
   float (*sum)(const float* x, int64_t n);
   // sums[r] += the sum of n float32 (half: float16) elements from runs[r], for r < count.
   void (*add_run_sums)(float* sums, const char* const* runs, int64_t count, int64_t n, bool half);
+  // The same for runs equally spaced: run r at first + r * step (bytes).
+  void (*add_strided_run_sums)(float* sums, const char* first, int64_t step, int64_t count, int64_t n, bool half);
   void (*load_half)(float* d, const uint16_t* s, int64_t n);
   void (*store_half)(uint16_t* d, const float* s, int64_t n);
 };
