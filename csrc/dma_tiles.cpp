@@ -272,30 +272,33 @@ TL_AVX512 inline void lanes4x4(const __m512i v[4], __m512i out[4]) {
 TL_AVX512 inline __m512i ld512(const char* p) { return _mm512_loadu_si512(p); }
 TL_AVX512 inline void st512(char* p, __m512i v) { _mm512_storeu_si512(p, v); }
 
-// Each 128-bit lane's 8x8 block of 2-byte units transposed as block8x8_u16 does, over rows of
-// 32 units (lane l: units 8l..8l+7); group g (rows 8g..8g+7) leaves column 8l + c of its rows in
-// lane l of col[g][c]; then column 8l + c gathers lane l of col[0..3][c].
+// Rows rows[0], rows[src_a], ... rows[7 * src_a] of 32 2-byte units (lane l: units 8l..8l+7),
+// each lane's 8x8 block transposed as block8x8_u16 does: col[c] holds, in lane l, column 8l + c of
+// the 8 rows.
+TL_AVX512 inline void columns8_u16(const char* rows, int64_t src_a, __m512i col[8]) {
+  __m512i t[8], u[8];
+  for (int i = 0; i < 4; ++i) {
+    const __m512i x = ld512(rows + 2 * i * src_a), y = ld512(rows + (2 * i + 1) * src_a);
+    t[2 * i] = _mm512_unpacklo_epi16(x, y);
+    t[2 * i + 1] = _mm512_unpackhi_epi16(x, y);
+  }
+  for (int h = 0; h < 2; ++h) {  // rows 0-3, 4-7
+    u[4 * h] = _mm512_unpacklo_epi32(t[4 * h], t[4 * h + 2]);
+    u[4 * h + 1] = _mm512_unpackhi_epi32(t[4 * h], t[4 * h + 2]);
+    u[4 * h + 2] = _mm512_unpacklo_epi32(t[4 * h + 1], t[4 * h + 3]);
+    u[4 * h + 3] = _mm512_unpackhi_epi32(t[4 * h + 1], t[4 * h + 3]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    col[2 * i] = _mm512_unpacklo_epi64(u[i], u[i + 4]);
+    col[2 * i + 1] = _mm512_unpackhi_epi64(u[i], u[i + 4]);
+  }
+}
+
+// 32x32 2-byte units: group g (rows 8g..8g+7) leaves its columns in col[g]; column 8l + c gathers
+// lane l of col[0..3][c].
 TL_AVX512 inline void block32x32_u16(char* d, const char* s, int64_t src_a, int64_t dst_b) {
   __m512i col[4][8];
-  for (int g = 0; g < 4; ++g) {
-    __m512i t[8], u[8];
-    const char* rows = s + 8 * g * src_a;
-    for (int i = 0; i < 4; ++i) {
-      const __m512i x = ld512(rows + 2 * i * src_a), y = ld512(rows + (2 * i + 1) * src_a);
-      t[2 * i] = _mm512_unpacklo_epi16(x, y);
-      t[2 * i + 1] = _mm512_unpackhi_epi16(x, y);
-    }
-    for (int h = 0; h < 2; ++h) {  // rows 0-3, 4-7 of the group
-      u[4 * h] = _mm512_unpacklo_epi32(t[4 * h], t[4 * h + 2]);
-      u[4 * h + 1] = _mm512_unpackhi_epi32(t[4 * h], t[4 * h + 2]);
-      u[4 * h + 2] = _mm512_unpacklo_epi32(t[4 * h + 1], t[4 * h + 3]);
-      u[4 * h + 3] = _mm512_unpackhi_epi32(t[4 * h + 1], t[4 * h + 3]);
-    }
-    for (int i = 0; i < 4; ++i) {
-      col[g][2 * i] = _mm512_unpacklo_epi64(u[i], u[i + 4]);
-      col[g][2 * i + 1] = _mm512_unpackhi_epi64(u[i], u[i + 4]);
-    }
-  }
+  for (int g = 0; g < 4; ++g) columns8_u16(s + 8 * g * src_a, src_a, col[g]);
   for (int c = 0; c < 8; ++c) {
     const __m512i v[4] = {col[0][c], col[1][c], col[2][c], col[3][c]};
     __m512i out[4];
@@ -304,35 +307,18 @@ TL_AVX512 inline void block32x32_u16(char* d, const char* s, int64_t src_a, int6
   }
 }
 
-// 16 rows of 32 2-byte units (whole lines) into 32 destination rows of 32 bytes: each lane's 8x8
-// blocks as above; column 8l + c is lane l of col[0][c] then lane l of col[1][c]. Blocked-channel
-// formats of 16 channels (kCHW16, nChw16c) read 16 far-apart rows (rows 128 KiB apart within a
-// huge page share an L2 set); a D2D of 32 MiB into kCHW16 float16 with the tile rules, in one
-// process: 2.5-4.3 -> 1.1x memcpy in some processes, 0.77 -> 0.70 in others.
+// 16 rows of 32 2-byte units (whole lines) into 32 destination rows of 32 bytes: column 8l + c is
+// lane l of col[0][c] then lane l of col[1][c]. Blocked-channel formats of 16 channels (kCHW16,
+// nChw16c) read 16 far-apart rows (rows 128 KiB apart within a huge page share an L2 set). A D2D
+// of 32 MiB into kCHW16 float16 with the tile rules, half lines -> this: 2.5-4.3 -> 1.1x memcpy in
+// some processes, 0.77 -> 0.70 in others.
 TL_AVX512 inline void block16x32_u16(char* d, const char* s, int64_t src_a, int64_t dst_b) {
   __m512i col[2][8];
-  for (int g = 0; g < 2; ++g) {
-    __m512i t[8], u[8];
-    const char* rows = s + 8 * g * src_a;
-    for (int i = 0; i < 4; ++i) {
-      const __m512i x = ld512(rows + 2 * i * src_a), y = ld512(rows + (2 * i + 1) * src_a);
-      t[2 * i] = _mm512_unpacklo_epi16(x, y);
-      t[2 * i + 1] = _mm512_unpackhi_epi16(x, y);
-    }
-    for (int h = 0; h < 2; ++h) {
-      u[4 * h] = _mm512_unpacklo_epi32(t[4 * h], t[4 * h + 2]);
-      u[4 * h + 1] = _mm512_unpackhi_epi32(t[4 * h], t[4 * h + 2]);
-      u[4 * h + 2] = _mm512_unpacklo_epi32(t[4 * h + 1], t[4 * h + 3]);
-      u[4 * h + 3] = _mm512_unpackhi_epi32(t[4 * h + 1], t[4 * h + 3]);
-    }
-    for (int i = 0; i < 4; ++i) {
-      col[g][2 * i] = _mm512_unpacklo_epi64(u[i], u[i + 4]);
-      col[g][2 * i + 1] = _mm512_unpackhi_epi64(u[i], u[i + 4]);
-    }
-  }
+  for (int g = 0; g < 2; ++g) columns8_u16(s + 8 * g * src_a, src_a, col[g]);
   for (int c = 0; c < 8; ++c) {
-    // lanes (0, 1) and (2, 3) of both groups, then each pair's lanes interleaved: [g0 l, g1 l, g0 l+1, g1 l+1]
-    const __m512i p = _mm512_shuffle_i32x4(col[0][c], col[1][c], 0x44), q = _mm512_shuffle_i32x4(col[0][c], col[1][c], 0xEE);
+    // lanes (0, 1) and (2, 3) of both groups, each pair's interleaved: [g0 l, g1 l, g0 l+1, g1 l+1]
+    const __m512i p = _mm512_shuffle_i32x4(col[0][c], col[1][c], 0x44);
+    const __m512i q = _mm512_shuffle_i32x4(col[0][c], col[1][c], 0xEE);
     const __m512i lo = _mm512_shuffle_i32x4(p, p, 0xD8), hi = _mm512_shuffle_i32x4(q, q, 0xD8);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + c * dst_b), _mm512_castsi512_si256(lo));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + (8 + c) * dst_b), _mm512_extracti64x4_epi64(lo, 1));
@@ -490,7 +476,8 @@ bool tile_in_lines(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a
 // na = 2 or 4 source rows interleaved into a dense destination (dst_b == na * unit).
 void interleave_u16(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a) {
   const int64_t nb8 = nb - nb % 8;
-  const int64_t wide = g_avx512_blocks.load(std::memory_order_relaxed) ? interleave_u16_avx512(d, s, na, nb, src_a) : 0;
+  const bool lines = g_avx512_blocks.load(std::memory_order_relaxed);
+  const int64_t wide = lines ? interleave_u16_avx512(d, s, na, nb, src_a) : 0;
   for (int64_t b = wide; b < nb8; b += 8) {
     const char* p = s + 2 * b;
     if (na == 2) {
@@ -513,7 +500,8 @@ void interleave_u16(char* d, const char* s, int64_t na, int64_t nb, int64_t src_
 // The inverse: a dense source (src_a == nb * unit) of nb = 2 or 4 units split into nb rows.
 void deinterleave_u16(char* d, const char* s, int64_t na, int64_t nb, int64_t dst_b) {
   const int64_t na8 = na - na % 8;
-  const int64_t wide = g_avx512_blocks.load(std::memory_order_relaxed) ? deinterleave_u16_avx512(d, s, na, nb, dst_b) : 0;
+  const bool lines = g_avx512_blocks.load(std::memory_order_relaxed);
+  const int64_t wide = lines ? deinterleave_u16_avx512(d, s, na, nb, dst_b) : 0;
   for (int64_t a = wide; a < na8; a += 8) {
     const char* p = s + 2 * nb * a;
     char* q = d + 2 * a;
@@ -681,8 +669,8 @@ void copy_tile(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a, in
   // float32 at 1 MiB). Line blocks write each line once, whole: unstaged, the D2H of kCHW32 and
   // NHWC at 1 MiB took 10-30% less time. Up to 4 destination rows (the deinterleaves of kCHW2 and
   // kCHW4) stay within the L1's ways: unstaged, their D2H at 1 MiB took 15-25% less time.
-  const bool staged = unit <= 8 && row * nb <= kStageBytes &&
-                      (stream ? row % 16 == 0 || dst_b == row : dst_b >= 2048 && nb > 4 && !in_line_blocks(na, nb, unit));
+  const bool far_rows = dst_b >= 2048 && nb > 4 && !in_line_blocks(na, nb, unit);
+  const bool staged = unit <= 8 && row * nb <= kStageBytes && (stream ? row % 16 == 0 || dst_b == row : far_rows);
   if (staged) {
     alignas(64) char buf[kStageBytes];
     plain_tile(buf, s, na, nb, src_a, row, unit);

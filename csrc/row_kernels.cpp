@@ -495,8 +495,9 @@ void rows_sum(const at::Tensor& x, const at::Tensor& out, int64_t width) {
       for (int64_t r = 2; even && r < count; ++r) even = base[r] - base[r - 1] == base[1] - base[0];
       for (const int64_t run : op.run_offset) {
         if (direct && even) {
-          m.add_strided_run_sums(block_sums.data(), op.data + (base[0] + run) * op.esize, (base[1] - base[0]) * op.esize,
-                                 count, g.run_len, op.dtype == at::kHalf);
+          const char* first = op.data + (base[0] + run) * op.esize;
+          m.add_strided_run_sums(block_sums.data(), first, (base[1] - base[0]) * op.esize, count, g.run_len,
+                                 op.dtype == at::kHalf);
           continue;
         }
         for (int64_t r = 0; r < count; ++r) runs[r] = op.data + (base[r] + run) * op.esize;

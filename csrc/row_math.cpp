@@ -172,9 +172,15 @@ void store_half_portable(uint16_t* d, const float* s, int64_t n) {
   for (int64_t i = 0; i < n; ++i) d[i] = c10::detail::fp16_ieee_from_fp32_value(s[i]);
 }
 
-const RowMath kPortable{portable_simd::softmax, portable_simd::softmax_backward, portable_simd::layer_norm,
-                        portable_simd::layer_norm_backward, portable_simd::sum, add_run_sums_portable, add_strided_run_sums_portable,
-                        load_half_portable, store_half_portable};
+const RowMath kPortable{portable_simd::softmax,
+                        portable_simd::softmax_backward,
+                        portable_simd::layer_norm,
+                        portable_simd::layer_norm_backward,
+                        portable_simd::sum,
+                        add_run_sums_portable,
+                        add_strided_run_sums_portable,
+                        load_half_portable,
+                        store_half_portable};
 
 }  // namespace
 
@@ -292,6 +298,11 @@ const RowMath kAvx2{softmax,    softmax_backward, layer_norm,     layer_norm_bac
 // store under lane masks; run sums add 16 elements a step. The float16 conversions stay AVX2's.
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx2,fma,f16c")
+// GCC 12's AVX-512 headers fill unmasked lanes from a self-initialised "undefined" vector, which
+// -Wuninitialized reports at each use (dma_tiles.cpp says the same).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 namespace avx512_simd {
 namespace {
 
@@ -379,6 +390,7 @@ const RowMath kAvx512{softmax, softmax_backward, layer_norm, layer_norm_backward
 
 }  // namespace
 }  // namespace avx512_simd
+#pragma GCC diagnostic pop
 #pragma GCC pop_options
 
 namespace {
