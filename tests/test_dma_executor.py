@@ -104,9 +104,9 @@ def test_interleaves_of_two_and_four_rows_and_their_inverses(block_width: str, r
     check_permuted_copy([units, rows], [1, 0], [0, 0], [pad, 0], 2)
 
 
-def test_line_blocks_switch_names_a_missing_instruction_set() -> None:
-    """Turning the line blocks on where the CPU lacks AVX-512BW is a ValueError; off always works
-    and returns the old setting."""
+def test_line_blocks_switch_returns_the_old_setting() -> None:
+    """Turning the line blocks off always works and returns the old setting; turning them on
+    where the CPU lacks AVX-512BW is a ValueError naming it (checked on such CPUs only)."""
     old = _C._set_line_blocks(False)
     try:
         assert _C._set_line_blocks(False) is False
