@@ -62,13 +62,24 @@ struct Rows {
       off += idx[d] * strides[d];
       row /= outer_size[d];
     }
-    for (int64_t r = 0; r < count; ++r) {
-      f(r, off);
-      for (size_t d = nd; d-- > 0;) {
-        off += strides[d];
-        if (++idx[d] < outer_size[d]) break;
+    if (nd == 0) {
+      for (int64_t r = 0; r < count; ++r) f(r, off);
+      return;
+    }
+    const int64_t inner = outer_size[nd - 1], step = strides[nd - 1];
+    for (int64_t r = 0; r < count;) {
+      // the rest of the innermost dim in one strided run (a tile's rows: most of a block)
+      const int64_t run = std::min(count - r, inner - idx[nd - 1]);
+      for (int64_t i = 0; i < run; ++i) f(r + i, off + i * step);
+      r += run;
+      off += run * step;
+      idx[nd - 1] += run;
+      for (size_t d = nd; d-- > 0 && idx[d] == outer_size[d];) {  // carry into the outer dims
         off -= strides[d] * outer_size[d];
         idx[d] = 0;
+        if (d == 0) break;
+        off += strides[d - 1];
+        ++idx[d - 1];
       }
     }
   }
