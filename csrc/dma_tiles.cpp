@@ -272,6 +272,18 @@ TL_AVX512 inline void lanes4x4(const __m512i v[4], __m512i out[4]) {
 TL_AVX512 inline __m512i ld512(const char* p) { return _mm512_loadu_si512(p); }
 TL_AVX512 inline void st512(char* p, __m512i v) { _mm512_storeu_si512(p, v); }
 
+// The destination rows of a block whose four row groups g left their C columns per lane in
+// col[g][c] (lane l: column C l + c): column C l + c is lane l of col[0..3][c], one whole line.
+template <int C>
+TL_AVX512 inline void store_columns(char* d, int64_t dst_b, const __m512i (*col)[C]) {
+  for (int c = 0; c < C; ++c) {
+    const __m512i v[4] = {col[0][c], col[1][c], col[2][c], col[3][c]};
+    __m512i out[4];
+    lanes4x4(v, out);
+    for (int l = 0; l < 4; ++l) st512(d + (C * l + c) * dst_b, out[l]);
+  }
+}
+
 // Rows rows[0], rows[src_a], ... rows[7 * src_a] of 32 2-byte units (lane l: units 8l..8l+7),
 // each lane's 8x8 block transposed as block8x8_u16 does: col[c] holds, in lane l, column 8l + c of
 // the 8 rows.
@@ -299,12 +311,7 @@ TL_AVX512 inline void columns8_u16(const char* rows, int64_t src_a, __m512i col[
 TL_AVX512 inline void block32x32_u16(char* d, const char* s, int64_t src_a, int64_t dst_b) {
   __m512i col[4][8];
   for (int g = 0; g < 4; ++g) columns8_u16(s + 8 * g * src_a, src_a, col[g]);
-  for (int c = 0; c < 8; ++c) {
-    const __m512i v[4] = {col[0][c], col[1][c], col[2][c], col[3][c]};
-    __m512i out[4];
-    lanes4x4(v, out);
-    for (int l = 0; l < 4; ++l) st512(d + (8 * l + c) * dst_b, out[l]);
-  }
+  store_columns<8>(d, dst_b, col);
 }
 
 // 16 rows of 32 2-byte units (whole lines) into 32 destination rows of 32 bytes: column 8l + c is
@@ -341,12 +348,7 @@ TL_AVX512 inline void block16x16_u32(char* d, const char* s, int64_t src_a, int6
     col[g][2] = _mm512_unpacklo_epi64(t1, t3);
     col[g][3] = _mm512_unpackhi_epi64(t1, t3);
   }
-  for (int c = 0; c < 4; ++c) {
-    const __m512i v[4] = {col[0][c], col[1][c], col[2][c], col[3][c]};
-    __m512i out[4];
-    lanes4x4(v, out);
-    for (int l = 0; l < 4; ++l) st512(d + (4 * l + c) * dst_b, out[l]);
-  }
+  store_columns<4>(d, dst_b, col);
 }
 
 // 8x8 blocks of 8-byte units: each lane's 2x2 block, then the lanes.
@@ -357,12 +359,7 @@ TL_AVX512 inline void block8x8_u64(char* d, const char* s, int64_t src_a, int64_
     col[g][0] = _mm512_unpacklo_epi64(r0, r1);
     col[g][1] = _mm512_unpackhi_epi64(r0, r1);
   }
-  for (int c = 0; c < 2; ++c) {
-    const __m512i v[4] = {col[0][c], col[1][c], col[2][c], col[3][c]};
-    __m512i out[4];
-    lanes4x4(v, out);
-    for (int l = 0; l < 4; ++l) st512(d + (2 * l + c) * dst_b, out[l]);
-  }
+  store_columns<2>(d, dst_b, col);
 }
 
 // Whole KA x KB blocks (KB units: a 64-byte row) over [0, na) x [0, nb); returns the
@@ -398,13 +395,26 @@ TL_AVX512 std::pair<int64_t, int64_t> line_blocks_u64(char* d, const char* s, in
 // of each row a step, and their inverses (D2H): 4 rows take their lanes transposed and one word
 // permute per register; 2 rows one two-register word permute per output. Each returns the units
 // (b for interleaves, a for the inverses) done, a multiple of 32.
+// Word permute indices: table[i] = f(i) for the 32 words of a register.
+struct WordIndex {
+  alignas(64) int16_t at[32];
+};
+template <typename F>
+constexpr WordIndex word_index(F f) {
+  WordIndex w{};
+  for (int i = 0; i < 32; ++i) w.at[i] = static_cast<int16_t>(f(i));
+  return w;
+}
+constexpr WordIndex kInterleave4 = word_index([](int i) { return (i % 4) * 8 + i / 4; });  // lane: 8 units of 4 rows
+constexpr WordIndex kInterleave2[2] = {word_index([](int i) { return (i % 2) * 32 + i / 2; }),
+                                       word_index([](int i) { return (i % 2) * 32 + i / 2 + 16; })};
+constexpr WordIndex kDeinterleave4 = word_index([](int i) { return (i % 8) * 4 + i / 8; });  // lane c: unit c of 8
+constexpr WordIndex kDeinterleave2[2] = {word_index([](int i) { return 2 * i; }),
+                                         word_index([](int i) { return 2 * i + 1; })};
+
 TL_AVX512 int64_t interleave_u16_avx512(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a) {
-  alignas(64) int16_t idx[2][32];
-  for (int i = 0; i < 32; ++i) {
-    if (na == 4) idx[0][i] = static_cast<int16_t>((i % 4) * 8 + i / 4);  // lane: 8 units of 4 rows, row-major
-    else idx[0][i] = static_cast<int16_t>((i % 2) * 32 + i / 2), idx[1][i] = static_cast<int16_t>(idx[0][i] + 16);
-  }
-  const __m512i i0 = _mm512_load_si512(idx[0]), i1 = _mm512_load_si512(idx[1]);
+  const __m512i i0 = _mm512_load_si512(na == 4 ? kInterleave4.at : kInterleave2[0].at);
+  const __m512i i1 = _mm512_load_si512(kInterleave2[1].at);
   const int64_t nb32 = nb - nb % 32;
   for (int64_t b = 0; b < nb32; b += 32) {
     const char* p = s + 2 * b;
@@ -424,12 +434,8 @@ TL_AVX512 int64_t interleave_u16_avx512(char* d, const char* s, int64_t na, int6
 }
 
 TL_AVX512 int64_t deinterleave_u16_avx512(char* d, const char* s, int64_t na, int64_t nb, int64_t dst_b) {
-  alignas(64) int16_t idx[2][32];
-  for (int i = 0; i < 32; ++i) {
-    if (nb == 4) idx[0][i] = static_cast<int16_t>((i % 8) * 4 + i / 8);  // lane c: unit c of 8 positions
-    else idx[0][i] = static_cast<int16_t>(2 * i), idx[1][i] = static_cast<int16_t>(2 * i + 1);
-  }
-  const __m512i i0 = _mm512_load_si512(idx[0]), i1 = _mm512_load_si512(idx[1]);
+  const __m512i i0 = _mm512_load_si512(nb == 4 ? kDeinterleave4.at : kDeinterleave2[0].at);
+  const __m512i i1 = _mm512_load_si512(kDeinterleave2[1].at);
   const int64_t na32 = na - na % 32;
   for (int64_t a = 0; a < na32; a += 32) {
     const char* p = s + 2 * nb * a;
