@@ -139,8 +139,10 @@ void load_half_portable(float* d, const uint16_t* s, int64_t n) {
   for (; i < n; ++i) d[i] = c10::detail::fp16_ieee_to_fp32_value(s[i]);
 }
 
-// Half-precision runs summed through a float32 buffer, a piece at a time.
-void add_run_sums_portable(float* sums, const char* const* runs, int64_t count, int64_t n, bool half) {
+// Half-precision runs summed through a float32 buffer, a piece at a time; runs[r] is run r's
+// start (an array of pointers, or StridedRuns).
+template <typename Runs>
+void add_runs_portable(float* sums, Runs runs, int64_t count, int64_t n, bool half) {
   float piece[256];
   for (int64_t r = 0; r < count; ++r) {
     if (!half) {
@@ -156,16 +158,13 @@ void add_run_sums_portable(float* sums, const char* const* runs, int64_t count, 
   }
 }
 
-// Equally spaced runs, their pointers made a batch at a time.
+void add_run_sums_portable(float* sums, const char* const* runs, int64_t count, int64_t n, bool half) {
+  add_runs_portable(sums, runs, count, n, half);
+}
+
 void add_strided_run_sums_portable(float* sums, const char* first, int64_t step, int64_t count, int64_t n,
                                    bool half) {
-  constexpr int64_t kBatch = 256;
-  const char* runs[kBatch];
-  for (int64_t r0 = 0; r0 < count; r0 += kBatch) {
-    const int64_t m = count - r0 < kBatch ? count - r0 : kBatch;
-    for (int64_t r = 0; r < m; ++r) runs[r] = first + (r0 + r) * step;
-    add_run_sums_portable(sums + r0, runs, m, n, half);
-  }
+  add_runs_portable(sums, StridedRuns{first, step}, count, n, half);
 }
 
 void store_half_portable(uint16_t* d, const float* s, int64_t n) {

@@ -32,15 +32,18 @@ void add_runs(float* sums, Runs runs, int64_t count, int64_t len, bool half) {
   }
 }
 
-void add_run_sums(float* sums, const char* const* runs, int64_t count, int64_t n, bool half) {
+// Runs of a float16 or float32 stick through the code compiled for their length.
+template <typename Runs>
+void sum_runs(float* sums, Runs runs, int64_t count, int64_t n, bool half) {
   if (n == 64 && half) return add_runs<64>(sums, runs, count, n, true);  // a float16 stick
   if (n == 32 && !half) return add_runs<32>(sums, runs, count, n, false);  // a float32 stick
   add_runs<0>(sums, runs, count, n, half);
 }
 
+void add_run_sums(float* sums, const char* const* runs, int64_t count, int64_t n, bool half) {
+  sum_runs(sums, runs, count, n, half);
+}
+
 void add_strided_run_sums(float* sums, const char* first, int64_t step, int64_t count, int64_t n, bool half) {
-  const StridedRuns runs{first, step};
-  if (n == 64 && half) return add_runs<64>(sums, runs, count, n, true);
-  if (n == 32 && !half) return add_runs<32>(sums, runs, count, n, false);
-  add_runs<0>(sums, runs, count, n, half);
+  sum_runs(sums, StridedRuns{first, step}, count, n, half);
 }
