@@ -8,7 +8,7 @@ import math
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import torch_layouts
@@ -255,6 +255,33 @@ def test_sums_over_sticks_replay_the_row_kernels(_, shape, dtype, dims, keepdim,
         assert torch.equal(out.cpu().view(bits), planned.cpu().view(bits))
         torch.testing.assert_close(out.cpu(), ref, **tolerance(dtype, math.prod(shape[d] for d in dims)))
     assert swept
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.integers(1, 40), min_size=1, max_size=3), st.sampled_from([F16, F32]), st.data(),
+       st.sampled_from(["sum", "mean"]))
+def test_replayed_sums_over_sticks_match_the_planning_path(monkeypatch, shape, dtype, data, kind):
+    """Any Spyre layout, dims and keepdim, with the row kernels taking every sum over sticks: a
+    call that replays its kept plan gives, bit for bit, what the planning path gives on the same
+    data, and the CPU's result to rounding."""
+    from torch_layouts.ops import reductions
+    monkeypatch.setattr(reductions, "ROW_SUMS_FROM", 1)
+    order = list(data.draw(st.permutations(range(len(shape)))))
+    layout = SpyreTensorLayout(tuple(shape), dtype, order, pad_value=data.draw(st.sampled_from([0, -3.0])))
+    dims = tuple(sorted(data.draw(st.sets(st.integers(0, len(shape) - 1), min_size=1))))
+    keepdim = data.draw(st.booleans())
+    fn = lambda t: getattr(t, kind)(dim=dims, keepdim=keepdim)  # noqa: E731
+    first, second = (torch.randn(shape, generator=torch.Generator().manual_seed(s)).to(dtype) for s in (1, 2))
+    fn(first.to("spyre", device_layout=layout))  # plans (and keeps it)
+    y = second.to("spyre", device_layout=layout)
+    replayed = fn(y)
+    with torch_layouts.strict_layouts():  # the Python path, which replays nothing
+        planned = fn(y)
+    bits = torch.int16 if dtype == F16 else torch.int32
+    assert torch.equal(replayed.cpu().view(bits), planned.cpu().view(bits))
+    assert padding_holds_pad_value(replayed)
+    count = math.prod(shape[d] for d in dims)
+    torch.testing.assert_close(replayed.cpu(), fn(second), **tolerance(dtype, count))
 
 
 # Views whose reduced dims split a device dim (attention's heads): reduced as strided views of the
