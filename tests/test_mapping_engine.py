@@ -267,3 +267,96 @@ def test_refined_view_splits_a_dim_over_two_digits():
     found = map_view(src, View((4, 8), (8, 1), 0), dst, refine=True)
     assert found is not None and found.refined and found.factors == (1, 2)
     assert found.nest == Transfer((4, 2, 4), (8, 4, 1), (4, 16, 1), 0, 0)
+
+
+# -- digits that end in padding: a layout bound over a tensor with two of its dims merged --------------
+@st.composite
+def merged_bindings(draw, helpers) -> tuple[BoundLayout, BoundLayout]:
+    """A layout over a row-major host tensor (``split``) and the same layout over that tensor
+    with two adjacent dims merged (``merged``, where it holds it): a stick holding a whole inner
+    dim then holds fewer elements than it has slots, its digit ending in padding."""
+    kind = draw(cases)
+    case = draw(helpers.layout_cases(strided=False) if kind == "layout" else helpers.spyre_cases(strided=False))
+    size = case.host_size
+    assume(len(size) >= 2)
+    d = draw(st.integers(0, len(size) - 2))
+    msize = size[:d] + (size[d] * size[d + 1],) + size[d + 2:]
+    layout = case.layout()
+    split = layout.resolve(size, contiguous_strides(size))
+    try:
+        merged = layout.resolve(msize, contiguous_strides(msize))
+    except ValueError:
+        assume(False)
+    return split, merged
+
+
+@PROPERTY
+@given(data=st.data())
+def test_merged_dims_map_like_their_split_binding(helpers, data):
+    """Bound over the merged tensor, the layout puts every element where the split binding does;
+    wherever its groups are mixed radices (padded digits included), a view of its own buffer is
+    that buffer (exact) where the split binding's is, and a relayout to itself is one copy of
+    every real position."""
+    split, merged = data.draw(merged_bindings(helpers))
+    every = torch.arange(math.prod(merged.size), dtype=torch.int64)
+    assert torch.equal(merged.device_offsets(every), split.device_offsets(every))
+    assert torch.equal(merged.host_map(), split.host_map())
+    view = View(merged.size, contiguous_strides(merged.size), 0)
+    found = map_view(merged, view, merged)
+    if all(g.radices is not None for g in merged.groups):
+        own = map_view(split, View(split.size, contiguous_strides(split.size), 0), split)
+        assert found is not None and found.exact == (own is not None and own.exact)
+        transfers = map_addresses(merged, None, merged)
+        assert transfers is not None
+        check_exactly_once(transfers, merged, lambda h: merged.device_offsets(h))
+    check_view(merged, view, merged, found)
+
+
+@PROPERTY
+@given(data=st.data(), refine=st.booleans())
+def test_views_and_relayouts_of_padded_digits_read_each_element(helpers, data, refine):
+    """A merged binding as the source of a view in other coordinates (row-major or another
+    layout over the same tensor) and of relayouts both ways, against the brute-force map."""
+    _, src = data.draw(merged_bindings(helpers))
+    size = src.size
+    other = draw_case(helpers, data, strided=False, host_size=size)
+    try:
+        dst = other.layout().resolve(size, contiguous_strides(size))
+    except ValueError:
+        assume(False)
+    plain = DeviceLayout(list(size), list(contiguous_strides(size)), src.layout.dtype).resolve(size)
+    view = View(size, contiguous_strides(size), 0)
+    for coords in (dst, plain):
+        check_view(src, view, coords, map_view(src, view, coords, refine))
+    for a, b in ((src, dst), (dst, src)):
+        transfers = map_addresses(a, None, b)
+        if transfers is not None:
+            check_exactly_once(transfers, b, lambda h, a=a: a.device_offsets(h))
+
+
+@pytest.mark.parametrize("device_size, stride_map, split, merged, radices", [
+    ([6, 2, 1, 3, 32], [96, 48, -1, 16, 1], (6, 2, 3, 16), (6, 2, 48), (16, 3)),  # MHA's in-proj bias gradient
+    ([2, 3, 1, 6, 32], [48, 16, 32, 96, 1], (6, 2, 3, 16), (6, 2, 48), (16, 3)),
+    ([4, 5, 64], [3, 12, 1], (5, 4, 3), (5, 12), (3, 4)),
+    ([3, 2, 8], [8, 24, 1], (2, 3, 8), (2, 24), (8, 3)),  # no padding: nested as before
+], ids=["mha-bias-grad", "spyre-default", "sticks-of-3", "nested"])
+def test_a_padded_digit_is_a_radix_of_its_real_values(device_size, stride_map, split, merged, radices):
+    layout = DeviceLayout(device_size, stride_map, torch.float32)
+    bound = layout.resolve(merged)
+    group = next(g for g in bound.groups if len(g.digits) == 2)
+    assert group.radices == radices
+    assert group.nested == (radices == tuple(dig.size for dig in group.digits))
+    found = map_view(bound, View(merged, contiguous_strides(merged), 0), bound)
+    assert found is not None and found.exact
+    inner = layout.resolve(split)
+    every = torch.arange(math.prod(merged), dtype=torch.int64)
+    assert torch.equal(bound.device_offsets(every), inner.device_offsets(every))
+
+
+def test_digits_whose_steps_do_not_divide_are_no_radix():
+    """A 12 + 8 style tiling (rows 0-4 and 5-7 of 8-row blocks) and an overlapping step."""
+    blocks = DeviceLayout([2, 2, 5], [8, 5, 1], torch.float32).resolve((16,))
+    assert blocks.groups[0].radices is None
+    assert map_view(blocks, View((16,), (1,), 0), blocks) is None
+    overlapping = DeviceLayout([3, 4], [3, 1], torch.float32).resolve((9,))  # sticks of 4 slots holding 3
+    assert overlapping.groups[0].radices == (3, 3)

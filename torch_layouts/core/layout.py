@@ -287,6 +287,18 @@ class Group(NamedTuple):
         d = self.digits
         return d[0].step == 1 and all(a.step * a.size == b.step for a, b in zip(d, d[1:]))
 
+    @property
+    def radices(self) -> tuple[int, ...] | None:
+        """Per digit (finest first), how many of its values are real before the next coarser
+        digit steps: its size where the digits nest, fewer where it ends in padding (a host dim
+        of 48 in sticks of 32 holding 16 each, digits (step 1, size 32) and (step 16, size 3):
+        (16, 3)); None where the digits form no mixed radix (a step that does not divide the
+        next, or a gap between a digit's values and the next step)."""
+        d = self.digits
+        if d[0].step != 1 or any(b.step % a.step or b.step > a.step * a.size for a, b in zip(d, d[1:])):
+            return None
+        return (*(b.step // a.step for a, b in zip(d, d[1:])), d[-1].size)
+
 
 class Component(NamedTuple):
     """Device dims whose coordinates are constrained together, with their boxes."""

@@ -181,13 +181,14 @@ def refine(group: Group, lead: Digits, other: Digits) -> tuple[list[Piece], list
     """Digits of ``group`` linear on both sides, with their real boxes; None if impossible.
 
     Either the other side walks the group with one stride, or both sides are mixed
-    radices whose steps nest, so the union of their steps is a common refinement.
+    radices (a digit may end in padding: ``Group.radices``) whose steps nest, so the union
+    of their steps is a common refinement.
     """
     if len(other) == 1 and other[0][0] == 1:
         stride = other[0][2]
         pieces = [Piece(step, size, st, step * stride) for step, size, st in lead]
         return pieces, list(group.real)
-    if not (_is_nested(lead) and _is_nested(other)):
+    if not (_is_radix(lead) and _is_radix(other)):
         return None
     steps = sorted({s for s, _, _ in lead} | {s for s, _, _ in other})
     if any(b % a for a, b in zip(steps, steps[1:])):
@@ -198,8 +199,9 @@ def refine(group: Group, lead: Digits, other: Digits) -> tuple[list[Piece], list
     return pieces, real
 
 
-def _is_nested(digits: Digits) -> bool:
-    return digits[0][0] == 1 and all(a[0] * a[1] == b[0] for a, b in zip(digits, digits[1:]))
+def _is_radix(digits: Digits) -> bool:
+    """The digits form a mixed radix, each one's values up to the next step real (``Group.radices``)."""
+    return digits[0][0] == 1 and all(b[0] % a[0] == 0 and b[0] <= a[0] * a[1] for a, b in zip(digits, digits[1:]))
 
 
 def _stride_at(digits: Digits, step: int) -> int:
@@ -263,10 +265,10 @@ def map_view(src: BoundLayout, view: View, dst: BoundLayout, refine: bool = Fals
     A destination dim ``j`` steps along a host-dim group of ``dst`` with some step;
     through the view's strides (0 where it broadcasts) that is a fixed host-offset
     stride ``m_j`` in ``src``'s host storage. There host offsets decompose into
-    ``src``'s groups and each group into nested digits; ``m_j`` must land on one digit
-    (``q`` steps of it) and, summed over the real range of every destination dim plus
-    the view's offset, stay below each digit's size (no carries) and each group's
-    extent. Then the source address is affine: ``q * device_stride`` per dim. With
+    ``src``'s groups and each group into mixed-radix digits (``Group.radices``: a digit
+    may end in padding); ``m_j`` must land on one digit (``q`` steps of it) and, summed
+    over the real range of every destination dim plus the view's offset, stay below each
+    digit's radix (no carries) and each group's extent. Then the source address is affine: ``q * device_stride`` per dim. With
     ``refine``, a dim that overflows a digit may split into factors walking the next
     coarser digits (a nest for a copy, not a view shaped like ``dst``).
     """
@@ -274,7 +276,8 @@ def map_view(src: BoundLayout, view: View, dst: BoundLayout, refine: bool = Fals
     if mult is None:
         return None
     groups = sorted(src.groups, key=lambda g: g.unit_stride)
-    if any(not g.nested for g in groups):
+    radices = [g.radices for g in groups]
+    if any(r is None for r in radices):
         return None
     if any(b.unit_stride < a.unit_stride * a.size for a, b in zip(groups, groups[1:])):
         return None
@@ -293,7 +296,7 @@ def map_view(src: BoundLayout, view: View, dst: BoundLayout, refine: bool = Fals
         for i, dig in enumerate(group.digits):
             value = start[gi] // dig.step
             if i + 1 < len(group.digits):
-                value %= dig.size
+                value %= radices[gi][i]
             digit_load[(gi, i)] = value
             base += value * dig.device_stride
     dsize, dstride = dst.layout.device_size, dst.layout.device_strides
@@ -305,7 +308,7 @@ def map_view(src: BoundLayout, view: View, dst: BoundLayout, refine: bool = Fals
             j = dig.dim
             if dsize[j] == 1:
                 continue
-            found = _factors(groups, mult[j], dsize[j], dstride[j], refine)
+            found = _factors(groups, radices, mult[j], dsize[j], dstride[j], refine)
             if found is None:
                 return None
             per_dim[j] = found
@@ -331,7 +334,7 @@ def map_view(src: BoundLayout, view: View, dst: BoundLayout, refine: bool = Fals
                 digit_load[(k[1], k[2])] += v
     if any(load[gi] >= g.size for gi, g in enumerate(groups)):
         return None
-    if any(v >= groups[gi].digits[i].size for (gi, i), v in digit_load.items()):
+    if any(v >= radices[gi][i] for (gi, i), v in digit_load.items()):
         return None
     pieces = [piece for dim in per_dim for piece, _ in reversed(dim)]
     shape = tuple(p.size for p in pieces)
@@ -368,11 +371,11 @@ def _view_strides(dst: BoundLayout, size: Sequence[int], stride: Sequence[int]) 
     return mult
 
 
-def _factors(groups: Sequence[Group], m: int, size: int, dst_stride: int, refine: bool
-             ) -> list[tuple[Piece, _Target | None]] | None:
+def _factors(groups: Sequence[Group], radices: Sequence[tuple[int, ...]], m: int, size: int, dst_stride: int,
+             refine: bool) -> list[tuple[Piece, _Target | None]] | None:
     """Factors (finest first) of a destination dim of ``size`` whose host-offset stride
     is ``m``, each walking one source digit; one factor unless ``refine`` splits the dim
-    where it overflows a digit into the next coarser one."""
+    where it overflows a digit (its real values, ``radices``) into the next coarser one."""
     pieces: list[tuple[Piece, _Target | None]] = []
     step = 1
     while True:
@@ -384,11 +387,11 @@ def _factors(groups: Sequence[Group], m: int, size: int, dst_stride: int, refine
             return None
         w = m // groups[gi].unit_stride
         i = max(i for i, d in enumerate(groups[gi].digits) if d.step <= w and w % d.step == 0)
-        dig = groups[gi].digits[i]
+        dig, radix = groups[gi].digits[i], radices[gi][i]
         q = w // dig.step
         target = (gi, i, w, q)
-        span_ = dig.size // q if dig.size % q == 0 else 0
-        if not refine or q * (size - 1) < dig.size or span_ <= 1 or size % span_:
+        span_ = radix // q if radix % q == 0 else 0
+        if not refine or q * (size - 1) < radix or span_ <= 1 or size % span_:
             return pieces + [(Piece(step, size, dst_stride, q * dig.device_stride), target)]
         pieces.append((Piece(step, span_, dst_stride, q * dig.device_stride), target))
         size, dst_stride, m, step = size // span_, dst_stride * span_, m * span_, step * span_
