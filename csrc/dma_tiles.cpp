@@ -616,7 +616,42 @@ void tile_u128(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a, in
 }
 #endif
 
+#if defined(__SSE2__)
+// Units of whole 32-byte words in 256-bit AVX moves, where wide_tile's memcpy compiles to 16-byte
+// SSE moves (one process, tuned, 2 threads, 1 MiB: HTP's croutons 1.43-1.67 -> 1.22-1.48x memcpy,
+// Spyre's sticks H2D and D2D 1.17-1.28 -> 1.12-1.24; 32 MiB streams and is as before).
+template <int64_t U>
+TL_AVX inline void words_avx(char* d, const char* s, int64_t unit) {
+  const int64_t u = U > 0 ? U : unit;
+  for (int64_t k = 0; k < u; k += 32)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + k), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + k)));
+}
+
+template <int64_t U>
+TL_AVX void wide_tile_avx(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a, int64_t dst_b, int64_t unit) {
+  const int64_t u = U > 0 ? U : unit;
+  if (na >= nb && !source_order(na, nb, src_a, dst_b, u)) {
+    for (int64_t b = 0; b < nb; ++b)
+      for (int64_t a = 0; a < na; ++a) words_avx<U>(d + a * u + b * dst_b, s + a * src_a + b * u, u);
+  } else {
+    for (int64_t a = 0; a < na; ++a)
+      for (int64_t b = 0; b < nb; ++b) words_avx<U>(d + a * u + b * dst_b, s + a * src_a + b * u, u);
+  }
+}
+#endif
+
 void plain_tile(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a, int64_t dst_b, int64_t unit) {
+#if defined(__SSE2__)
+  if (kAvx && unit % 32 == 0) {
+    switch (unit) {
+      case 32: return wide_tile_avx<32>(d, s, na, nb, src_a, dst_b, unit);
+      case 64: return wide_tile_avx<64>(d, s, na, nb, src_a, dst_b, unit);
+      case 128: return wide_tile_avx<128>(d, s, na, nb, src_a, dst_b, unit);
+      case 256: return wide_tile_avx<256>(d, s, na, nb, src_a, dst_b, unit);
+      default: return wide_tile_avx<0>(d, s, na, nb, src_a, dst_b, unit);
+    }
+  }
+#endif
   switch (unit) {
     case 1: return scalar_tile<uint8_t>(d, s, na, nb, src_a, dst_b);
     case 2: return tile_u16(d, s, na, nb, src_a, dst_b);

@@ -9,9 +9,9 @@ namespace torch_layouts {
 
 // d[a * unit + b * dst_b] = s[a * src_a + b * unit] for a < na, b < nb (byte offsets, unit bytes
 // per element). Transposes of 1/2/4/8-byte units use SIMD block transposes; wider units are
-// memcpy'd. na == 1 or nb == 1 is a plain strided copy. `stream` writes the destination with
-// non-temporal stores where alignment allows (copies larger than the cache); call end_streaming()
-// before other threads read what was written.
+// copied whole (in 32-byte words where AVX is). na == 1 or nb == 1 is a plain strided copy.
+// `stream` writes the destination with non-temporal stores where alignment allows (copies larger
+// than the cache); call end_streaming() before other threads read what was written.
 void copy_tile(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a, int64_t dst_b, int64_t unit,
                bool stream);
 void end_streaming();

@@ -173,13 +173,14 @@ def test_stream_threshold_rejects_negative_bytes() -> None:
 
 
 @pytest.mark.parametrize("esize", [2, 8])
-@pytest.mark.parametrize("line_units", [1, 2, 3])
+@pytest.mark.parametrize("unit_bytes", [32, 64, 96, 128, 192, 256, 384])
 @pytest.mark.parametrize("dense", ["source", "destination", "neither"])
-def test_whole_line_tiles_in_either_order(streaming: bool, esize: int, line_units: int, dense: str) -> None:
-    """Tiles of whole-line units (64-192 bytes, HTP's crouton): a dense source block read in order
-    and scattered, a dense destination, or neither, equal PyTorch's strided copy bit for bit."""
-    dtype, unit = BITS[esize], 64 * line_units // esize
-    na, nb, outer = 8, 6, 3
+def test_whole_line_tiles_in_either_order(streaming: bool, esize: int, unit_bytes: int, dense: str) -> None:
+    """Tiles of wide units (32-384 bytes, moved in 32-byte words where AVX is: Spyre's sticks,
+    HTP's crouton): a dense source block read in order and scattered, a dense destination, or
+    neither, equal PyTorch's strided copy bit for bit."""
+    dtype, unit = BITS[esize], unit_bytes // esize
+    na, nb, outer = 9, 8, 3  # 72 units: a tile (fewer run unit by unit along the outer loop)
     far = (na + 1) * nb * unit  # rows of the non-dense side(s) lie this far apart
     src_a = nb * unit if dense == "source" else far
     dst_b = na * unit if dense == "destination" else far
