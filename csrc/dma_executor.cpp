@@ -264,13 +264,22 @@ TileShape rule_tile(const TilePlan& plan, bool stream) {
 }
 
 // Every tile of tile.a x tile.b units of the plan; work items are rectangles of tiles of about
-// kParallelBytes, split over the intra-op threads.
-void run_tiles(char* d0, const char* s0, const TilePlan& plan, TileShape tile, bool stream) {
+// kParallelBytes, split over the intra-op threads. Loop a runs along the destination and b along
+// the source, so that a rectangle spanning b whole (items in order of a) is a run of the source's
+// rows, and one spanning a whole (items in order of b) a run of the destination's: `split` says
+// which side's runs the threads take (D2H, the destination's: at 1 MiB, 2 threads, NHWC float16
+// 1.59-1.84 -> 1.28-1.38x memcpy, Spyre default float32 0.97 -> 0.84-0.93; H2D and D2D measured
+// faster split by the source).
+void run_tiles(char* d0, const char* s0, const TilePlan& plan, TileShape tile, bool stream, Split split) {
   const int64_t unit = plan.unit, na = plan.a.size, nb = plan.b.size, ta = tile.a, tb = tile.b;
   const int64_t nd = static_cast<int64_t>(plan.outer.size());
   const int64_t outer = outer_count(plan);
-  const int64_t cb = std::min(nb, std::max<int64_t>(1, kParallelBytes / (ta * tb * unit)) * tb);
-  const int64_t ca = std::min(na, std::max<int64_t>(1, kParallelBytes / (ta * cb * unit)) * ta);
+  const bool by_destination = split == Split::kDestination;
+  auto extent = [&](int64_t n, int64_t t, int64_t across) {  // units along a loop of n, tiles of t
+    return std::min(n, std::max<int64_t>(1, kParallelBytes / (t * across * unit)) * t);
+  };
+  const int64_t cb = by_destination ? extent(nb, tb, extent(na, ta, tb)) : extent(nb, tb, ta);
+  const int64_t ca = by_destination ? extent(na, ta, tb) : extent(na, ta, cb);
   const int64_t blocks_a = (na + ca - 1) / ca, blocks_b = (nb + cb - 1) / cb, blocks = blocks_a * blocks_b;
   const int64_t items = outer * blocks;
   const int64_t item_bytes = ca * cb * unit;
@@ -299,7 +308,9 @@ void run_tiles(char* d0, const char* s0, const TilePlan& plan, TileShape tile, b
     }
     int64_t blk = begin % blocks;
     for (int64_t i = begin; i < end; ++i) {
-      rectangle(d0 + doff, s0 + soff, (blk / blocks_b) * ca, (blk % blocks_b) * cb);
+      const int64_t ia = by_destination ? blk % blocks_a : blk / blocks_b;
+      const int64_t ib = by_destination ? blk / blocks_a : blk % blocks_b;
+      rectangle(d0 + doff, s0 + soff, ia * ca, ib * cb);
       if (++blk < blocks) continue;
       blk = 0;
       for (int64_t k = nd - 1; k >= 0; --k) {
@@ -318,9 +329,11 @@ void run_tiles(char* d0, const char* s0, const TilePlan& plan, TileShape tile, b
 // Copies this large are tuned (tile_tuning.h): a smaller one costs too little for its shape to matter.
 constexpr int64_t kTuneBytes = int64_t(1) << 19;
 
-// A nest's geometry for tile tuning: its kind and plan, whether it streams, and the thread count.
-std::vector<int64_t> tuning_key(const TilePlan& plan, TileKind kind, bool stream) {
-  std::vector<int64_t> key{static_cast<int64_t>(kind), plan.unit, stream, at::get_num_threads()};
+// A nest's geometry for tile tuning: its kind and plan, whether it streams, how its work splits,
+// and the thread count.
+std::vector<int64_t> tuning_key(const TilePlan& plan, TileKind kind, bool stream, Split split) {
+  std::vector<int64_t> key{static_cast<int64_t>(kind), plan.unit, stream, static_cast<int64_t>(split),
+                           at::get_num_threads()};
   for (const Loop& loop : {plan.a, plan.b, plan.e}) key.insert(key.end(), {loop.size, loop.dst, loop.src});
   for (const Loop& loop : plan.outer) key.insert(key.end(), {loop.size, loop.dst, loop.src});
   return key;
@@ -328,10 +341,10 @@ std::vector<int64_t> tuning_key(const TilePlan& plan, TileKind kind, bool stream
 
 // run(shape) with the shape tuning gives this call of a nest of `bytes`; timed when it is a trial.
 template <typename Run>
-void run_tuned(const TilePlan& plan, TileKind kind, int64_t bytes, bool stream, TileShape rules, TileShape limit,
-               const Run& run) {
+void run_tuned(const TilePlan& plan, TileKind kind, int64_t bytes, bool stream, Split split, TileShape rules,
+               TileShape limit, const Run& run) {
   if (bytes < kTuneBytes) return run(next_tile(nullptr, kind, rules, limit).shape);
-  const std::vector<int64_t> key = tuning_key(plan, kind, stream);
+  const std::vector<int64_t> key = tuning_key(plan, kind, stream, split);
   const TileTrial trial = next_tile(&key, kind, rules, limit);
   const auto start = std::chrono::steady_clock::now();
   run(trial.shape);
@@ -340,14 +353,14 @@ void run_tuned(const TilePlan& plan, TileKind kind, int64_t bytes, bool stream, 
   }
 }
 
-void copy_nest(char* dst, const char* src, const Transfer& nest, int64_t esize) {
+void copy_nest(char* dst, const char* src, const Transfer& nest, int64_t esize, Split split) {
   const TilePlan plan = tile_plan(nest, esize);
   char* d0 = dst + nest.dst_offset * esize;
   const char* s0 = src + nest.src_offset * esize;
   const int64_t unit = plan.unit;
   const int64_t bytes = outer_count(plan) * plan.a.size * plan.b.size * plan.e.size * unit;
   if (plan.e.size > 1) {
-    return run_tuned(plan, TileKind::kExtended, bytes, false, {kExtendedBytes, 0}, {kStageBytes, 1},
+    return run_tuned(plan, TileKind::kExtended, bytes, false, split, {kExtendedBytes, 0}, {kStageBytes, 1},
                      [&](TileShape chunking) { copy_extended_tiles(d0, s0, plan, chunking); });
   }
   if (plan.c.size > 1) return copy_small_tiles(d0, s0, plan);
@@ -360,14 +373,14 @@ void copy_nest(char* dst, const char* src, const Transfer& nest, int64_t esize) 
     return;
   }
   const bool stream = bytes >= g_stream_bytes.load(std::memory_order_relaxed);
-  run_tuned(plan, TileKind::kTiles, bytes, stream, rule_tile(plan, stream), {plan.a.size, plan.b.size},
-            [&](TileShape tile) { run_tiles(d0, s0, plan, tile, stream); });
+  run_tuned(plan, TileKind::kTiles, bytes, stream, split, rule_tile(plan, stream), {plan.a.size, plan.b.size},
+            [&](TileShape tile) { run_tiles(d0, s0, plan, tile, stream, split); });
 }
 
 }  // namespace
 
 void run_nests(const std::vector<Transfer>& nests, void* dst, int64_t dst_numel, const void* src, int64_t src_numel,
-               int64_t element_size) {
+               int64_t element_size, Split split) {
   for (const auto& nest : nests) {
     check_nest(nest.ranges, nest.dst_strides, nest.dst_offset, dst_numel, "destination");
     check_nest(nest.ranges, nest.src_strides, nest.src_offset, src_numel, "source");
@@ -375,7 +388,7 @@ void run_nests(const std::vector<Transfer>& nests, void* dst, int64_t dst_numel,
   for (const auto& nest : nests) {
     bool empty = false;
     for (auto r : nest.ranges) empty |= r == 0;
-    if (!empty) copy_nest(static_cast<char*>(dst), static_cast<const char*>(src), nest, element_size);
+    if (!empty) copy_nest(static_cast<char*>(dst), static_cast<const char*>(src), nest, element_size, split);
   }
 }
 

@@ -7,10 +7,16 @@
 
 namespace torch_layouts {
 
+// Which buffer's halves (thirds, ...) the threads of a tiled copy take: the source's, or the
+// destination's. The host side's, so that each thread moves the part of the host tensor that the
+// same thread of PyTorch's CPU kernels (and of memcpy) reads or writes: its cache lines are then in
+// that core's cache, not another's (a D2H writing lines another core holds must take them over).
+enum class Split { kSource, kDestination };
+
 // Copies every nest from src to dst (element offsets). Throws before moving a byte
 // if any nest reaches outside [0, numel) of either buffer.
 void run_nests(const std::vector<Transfer>& nests, void* dst, int64_t dst_numel, const void* src,
-               int64_t src_numel, int64_t element_size);
+               int64_t src_numel, int64_t element_size, Split split = Split::kSource);
 
 // Sets the copy size (bytes) from which nests write with non-temporal stores; returns the old one.
 int64_t set_stream_bytes(int64_t bytes);

@@ -121,7 +121,7 @@ void d2h(const at::Tensor& src, const at::Tensor& dst) {
     }
     if (nests) {
       run_nests(*nests, dst.mutable_data_ptr(), reachable(dst), src.storage().data(), buffer_elements(src, *layout),
-                src.element_size());
+                src.element_size(), Split::kDestination);
       count(Counter::D2HBytes, src.numel() * src.element_size());
       return;
     }
@@ -136,7 +136,7 @@ at::Tensor d2h_fresh(const at::Tensor& src) {
   if (is_whole_base(src, *layout)) {
     at::Tensor out = at::empty_strided(layout->base_size, layout->base_stride, options);
     run_nests(layout->d2h, out.mutable_data_ptr(), reachable(out), src.storage().data(), buffer_elements(src, *layout),
-              src.element_size());
+              src.element_size(), Split::kDestination);
     count(Counter::D2HBytes, src.numel() * src.element_size());
     return out.as_strided(src.sizes(), src.strides(), 0);
   }

@@ -117,14 +117,17 @@ py::object layout_object(const at::Tensor& t) {
   return py::reinterpret_borrow<py::object>(layout->layout->get());
 }
 
-void run_nests_py(py::object nests, const at::Tensor& dst, const at::Tensor& src) {
+void run_nests_py(py::object nests, const at::Tensor& dst, const at::Tensor& src, const std::string& split) {
   TORCH_CHECK_VALUE(dst.is_cpu() && src.is_cpu() && dst.dim() == 1 && src.dim() == 1 && dst.is_contiguous() &&
                         src.is_contiguous(),
                     "run_nests needs 1-D contiguous CPU buffers");
   TORCH_CHECK_VALUE(dst.element_size() == src.element_size(), "run_nests buffers differ in element size");
+  TORCH_CHECK_VALUE(split == "source" || split == "destination",
+                    "run_nests splits its work by the 'source' or the 'destination', got '", split, "'");
   auto parsed = nests_from_python(nests);
   py::gil_scoped_release release;
-  run_nests(parsed, dst.mutable_data_ptr(), dst.numel(), src.const_data_ptr(), src.numel(), dst.element_size());
+  run_nests(parsed, dst.mutable_data_ptr(), dst.numel(), src.const_data_ptr(), src.numel(), dst.element_size(),
+            split == "source" ? Split::kSource : Split::kDestination);
 }
 
 }  // namespace
@@ -423,7 +426,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     TORCH_CHECK_VALUE(layout != nullptr, "expected a spyre tensor with a layout");
     fill_padding(t, *layout);
   });
-  m.def("_run_nests", &run_nests_py);
+  m.def("_run_nests", &run_nests_py, py::arg("nests"), py::arg("dst"), py::arg("src"), py::arg("split") = "source");
   m.def("_set_stream_bytes", &set_stream_bytes);
   m.def("_line_blocks_available", &line_blocks_available);
   m.def("_set_line_blocks", &set_line_blocks);

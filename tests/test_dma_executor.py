@@ -195,3 +195,33 @@ def test_whole_line_tiles_in_either_order(streaming: bool, esize: int, unit_byte
     expected.as_strided(ranges, dst_strides).copy_(src.as_strided(ranges, src_strides))
     _C._run_nests([(ranges, dst_strides, src_strides, 0, 0)], dst, src)
     assert torch.equal(dst, expected)
+
+
+@pytest.mark.parametrize("split", ["source", "destination"])
+@pytest.mark.parametrize("threads", [2, 3])
+@pytest.mark.parametrize("esize, rows, cols, lanes", [(2, 256, 2048, 1), (2, 1000, 700, 1), (4, 129, 2053, 1),
+                                                      (8, 300, 301, 1), (1, 777, 1500, 1), (2, 96, 101, 64)])
+def test_copies_split_over_threads_by_either_side(streaming: bool, split: str, threads: int, esize: int, rows: int,
+                                                  cols: int, lanes: int) -> None:
+    """Copies of 512 KiB and more run as rectangles of tiles over the threads, each taking runs of the
+    source's rows or (D2H) of the destination's: ragged rectangles and whole-line units included,
+    rows x cols units transposed both ways, bit for bit."""
+    host = torch.randint(-100, 100, (rows, cols, lanes), dtype=torch.int64).to(BITS[esize])
+    there = ((rows, cols, lanes), (lanes, rows * lanes, 1), (cols * lanes, lanes, 1), 0, 0)
+    back = ((rows, cols, lanes), (cols * lanes, lanes, 1), (lanes, rows * lanes, 1), 0, 0)
+    old = torch.get_num_threads()
+    try:
+        torch.set_num_threads(threads)
+        packed = torch.empty(host.numel(), dtype=host.dtype)
+        _C._run_nests([there], packed, host.reshape(-1), split=split)
+        assert torch.equal(packed, host.transpose(0, 1).reshape(-1))
+        again = torch.empty_like(packed)
+        _C._run_nests([back], again, packed, split=split)
+        assert torch.equal(again, host.reshape(-1))
+    finally:
+        torch.set_num_threads(old)
+
+
+def test_a_split_is_named() -> None:
+    with pytest.raises(ValueError, match="'source' or the 'destination', got 'host'"):
+        _C._run_nests([((4,), (1,), (1,), 0, 0)], torch.empty(4), torch.empty(4), split="host")

@@ -113,6 +113,16 @@ def test_geometries_are_tuned_per_thread_count() -> None:
     assert len(_C._tile_tunings()) == 2
 
 
+def test_geometries_are_tuned_per_split() -> None:
+    """A copy split by its source's rows and the same split by its destination's rows (a D2H) are
+    two geometries: each settles on its own tile shape."""
+    src = torch.arange(1024 * 512, dtype=torch.int16)
+    for split in ("source", "destination"):
+        for _ in range(2):
+            _C._run_nests([transpose_nest(1024, 512)], torch.empty_like(src), src, split=split)
+    assert len(_C._tile_tunings()) == 2
+
+
 def test_extended_tiles_settle_on_a_tried_chunking() -> None:
     """MACE CONV2D_FILTER's D2H nest (float16, 2 MiB): tried chunkings, plain and streamed, every
     call exact."""
