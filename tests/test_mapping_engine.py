@@ -294,18 +294,19 @@ def merged_bindings(draw, helpers) -> tuple[BoundLayout, BoundLayout]:
 @given(data=st.data())
 def test_merged_dims_map_like_their_split_binding(helpers, data):
     """Bound over the merged tensor, the layout puts every element where the split binding does;
-    wherever its groups are mixed radices (padded digits included), a view of its own buffer is
-    that buffer (exact) where the split binding's is, and a relayout to itself is one copy of
-    every real position."""
+    a view of its own buffer maps (exact) wherever the split binding's does, its groups read as
+    mixed radices (padded digits included, split where steps do not divide); and where each group
+    is one radix, a relayout to itself is one copy of every real position."""
     split, merged = data.draw(merged_bindings(helpers))
     every = torch.arange(math.prod(merged.size), dtype=torch.int64)
     assert torch.equal(merged.device_offsets(every), split.device_offsets(every))
     assert torch.equal(merged.host_map(), split.host_map())
     view = View(merged.size, contiguous_strides(merged.size), 0)
     found = map_view(merged, view, merged)
+    own = map_view(split, View(split.size, contiguous_strides(split.size), 0), split)
+    if own is not None:
+        assert found is not None and found.exact == own.exact
     if all(g.radices is not None for g in merged.groups):
-        own = map_view(split, View(split.size, contiguous_strides(split.size), 0), split)
-        assert found is not None and found.exact == (own is not None and own.exact)
         transfers = map_addresses(merged, None, merged)
         assert transfers is not None
         check_exactly_once(transfers, merged, lambda h: merged.device_offsets(h))
@@ -353,10 +354,25 @@ def test_a_padded_digit_is_a_radix_of_its_real_values(device_size, stride_map, s
     assert torch.equal(bound.device_offsets(every), inner.device_offsets(every))
 
 
-def test_digits_whose_steps_do_not_divide_are_no_radix():
-    """A 12 + 8 style tiling (rows 0-4 and 5-7 of 8-row blocks) and an overlapping step."""
-    blocks = DeviceLayout([2, 2, 5], [8, 5, 1], torch.float32).resolve((16,))
-    assert blocks.groups[0].radices is None
-    assert map_view(blocks, View((16,), (1,), 0), blocks) is None
+@pytest.mark.parametrize("device_size, stride_map, size", [
+    ([2, 2, 5], [8, 5, 1], (16,)),  # 12 + 8 style: rows 0-4 and 5-7 of 8-row blocks
+    ([2, 2, 6, 32], [48, 32, 96, 1], (6, 96)),  # sticks of 32 over rows of 48, two rows merged
+    ([7, 2, 3, 32], [40, 32, 280, 1], (3, 280)),
+], ids=["blocks-of-8", "rows-of-48-merged", "rows-of-40-merged"])
+def test_a_group_whose_steps_do_not_divide_reads_as_two_radices(device_size, stride_map, size):
+    """Digits whose steps do not divide are no one radix (``Group.radices`` is None), but the layout
+    takes their coordinates coarsest first, so a view of its own buffer still maps, exact, and
+    views in other coordinates read each element from its place."""
+    bound = DeviceLayout(device_size, stride_map, torch.float32).resolve(size)
+    assert any(g.radices is None for g in bound.groups)
+    view = View(size, contiguous_strides(size), 0)
+    found = map_view(bound, view, bound)
+    assert found is not None and found.exact
+    check_view(bound, view, bound, found)
+    plain = DeviceLayout(list(size), list(contiguous_strides(size)), torch.float32).resolve(size)
+    check_view(bound, view, plain, map_view(bound, view, plain))
+
+
+def test_overlapping_steps_are_a_padded_radix():
     overlapping = DeviceLayout([3, 4], [3, 1], torch.float32).resolve((9,))  # sticks of 4 slots holding 3
     assert overlapping.groups[0].radices == (3, 3)

@@ -180,15 +180,17 @@ def test_an_operand_with_the_same_stick_in_another_tile_order_is_relaid_not_rest
         dy + dx
 
 
-@pytest.mark.parametrize("split, merged", [((6, 2, 3, 16), (6, 2, 48)), ((4, 5, 3), (4, 15)), ((3, 7, 40), (21, 40))],
-                         ids=["sticks-of-16", "sticks-of-3", "rows-merged"])
+@pytest.mark.parametrize("split, merged", [((6, 2, 3, 16), (6, 2, 48)), ((4, 5, 3), (4, 15)), ((3, 7, 40), (21, 40)),
+                                           ((6, 2, 48), (6, 96)), ((3, 7, 40), (3, 280))],
+                         ids=["sticks-of-16", "sticks-of-3", "rows-merged", "rows-of-48-merged", "rows-of-40-merged"])
 @pytest.mark.parametrize("op", [lambda t: t * 2, lambda t: t + t, lambda t: t.sum([0]), lambda t: t.sum(-1),
                                 lambda t: t.clone().exp(), lambda t: torch.softmax(t, -1)],
                          ids=["mul", "add", "sum-outer", "sum-stick", "clone-exp", "softmax"])
 def test_results_over_merged_dims_are_read_in_place(split, merged, op):
-    """``x.view(merged) * 2`` holds its result in ``x``'s layout bound over the merged shape, a
-    stick holding fewer elements than its slots (``Group.radices``); the next ops read that buffer
-    as it is: no restickify, the CPU's values."""
+    """``x.view(merged) * 2`` holds its result in ``x``'s layout bound over the merged shape: a
+    stick holding fewer elements than its slots (``Group.radices``), or sticks of 32 over merged
+    rows of 48 (steps 1, 32, 48: two radices); the next ops read that buffer as it is: no
+    restickify, the CPU's values."""
     x = torch.randn(split)
     y = x.to("spyre").view(merged) * 2
     torch_layouts.reset_stats()

@@ -33,7 +33,7 @@ import math
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from .layout import BoundLayout, Group
+from .layout import BoundLayout, Digit, Group, radices_of
 from .regions import Box, split_group
 
 Digits = Sequence[tuple[int, int, int]]  # (step, size, stride) per digit, finest first
@@ -275,10 +275,10 @@ def map_view(src: BoundLayout, view: View, dst: BoundLayout, refine: bool = Fals
     mult = _view_strides(dst, view.size, view.stride)
     if mult is None:
         return None
-    groups = sorted(src.groups, key=lambda g: g.unit_stride)
-    radices = [g.radices for g in groups]
-    if any(r is None for r in radices):
+    groups = _radix_groups(src)
+    if groups is None:
         return None
+    radices = [g.radices for g in groups]
     if any(b.unit_stride < a.unit_stride * a.size for a, b in zip(groups, groups[1:])):
         return None
     start = [0] * len(groups)
@@ -346,6 +346,43 @@ def map_view(src: BoundLayout, view: View, dst: BoundLayout, refine: bool = Fals
     return ViewMap(Transfer(shape, tuple(p.dst for p in pieces), strides, 0, base), factors, tuple(walks), exact)
 
 
+class _Radix(NamedTuple):
+    """Digits of a source group that form one mixed radix of host offsets: its coordinate steps
+    ``unit_stride`` host elements and takes ``size`` values; digit steps count from its first."""
+
+    unit_stride: int
+    size: int
+    digits: tuple[Digit, ...]
+    radices: tuple[int, ...]
+
+
+def _radix_groups(src: BoundLayout) -> list[_Radix] | None:
+    """``src``'s groups as mixed radices of host offsets, by unit stride; None if one is none.
+
+    A layout takes a group's coordinates coarsest digit first (``c = h // step``, then the rest),
+    so where a step does not divide the next (a host dim of 96 whose sticks of 32 hold rows of
+    48: steps 1, 32 and 48; a 12 + 8 style tiling) the group is two radices, split there: ``h //
+    48`` and, of ``h % 48``, digits of steps 1 and 32.
+    """
+    out = []
+    for g in src.groups:
+        runs = [[g.digits[0]]]
+        for a, b in zip(g.digits, g.digits[1:]):
+            if b.step % a.step:
+                runs.append([b])
+            else:
+                runs[-1].append(b)
+        for k, run in enumerate(runs):
+            base = run[0].step
+            top = runs[k + 1][0].step if k + 1 < len(runs) else g.size
+            digits = tuple(Digit(d.dim, d.step // base, d.size, d.device_stride) for d in run)
+            radices = radices_of(digits)
+            if radices is None:
+                return None
+            out.append(_Radix(g.unit_stride * base, -(-top // base), digits, radices))
+    return sorted(out, key=lambda r: r.unit_stride)
+
+
 def _view_strides(dst: BoundLayout, size: Sequence[int], stride: Sequence[int]) -> list[int] | None:
     """Per destination dim: the view's host-offset stride (0 where it broadcasts)."""
     rank, rx = len(dst.size), len(size)
@@ -371,7 +408,7 @@ def _view_strides(dst: BoundLayout, size: Sequence[int], stride: Sequence[int]) 
     return mult
 
 
-def _factors(groups: Sequence[Group], radices: Sequence[tuple[int, ...]], m: int, size: int, dst_stride: int,
+def _factors(groups: Sequence[_Radix], radices: Sequence[tuple[int, ...]], m: int, size: int, dst_stride: int,
              refine: bool) -> list[tuple[Piece, _Target | None]] | None:
     """Factors (finest first) of a destination dim of ``size`` whose host-offset stride
     is ``m``, each walking one source digit; one factor unless ``refine`` splits the dim
