@@ -640,6 +640,22 @@ TL_AVX void wide_tile_avx(char* d, const char* s, int64_t na, int64_t nb, int64_
 }
 #endif
 
+#if defined(__SSE2__)
+// n units of whole 32-byte words, dst_step and src_step bytes apart.
+TL_AVX void strided_words_avx(char* d, const char* s, int64_t n, int64_t dst_step, int64_t src_step, int64_t unit) {
+  switch (unit) {
+    case 64:
+      for (int64_t i = 0; i < n; ++i) words_avx<64>(d + i * dst_step, s + i * src_step, unit);
+      return;
+    case 128:
+      for (int64_t i = 0; i < n; ++i) words_avx<128>(d + i * dst_step, s + i * src_step, unit);
+      return;
+    default:
+      for (int64_t i = 0; i < n; ++i) words_avx<0>(d + i * dst_step, s + i * src_step, unit);
+  }
+}
+#endif
+
 void plain_tile(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a, int64_t dst_b, int64_t unit) {
 #if defined(__SSE2__)
   if (kAvx && unit % 32 == 0) {
@@ -790,6 +806,9 @@ void copy_extended_tile(char* d, const char* s, int64_t na, int64_t nb, int64_t 
 }
 
 void copy_strided(char* d, const char* s, int64_t n, int64_t dst_step, int64_t src_step, int64_t unit) {
+#if defined(__SSE2__)
+  if (kAvx && unit % 32 == 0) return strided_words_avx(d, s, n, dst_step, src_step, unit);
+#endif
   switch (unit) {
     case 1: return strided_units<uint8_t>(d, s, n, dst_step, src_step);
     case 2: return strided_units<uint16_t>(d, s, n, dst_step, src_step);

@@ -175,12 +175,15 @@ def test_stream_threshold_rejects_negative_bytes() -> None:
 @pytest.mark.parametrize("esize", [2, 8])
 @pytest.mark.parametrize("unit_bytes", [32, 64, 96, 128, 192, 256, 384])
 @pytest.mark.parametrize("dense", ["source", "destination", "neither"])
-def test_whole_line_tiles_in_either_order(streaming: bool, esize: int, unit_bytes: int, dense: str) -> None:
+@pytest.mark.parametrize("na, nb", [(9, 8), (8, 6)], ids=["tile", "small-tile"])
+def test_whole_line_tiles_in_either_order(streaming: bool, esize: int, unit_bytes: int, dense: str, na: int,
+                                          nb: int) -> None:
     """Tiles of wide units (32-384 bytes, moved in 32-byte words where AVX is: Spyre's sticks,
     HTP's crouton): a dense source block read in order and scattered, a dense destination, or
-    neither, equal PyTorch's strided copy bit for bit."""
+    neither, equal PyTorch's strided copy bit for bit; a tile of fewer than 64 units runs unit by
+    unit along the outer loop instead."""
     dtype, unit = BITS[esize], unit_bytes // esize
-    na, nb, outer = 9, 8, 3  # 72 units: a tile (fewer run unit by unit along the outer loop)
+    outer = 3
     far = (na + 1) * nb * unit  # rows of the non-dense side(s) lie this far apart
     src_a = nb * unit if dense == "source" else far
     dst_b = na * unit if dense == "destination" else far
