@@ -638,9 +638,7 @@ TL_AVX void wide_tile_avx(char* d, const char* s, int64_t na, int64_t nb, int64_
       for (int64_t b = 0; b < nb; ++b) words_avx<U>(d + a * u + b * dst_b, s + a * src_a + b * u, u);
   }
 }
-#endif
 
-#if defined(__SSE2__)
 // n units of whole 32-byte words, dst_step and src_step bytes apart.
 TL_AVX void strided_words_avx(char* d, const char* s, int64_t n, int64_t dst_step, int64_t src_step, int64_t unit) {
   switch (unit) {

@@ -266,11 +266,13 @@ def map_view(src: BoundLayout, view: View, dst: BoundLayout, refine: bool = Fals
     through the view's strides (0 where it broadcasts) that is a fixed host-offset
     stride ``m_j`` in ``src``'s host storage. There host offsets decompose into
     ``src``'s groups and each group into mixed-radix digits (``Group.radices``: a digit
-    may end in padding); ``m_j`` must land on one digit (``q`` steps of it) and, summed
-    over the real range of every destination dim plus the view's offset, stay below each
-    digit's radix (no carries) and each group's extent. Then the source address is affine: ``q * device_stride`` per dim. With
-    ``refine``, a dim that overflows a digit may split into factors walking the next
-    coarser digits (a nest for a copy, not a view shaped like ``dst``).
+    may end in padding; a group whose steps do not divide is split into radices where they
+    do not, ``_radix_groups``); ``m_j`` must land on one digit (``q`` steps of it) and,
+    summed over the real range of every destination dim plus the view's offset, stay below
+    each digit's radix (no carries) and each group's extent. Then the source address is
+    affine: ``q * device_stride`` per dim. With ``refine``, a dim that overflows a digit may
+    split into factors walking the next coarser digits (a nest for a copy, not a view shaped
+    like ``dst``).
     """
     mult = _view_strides(dst, view.size, view.stride)
     if mult is None:
@@ -278,7 +280,6 @@ def map_view(src: BoundLayout, view: View, dst: BoundLayout, refine: bool = Fals
     groups = _radix_groups(src)
     if groups is None:
         return None
-    radices = [g.radices for g in groups]
     if any(b.unit_stride < a.unit_stride * a.size for a, b in zip(groups, groups[1:])):
         return None
     start = [0] * len(groups)
@@ -296,7 +297,7 @@ def map_view(src: BoundLayout, view: View, dst: BoundLayout, refine: bool = Fals
         for i, dig in enumerate(group.digits):
             value = start[gi] // dig.step
             if i + 1 < len(group.digits):
-                value %= radices[gi][i]
+                value %= group.radices[i]
             digit_load[(gi, i)] = value
             base += value * dig.device_stride
     dsize, dstride = dst.layout.device_size, dst.layout.device_strides
@@ -308,7 +309,7 @@ def map_view(src: BoundLayout, view: View, dst: BoundLayout, refine: bool = Fals
             j = dig.dim
             if dsize[j] == 1:
                 continue
-            found = _factors(groups, radices, mult[j], dsize[j], dstride[j], refine)
+            found = _factors(groups, mult[j], dsize[j], dstride[j], refine)
             if found is None:
                 return None
             per_dim[j] = found
@@ -334,7 +335,7 @@ def map_view(src: BoundLayout, view: View, dst: BoundLayout, refine: bool = Fals
                 digit_load[(k[1], k[2])] += v
     if any(load[gi] >= g.size for gi, g in enumerate(groups)):
         return None
-    if any(v >= radices[gi][i] for (gi, i), v in digit_load.items()):
+    if any(v >= groups[gi].radices[i] for (gi, i), v in digit_load.items()):
         return None
     pieces = [piece for dim in per_dim for piece, _ in reversed(dim)]
     shape = tuple(p.size for p in pieces)
@@ -408,11 +409,11 @@ def _view_strides(dst: BoundLayout, size: Sequence[int], stride: Sequence[int]) 
     return mult
 
 
-def _factors(groups: Sequence[_Radix], radices: Sequence[tuple[int, ...]], m: int, size: int, dst_stride: int,
-             refine: bool) -> list[tuple[Piece, _Target | None]] | None:
+def _factors(groups: Sequence[_Radix], m: int, size: int, dst_stride: int, refine: bool
+             ) -> list[tuple[Piece, _Target | None]] | None:
     """Factors (finest first) of a destination dim of ``size`` whose host-offset stride
     is ``m``, each walking one source digit; one factor unless ``refine`` splits the dim
-    where it overflows a digit (its real values, ``radices``) into the next coarser one."""
+    where it overflows a digit (its real values, its radix) into the next coarser one."""
     pieces: list[tuple[Piece, _Target | None]] = []
     step = 1
     while True:
@@ -424,7 +425,7 @@ def _factors(groups: Sequence[_Radix], radices: Sequence[tuple[int, ...]], m: in
             return None
         w = m // groups[gi].unit_stride
         i = max(i for i, d in enumerate(groups[gi].digits) if d.step <= w and w % d.step == 0)
-        dig, radix = groups[gi].digits[i], radices[gi][i]
+        dig, radix = groups[gi].digits[i], groups[gi].radices[i]
         q = w // dig.step
         target = (gi, i, w, q)
         span_ = radix // q if radix % q == 0 else 0
