@@ -411,6 +411,10 @@ void fill_dims(E* p, const int64_t* ranges, const int64_t* strides, size_t nd, E
     }
     return;
   }
+  if (nd == 2 && strides[1] == 1) {  // rows of one run (each stick's padding): no call per row
+    for (int64_t i = 0; i < ranges[0]; ++i) std::fill_n(p + i * strides[0], ranges[1], v);
+    return;
+  }
   for (int64_t i = 0; i < ranges[0]; ++i) fill_dims(p + i * strides[0], ranges + 1, strides + 1, nd - 1, v);
 }
 
