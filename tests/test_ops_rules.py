@@ -8,6 +8,8 @@ import warnings
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import torch_layouts
 from torch_layouts import DataFormats, LayoutError, SpyreTensorLayout, htp, mace, tensorrt
@@ -197,3 +199,42 @@ def test_results_over_merged_dims_are_read_in_place(split, merged, op):
     out = op(y)
     assert torch_layouts.stats()["restickify_count"] == 0
     torch.testing.assert_close(out.cpu(), op(x.view(merged) * 2))
+
+
+VIEWS = {
+    "transpose": lambda t: t.transpose(-1, -2),
+    "merge-last-two": lambda t: t.reshape(*t.shape[:-2], -1),
+    "merge-first-two": lambda t: t.reshape(-1, *t.shape[2:]),
+    "split-last": lambda t: t.reshape(*t.shape[:-1], 2, -1) if t.shape[-1] % 2 == 0 else t,
+    "unsqueeze": lambda t: t.unsqueeze(1),
+    "permute": lambda t: t.permute(*reversed(range(t.dim()))),
+}
+ELEMENTWISE = {"add": lambda t: t + t, "mul": lambda t: t * 3, "exp": lambda t: t.exp(),
+               "clone-add": lambda t: (lambda c: c + c)(t.clone())}
+READS = {"sum-first": lambda t: t.sum(0), "mean": lambda t: t.mean(), "softmax": lambda t: torch.softmax(t, -1),
+         "transpose-contiguous": lambda t: t.transpose(0, -1).contiguous()}
+
+
+@settings(max_examples=60, deadline=None)
+@given(shape=st.lists(st.sampled_from([2, 3, 5, 16, 40, 48, 96]), min_size=2, max_size=3),
+       views=st.lists(st.sampled_from(sorted(VIEWS)), min_size=1, max_size=2),
+       op=st.sampled_from(sorted(ELEMENTWISE) + sorted(READS)))
+def test_ops_on_results_of_views_read_them_in_place(shape, views, op):
+    """``v(x) * 2`` for compositions of views ``v`` of a device tensor in its default layout (its
+    sticks split, merged, permuted) holds its result in a layout bound over the view's shape; the
+    next elementwise op reads it without a restickify, and every op gives the CPU's values (sums
+    to rounding: another order of additions)."""
+    torch.manual_seed(0)
+    x = torch.randn(shape)
+    dx = x.to("spyre")
+    for name in views:
+        if x.dim() < 2:
+            break
+        x, dx = VIEWS[name](x), VIEWS[name](dx)
+    y, dy = x * 2, dx * 2
+    fn = ELEMENTWISE.get(op) or READS[op]
+    torch_layouts.reset_stats()
+    out = fn(dy)
+    if op in ELEMENTWISE:
+        assert torch_layouts.stats()["restickify_count"] == 0
+    torch.testing.assert_close(out.cpu().double(), fn(y.double()), rtol=1e-4, atol=1e-3)
