@@ -57,15 +57,24 @@ inline bool source_order(int64_t na, int64_t nb, int64_t src_a, int64_t dst_b, i
   return unit % 64 == 0 && src_a == nb * unit && dst_b != na * unit;
 }
 
+// One unit of U bytes (U == 0: `unit` bytes) moved by memcpy.
 template <int64_t U>
-void wide_tile(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a, int64_t dst_b, int64_t unit) {
+inline void memcpy_unit(char* d, const char* s, int64_t unit) {
+  std::memcpy(d, s, U > 0 ? U : unit);
+}
+
+// Units of U bytes (U == 0: `unit` bytes), each moved by Move, in the order source_order says.
+// Always inlined, so that it takes its caller's target (AVX moves inline into an AVX caller).
+template <int64_t U, void (*Move)(char*, const char*, int64_t) = memcpy_unit<U>>
+[[gnu::always_inline]] inline void wide_tile(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a,
+                                             int64_t dst_b, int64_t unit) {
   const int64_t u = U > 0 ? U : unit;
   if (na >= nb && !source_order(na, nb, src_a, dst_b, u)) {
     for (int64_t b = 0; b < nb; ++b)
-      for (int64_t a = 0; a < na; ++a) std::memcpy(d + a * u + b * dst_b, s + a * src_a + b * u, u);
+      for (int64_t a = 0; a < na; ++a) Move(d + a * u + b * dst_b, s + a * src_a + b * u, u);
   } else {
     for (int64_t a = 0; a < na; ++a)
-      for (int64_t b = 0; b < nb; ++b) std::memcpy(d + a * u + b * dst_b, s + a * src_a + b * u, u);
+      for (int64_t b = 0; b < nb; ++b) Move(d + a * u + b * dst_b, s + a * src_a + b * u, u);
   }
 }
 
@@ -629,14 +638,7 @@ TL_AVX inline void words_avx(char* d, const char* s, int64_t unit) {
 
 template <int64_t U>
 TL_AVX void wide_tile_avx(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a, int64_t dst_b, int64_t unit) {
-  const int64_t u = U > 0 ? U : unit;
-  if (na >= nb && !source_order(na, nb, src_a, dst_b, u)) {
-    for (int64_t b = 0; b < nb; ++b)
-      for (int64_t a = 0; a < na; ++a) words_avx<U>(d + a * u + b * dst_b, s + a * src_a + b * u, u);
-  } else {
-    for (int64_t a = 0; a < na; ++a)
-      for (int64_t b = 0; b < nb; ++b) words_avx<U>(d + a * u + b * dst_b, s + a * src_a + b * u, u);
-  }
+  wide_tile<U, words_avx<U>>(d, s, na, nb, src_a, dst_b, unit);
 }
 
 // n units of whole 32-byte words, dst_step and src_step bytes apart.
