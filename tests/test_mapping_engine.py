@@ -17,7 +17,7 @@ import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from torch_layouts.core.layout import BoundLayout, DeviceLayout, contiguous_strides
+from torch_layouts.core.layout import BoundLayout, DeviceLayout, contiguous_strides, radices_of
 from torch_layouts.core.mapping import Transfer, View, map_addresses, map_view, nest, padding, swap
 
 PROPERTY = settings(max_examples=120, deadline=None)
@@ -376,3 +376,7 @@ def test_a_group_whose_steps_do_not_divide_reads_as_two_radices(device_size, str
 def test_overlapping_steps_are_a_padded_radix():
     overlapping = DeviceLayout([3, 4], [3, 1], torch.float32).resolve((9,))  # sticks of 4 slots holding 3
     assert overlapping.groups[0].radices == (3, 3)
+    assert radices_of([(1, 4), (3, 3)]) == (3, 3)
+    assert radices_of([(1, 3), (4, 2)]) is None  # values 0-2 of every 4: a gap no layout can bind
+    assert radices_of([(1, 4), (6, 2)]) is None  # steps that do not divide
+    assert radices_of([(2, 4)]) is None  # a finest step other than 1

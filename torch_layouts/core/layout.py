@@ -294,15 +294,14 @@ class Group(NamedTuple):
         of 48 in sticks of 32 holding 16 each, digits (step 1, size 32) and (step 16, size 3):
         (16, 3)); None where the digits form no mixed radix (a step that does not divide the
         next, or a gap between a digit's values and the next step)."""
-        return radices_of(self.digits)
+        return radices_of([(dig.step, dig.size) for dig in self.digits])
 
 
-def radices_of(digits: Sequence[Digit]) -> tuple[int, ...] | None:
-    """``Group.radices`` of digits (finest first, steps counted from 1)."""
-    d = digits
-    if d[0].step != 1 or any(b.step % a.step or b.step > a.step * a.size for a, b in zip(d, d[1:])):
+def radices_of(digits: Sequence[tuple[int, int]]) -> tuple[int, ...] | None:
+    """``Group.radices`` of digits given as (step, size), finest first, steps counted from 1."""
+    if digits[0][0] != 1 or any(b % a or b > a * n for (a, n), (b, _) in zip(digits, digits[1:])):
         return None
-    return (*(b.step // a.step for a, b in zip(d, d[1:])), d[-1].size)
+    return (*(b // a for (a, _), (b, _) in zip(digits, digits[1:])), digits[-1][1])
 
 
 class Component(NamedTuple):

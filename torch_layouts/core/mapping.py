@@ -188,7 +188,7 @@ def refine(group: Group, lead: Digits, other: Digits) -> tuple[list[Piece], list
         stride = other[0][2]
         pieces = [Piece(step, size, st, step * stride) for step, size, st in lead]
         return pieces, list(group.real)
-    if not (_is_radix(lead) and _is_radix(other)):
+    if radices_of([(st, n) for st, n, _ in lead]) is None or radices_of([(st, n) for st, n, _ in other]) is None:
         return None
     steps = sorted({s for s, _, _ in lead} | {s for s, _, _ in other})
     if any(b % a for a, b in zip(steps, steps[1:])):
@@ -197,11 +197,6 @@ def refine(group: Group, lead: Digits, other: Digits) -> tuple[list[Piece], list
     pieces = [Piece(s, n, _stride_at(lead, s), _stride_at(other, s)) for s, n in zip(steps, sizes)]
     real, _ = split_group(steps, sizes, group.size)
     return pieces, real
-
-
-def _is_radix(digits: Digits) -> bool:
-    """The digits form a mixed radix, each one's values up to the next step real (``Group.radices``)."""
-    return digits[0][0] == 1 and all(b[0] % a[0] == 0 and b[0] <= a[0] * a[1] for a, b in zip(digits, digits[1:]))
 
 
 def _stride_at(digits: Digits, step: int) -> int:
@@ -377,7 +372,7 @@ def _radix_groups(src: BoundLayout) -> list[_Radix] | None:
             base = run[0].step
             top = runs[k + 1][0].step if k + 1 < len(runs) else g.size
             digits = tuple(Digit(d.dim, d.step // base, d.size, d.device_stride) for d in run)
-            radices = radices_of(digits)
+            radices = radices_of([(d.step, d.size) for d in digits])
             if radices is None:
                 return None
             out.append(_Radix(g.unit_stride * base, -(-top // base), digits, radices))
