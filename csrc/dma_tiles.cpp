@@ -63,6 +63,13 @@ inline void memcpy_unit(char* d, const char* s, int64_t unit) {
   std::memcpy(d, s, U > 0 ? U : unit);
 }
 
+// n units, dst_step and src_step bytes apart, each moved by Move (always inlined, as wide_tile).
+template <void (*Move)(char*, const char*, int64_t)>
+[[gnu::always_inline]] inline void strided_moves(char* d, const char* s, int64_t n, int64_t dst_step,
+                                                 int64_t src_step, int64_t unit) {
+  for (int64_t i = 0; i < n; ++i) Move(d + i * dst_step, s + i * src_step, unit);
+}
+
 // Units of U bytes (U == 0: `unit` bytes), each moved by Move, in the order source_order says.
 // Always inlined, so that it takes its caller's target (AVX moves inline into an AVX caller).
 template <int64_t U, void (*Move)(char*, const char*, int64_t) = memcpy_unit<U>>
@@ -644,14 +651,9 @@ TL_AVX void wide_tile_avx(char* d, const char* s, int64_t na, int64_t nb, int64_
 // n units of whole 32-byte words, dst_step and src_step bytes apart.
 TL_AVX void strided_words_avx(char* d, const char* s, int64_t n, int64_t dst_step, int64_t src_step, int64_t unit) {
   switch (unit) {
-    case 64:
-      for (int64_t i = 0; i < n; ++i) words_avx<64>(d + i * dst_step, s + i * src_step, unit);
-      return;
-    case 128:
-      for (int64_t i = 0; i < n; ++i) words_avx<128>(d + i * dst_step, s + i * src_step, unit);
-      return;
-    default:
-      for (int64_t i = 0; i < n; ++i) words_avx<0>(d + i * dst_step, s + i * src_step, unit);
+    case 64: return strided_moves<words_avx<64>>(d, s, n, dst_step, src_step, unit);
+    case 128: return strided_moves<words_avx<128>>(d, s, n, dst_step, src_step, unit);
+    default: return strided_moves<words_avx<0>>(d, s, n, dst_step, src_step, unit);
   }
 }
 #endif
@@ -814,8 +816,7 @@ void copy_strided(char* d, const char* s, int64_t n, int64_t dst_step, int64_t s
     case 2: return strided_units<uint16_t>(d, s, n, dst_step, src_step);
     case 4: return strided_units<uint32_t>(d, s, n, dst_step, src_step);
     case 8: return strided_units<uint64_t>(d, s, n, dst_step, src_step);
-    default:
-      for (int64_t i = 0; i < n; ++i) std::memcpy(d + i * dst_step, s + i * src_step, unit);
+    default: return strided_moves<memcpy_unit<0>>(d, s, n, dst_step, src_step, unit);
   }
 }
 
