@@ -20,10 +20,10 @@ def dense_strides(shape: list[int], pad: list[int]) -> list[int]:
 
 
 def check_permuted_copy(shape: list[int], order: list[int], src_pad: list[int], dst_pad: list[int],
-                        esize: int) -> None:
+                        esize: int, split: str = "source") -> None:
     """A src tensor of ``shape`` (rows padded, read from an unaligned offset) copied by the executor
-    into a destination whose dims run in ``order`` equals PyTorch's strided copy bit for bit, every
-    element outside the nest untouched."""
+    (its threads splitting the work by ``split``'s rows) into a destination whose dims run in
+    ``order`` equals PyTorch's strided copy bit for bit, every element outside the nest untouched."""
     dtype = BITS[esize]
     src_strides = dense_strides(shape, src_pad)
     dst_shape = [shape[d] for d in order]
@@ -37,7 +37,7 @@ def check_permuted_copy(shape: list[int], order: list[int], src_pad: list[int], 
     dst = torch.full((dst_numel,), 7, dtype=dtype)
     expected = dst.clone()
     expected.as_strided(shape, dst_strides).copy_(src.as_strided(shape, src_strides))
-    _C._run_nests([(tuple(shape), tuple(dst_strides), tuple(src_strides), 0, 0)], dst, src)
+    _C._run_nests([(tuple(shape), tuple(dst_strides), tuple(src_strides), 0, 0)], dst, src, split=split)
     assert torch.equal(dst, expected)
 
 

@@ -225,6 +225,34 @@ def test_copies_split_over_threads_by_either_side(streaming: bool, split: str, t
         torch.set_num_threads(old)
 
 
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data(), split=st.sampled_from(["source", "destination"]), threads=st.integers(2, 3),
+       tile=st.tuples(st.integers(1, 64), st.integers(1, 64)))
+def test_large_permuted_copies_split_either_way(streaming: bool, data: st.DataObject, split: str, threads: int,
+                                                tile: tuple[int, int]) -> None:
+    """Permuted, padded, unaligned copies of about 0.5 to 1.5 MiB, split over the threads in
+    rectangles of a forced tile shape by the source's rows or by the destination's: PyTorch's
+    strided copy bit for bit, nothing outside the nest written."""
+    rank = data.draw(st.integers(2, 4))
+    esize = data.draw(st.sampled_from([1, 2, 4, 8]))
+    shape = data.draw(st.lists(st.sampled_from([2, 3, 7, 16, 17, 64, 65, 130, 1000]), min_size=rank,
+                               max_size=rank))
+    while math.prod(shape) * esize < 600_000:
+        shape[shape.index(min(shape))] *= 3
+    while math.prod(shape) * esize > 1_600_000:
+        shape[shape.index(max(shape))] //= 2
+    order = list(data.draw(st.permutations(range(rank))))
+    pads = st.lists(st.sampled_from([0, 0, 1, 3]), min_size=rank, max_size=rank)
+    old = torch.get_num_threads()
+    try:
+        torch.set_num_threads(threads)
+        _C._force_tile_shape(*tile)
+        check_permuted_copy(shape, order, data.draw(pads), data.draw(pads), esize, split)
+    finally:
+        _C._force_tile_shape(0, 0)
+        torch.set_num_threads(old)
+
+
 def test_a_split_is_named() -> None:
     with pytest.raises(ValueError, match="'source' or the 'destination', got 'host'"):
         _C._run_nests([((4,), (1,), (1,), 0, 0)], torch.empty(4), torch.empty(4), split="host")
