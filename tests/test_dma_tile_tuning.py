@@ -60,6 +60,19 @@ def test_every_chunking_of_extended_tiles_copies_the_same_bytes(esize: int, na: 
     check_rows_continued(BITS[esize], na, nb, ne, outer, gap=5)
 
 
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("chunk", [100, 4096, 65536])
+@pytest.mark.parametrize("nb", [2, 4])
+@pytest.mark.parametrize("na, ne", [(3, 1000), (9, 113), (9, 8192), (13, 9)])
+def test_extended_tiles_of_odd_width_rows_copy_the_same_bytes(na: int, nb: int, ne: int, chunk: int,
+                                                               stream: bool) -> None:
+    """2-byte units whose destination rows are of an odd width (MACE CONV2D_FILTER float16's D2H:
+    rows of 9 taps from records of 4 channels), whose records are split before each row's
+    transpose, in chunks of any size, streamed or not, and back: PyTorch's strided copy bit for bit."""
+    _C._force_tile_shape(chunk, int(stream), extended=True)
+    check_rows_continued(BITS[2], na, nb, ne, outer=2, gap=5)
+
+
 def transpose_nest(rows: int, cols: int) -> tuple:
     """A rows x cols matrix into its transpose's buffer."""
     return ((rows, cols), (1, rows), (cols, 1), 0, 0)
