@@ -195,18 +195,20 @@ void copy_small_tiles(char* d0, const char* s0, const TilePlan& plan) {
 
 // Nests with a loop e that continues both sides' rows: work items are an outer position and a
 // chunk of e of about chunking.a bytes (the rules: kExtendedBytes), each one copy_extended_tile,
-// its destination rows streamed where chunking.b is 1 (the rules: never; tuning may choose it).
+// its destination rows streamed where chunking.b is 1 (the rules: never; tuning may choose it);
+// in_cache: the copy is below the streaming size.
 void copy_extended_tiles(char* d0, const char* s0, const TilePlan& plan, TileShape chunking) {
   const int64_t step = plan.a.size * plan.b.size * plan.unit;
   const int64_t ke = std::clamp<int64_t>(chunking.a / step, 1, plan.e.size);
   const int64_t chunks = (plan.e.size + ke - 1) / ke;
   const bool stream = chunking.b != 0;
+  const bool in_cache = outer_count(plan) * plan.e.size * step < g_stream_bytes.load(std::memory_order_relaxed);
   for_items(outer_count(plan) * chunks, ke * step, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const auto [doff, soff] = outer_offsets(plan, i / chunks);
       const int64_t e0 = (i % chunks) * ke;
       copy_extended_tile(d0 + doff + e0 * plan.e.dst, s0 + soff + e0 * plan.e.src, plan.a.size, plan.b.size,
-                         std::min(ke, plan.e.size - e0), plan.a.src, plan.b.dst, plan.unit, stream);
+                         std::min(ke, plan.e.size - e0), plan.a.src, plan.b.dst, plan.unit, stream, in_cache);
     }
     if (stream) end_streaming();
   });

@@ -793,23 +793,19 @@ void gather_extended(char* d, const char* buf, int64_t nb, int64_t ne, int64_t d
 }  // namespace
 
 void copy_extended_tile(char* d, const char* s, int64_t na, int64_t nb, int64_t ne, int64_t src_a, int64_t dst_b,
-                        int64_t unit, bool stream) {
+                        int64_t unit, bool stream, bool in_cache) {
   alignas(64) char buf[kStageBytes];
-  alignas(64) char rows[kStageBytes];
-  const int64_t row = na * unit, run = ne * row;
-  if (unit == 2 && (nb == 2 || nb == 4) && row != 4 && row != 8 && row % 16 != 0) {
+  const int64_t row = na * unit;
+  if (in_cache && !stream && unit == 2 && (nb == 2 || nb == 4) && row != 4 && row != 8 && row % 16 != 0) {
     // Destination rows of an odd width (MACE CONV2D_FILTER float16's D2H: 9 taps of 2 bytes),
     // which gathering from the buffer would move a row at a time: each source row's records of
     // nb units are split first (buf[a][b] holds units b of its ne records: a SIMD de-interleave),
-    // so that each destination row is one transpose of na runs, written in place (or staged when
-    // streamed). 1 MiB, 2 threads: 54 -> 45 us (memcpy 15.5); 32 MiB 1.4-2.2 -> 1.1-1.3x memcpy.
-    // Not for 4-byte units: without a de-interleave of 4 of them it measured slower.
+    // so that each destination row is one transpose of na runs, written in place. 1 MiB, 2
+    // threads, benchmark processes alternating: 2.9-3.8 against 4.9-5.5x memcpy. Only in cache:
+    // at 32 MiB its scattered writes of each row's 9th unit measured a quarter slower; nor for
+    // 4-byte units, slower there too.
     for (int64_t a = 0; a < na; ++a) plain_tile(buf + a * nb * ne * unit, s + a * src_a, ne, nb, nb * unit, ne * unit, unit);
-    for (int64_t b = 0; b < nb; ++b) {
-      char* out = stream ? rows + b * run : d + b * dst_b;
-      plain_tile(out, buf + b * ne * unit, na, ne, nb * ne * unit, row, unit);
-      if (stream) copy_run(d + b * dst_b, out, run, true);
-    }
+    for (int64_t b = 0; b < nb; ++b) plain_tile(d + b * dst_b, buf + b * ne * unit, na, ne, nb * ne * unit, row, unit);
     return;
   }
   plain_tile(buf, s, na, ne * nb, src_a, row, unit);  // buf[e * nb + b] holds destination row b's chunk e
@@ -817,6 +813,8 @@ void copy_extended_tile(char* d, const char* s, int64_t na, int64_t nb, int64_t 
   // Streamed: the destination rows are gathered into a second L1 buffer, then each is written
   // around the cache (no read-for-ownership of its lines: MACE CONV2D_FILTER and OIhw16i16o at
   // 32 MiB, see benchmarks/RESULTS.md).
+  alignas(64) char rows[kStageBytes];
+  const int64_t run = ne * row;
   gather_extended(rows, buf, nb, ne, run, row);
   for (int64_t b = 0; b < nb; ++b) copy_run(d + b * dst_b, rows + b * run, run, true);
 }

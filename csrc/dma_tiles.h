@@ -19,13 +19,13 @@ void end_streaming();
 // d[a * unit + b * dst_b + e * na * unit] = s[a * src_a + b * unit + e * nb * unit] for a < na,
 // b < nb, e < ne: na source rows of ne * nb adjacent units become nb destination rows of
 // ne * na adjacent units. One transpose into an L1 buffer, then each destination row gathered
-// from the buffer (for rows of 4, 8 or 16 bytes a second block transpose, of row-wide units; for
-// odd-width rows of 2-byte units from records of 2 or 4, the records split first, then each row
-// one transpose);
-// `stream` gathers them into a second buffer and writes each with non-temporal stores.
+// from the buffer (for rows of 4, 8 or 16 bytes a second block transpose, of row-wide units);
+// `stream` gathers them into a second buffer and writes each with non-temporal stores. `in_cache`
+// (the whole copy stays in the caches): odd-width rows of 2-byte units from records of 2 or 4
+// have the records split first, then each row is one transpose, written in place.
 // Needs na * nb * ne * unit <= kStageBytes.
 void copy_extended_tile(char* d, const char* s, int64_t na, int64_t nb, int64_t ne, int64_t src_a, int64_t dst_b,
-                        int64_t unit, bool stream);
+                        int64_t unit, bool stream, bool in_cache);
 
 // One contiguous run of bytes, streamed (non-temporal) when asked.
 void copy_run(char* d, const char* s, int64_t bytes, bool stream);
