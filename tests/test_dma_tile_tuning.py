@@ -67,8 +67,9 @@ def test_every_chunking_of_extended_tiles_copies_the_same_bytes(esize: int, na: 
 def test_extended_tiles_of_odd_width_rows_copy_the_same_bytes(na: int, nb: int, ne: int, chunk: int,
                                                                stream: bool) -> None:
     """2-byte units whose destination rows are of an odd width (MACE CONV2D_FILTER float16's D2H:
-    rows of 9 taps from records of 4 channels), whose records are split before each row's
-    transpose, in chunks of any size, streamed or not, and back: PyTorch's strided copy bit for bit."""
+    rows of 9 taps from records of 4 channels), in chunks of any size, not streamed (the records
+    split before each row's transpose) or streamed (the rows gathered), and back: PyTorch's
+    strided copy bit for bit."""
     _C._force_tile_shape(chunk, int(stream), extended=True)
     check_rows_continued(BITS[2], na, nb, ne, outer=2, gap=5)
 
