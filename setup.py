@@ -17,9 +17,10 @@ from torch.utils.cpp_extension import BuildExtension, CppExtension, include_path
 # -fopenmp: at::parallel_for is inlined from ATen's OpenMP header; without it copies run serially.
 # -ffp-contract=off: a product is rounded the same way wherever it is used (GCC would fuse some
 # multiply-adds and not others, e.g. the row kernels' two passes over one row).
-flags = ["-std=c++20", "-O3", "-g0", "-fopenmp", "-ffp-contract=off", "-Wall", "-Wno-unused-parameter", "-Wno-interference-size"]
+flags = ["-O3", "-g0", "-fopenmp", "-ffp-contract=off", "-Wall", "-Wno-unused-parameter", "-Wno-interference-size"]
 if os.environ.get("TORCH_LAYOUTS_ASAN"):
-    flags = ["-std=c++20", "-O1", "-g", "-fopenmp", "-fsanitize=address", "-fno-omit-frame-pointer", "-Wall"]
+    flags = ["-O1", "-g", "-fopenmp", "-fsanitize=address", "-fno-omit-frame-pointer", "-Wall"]
+flags = ["-std=c++20", *flags]
 
 # A PyTorch without the PrivateUse1 profiler hook (2.11 has none) builds the runtime without the
 # device-event profiler (csrc/kineto_profiler.cpp): profiles then show CPU events only.

@@ -197,12 +197,11 @@ void copy_small_tiles(char* d0, const char* s0, const TilePlan& plan) {
 // chunk of e of about chunking.a bytes (the rules: kExtendedBytes), each one copy_extended_tile,
 // its destination rows streamed where chunking.b is 1 (the rules: never; tuning may choose it);
 // in_cache: the copy is below the streaming size.
-void copy_extended_tiles(char* d0, const char* s0, const TilePlan& plan, TileShape chunking) {
+void copy_extended_tiles(char* d0, const char* s0, const TilePlan& plan, TileShape chunking, bool in_cache) {
   const int64_t step = plan.a.size * plan.b.size * plan.unit;
   const int64_t ke = std::clamp<int64_t>(chunking.a / step, 1, plan.e.size);
   const int64_t chunks = (plan.e.size + ke - 1) / ke;
   const bool stream = chunking.b != 0;
-  const bool in_cache = outer_count(plan) * plan.e.size * step < g_stream_bytes.load(std::memory_order_relaxed);
   for_items(outer_count(plan) * chunks, ke * step, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const auto [doff, soff] = outer_offsets(plan, i / chunks);
@@ -366,20 +365,19 @@ void copy_nest(char* dst, const char* src, const Transfer& nest, int64_t esize, 
   const char* s0 = src + nest.src_offset * esize;
   const int64_t unit = plan.unit;
   const int64_t bytes = outer_count(plan) * plan.a.size * plan.b.size * plan.e.size * unit;
+  const bool stream = bytes >= g_stream_bytes.load(std::memory_order_relaxed);  // past the caches
   if (plan.e.size > 1) {
     return run_tuned(plan, TileKind::kExtended, bytes, false, split, {kExtendedBytes, 0}, {kStageBytes, 1},
-                     [&](TileShape chunking) { copy_extended_tiles(d0, s0, plan, chunking); });
+                     [&](TileShape chunking) { copy_extended_tiles(d0, s0, plan, chunking, !stream); });
   }
   if (plan.c.size > 1) return copy_small_tiles(d0, s0, plan);
   if (plan.outer.empty() && plan.a.size == 1 && plan.b.size == 1) {  // one run: split it across threads
-    const bool stream = unit >= g_stream_bytes.load(std::memory_order_relaxed);
     at::parallel_for(0, unit, unit > 2 * kParallelBytes ? kParallelBytes : unit + 1, [&](int64_t begin, int64_t end) {
       copy_run(d0 + begin, s0 + begin, end - begin, stream);
       if (stream) end_streaming();
     });
     return;
   }
-  const bool stream = bytes >= g_stream_bytes.load(std::memory_order_relaxed);
   run_tuned(plan, TileKind::kTiles, bytes, stream, split, rule_tile(plan, stream), {plan.a.size, plan.b.size},
             [&](TileShape tile) { run_tiles(d0, s0, plan, tile, stream, split); });
 }

@@ -206,7 +206,7 @@ def test_whole_line_tiles_in_either_order(streaming: bool, esize: int, unit_byte
                                                       (8, 300, 301, 1), (1, 777, 1500, 1), (2, 96, 101, 64)])
 def test_copies_split_over_threads_by_either_side(streaming: bool, split: str, threads: int, esize: int, rows: int,
                                                   cols: int, lanes: int) -> None:
-    """Copies of 512 KiB and more run as rectangles of tiles over the threads, each taking runs of the
+    """Copies run as rectangles of tiles (about 64 KiB each) over the threads, each taking runs of the
     source's rows or (D2H) of the destination's: ragged rectangles and whole-line units included,
     rows x cols units transposed both ways, bit for bit."""
     host = torch.randint(-100, 100, (rows, cols, lanes), dtype=torch.int64).to(BITS[esize])
