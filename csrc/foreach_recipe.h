@@ -1,8 +1,9 @@
 // The in-place _foreach ops' replay in the runtime's front (csrc/kernel_front.h): ops/foreach.py
 // offers, for a call whose every index lines up (the lists' tensors whole buffers in one layout,
-// docs/design.md "Optimizer steps"), each index's buffer element count, the tensors it copied into
-// the first list's layout first, and the indices whose padding it restored; later calls of that
-// geometry run the CPU's own _foreach op on the flat buffers without Python.
+// or in two that one strided view of each reads in the same order: docs/design.md "Foreach ops"),
+// each tensor's view of its buffer, the tensors it copied into the first list's layout first, and
+// the indices whose padding it restored; later calls of that geometry run the CPU's own _foreach
+// op on those views without Python.
 #pragma once
 
 #include "kernel_front.h"
@@ -17,9 +18,11 @@ struct ForeachCopy {
 };
 
 // `lists`: (argument position, the call's tensors) of each list argument, the first one written;
-// `numels`: each index's buffer element count; `padded`: the first list's indices whose padding
-// gets the pad value back after the op.
+// `views`: per list, each index's view of its tensor's buffer (a copied tensor's: of the copy), of
+// one shape across the lists; `padded`: the first list's indices whose padding gets the pad value
+// back after the op.
 bool offer_foreach(const std::string& op, const std::vector<std::pair<int64_t, std::vector<at::Tensor>>>& lists,
-                   std::vector<int64_t> numels, std::vector<ForeachCopy> copies, std::vector<int64_t> padded);
+                   std::vector<std::vector<BufferView>> views, std::vector<ForeachCopy> copies,
+                   std::vector<int64_t> padded);
 
 }  // namespace torch_layouts

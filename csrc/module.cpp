@@ -300,12 +300,17 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                                   buffer_view(out_view));
   });
   m.def("_offer_foreach", [](const std::string& op, const std::vector<std::pair<int64_t, std::vector<at::Tensor>>>& lists,
-                             std::vector<int64_t> numels,
+                             const py::sequence& views,
                              const std::vector<std::tuple<int64_t, int64_t, std::shared_ptr<BoundLayout>>>& copies,
                              std::vector<int64_t> padded) {
+    std::vector<std::vector<BufferView>> parsed_views;
+    for (const auto& list : views) {
+      parsed_views.emplace_back();
+      for (const auto& v : py::cast<py::sequence>(list)) parsed_views.back().push_back(buffer_view(v));
+    }
     std::vector<ForeachCopy> parsed;
     for (const auto& [arg, index, layout] : copies) parsed.push_back(ForeachCopy{arg, index, layout});
-    return offer_foreach(op, lists, std::move(numels), std::move(parsed), std::move(padded));
+    return offer_foreach(op, lists, std::move(parsed_views), std::move(parsed), std::move(padded));
   });
   m.def(
       "_offer_reduce",
@@ -364,8 +369,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     return py::tuple(py::cast(key));
   });
   // ops/foreach.py: one key for the tensors of a _foreach call's lists (each tensor's geometry key
-  // and whether it shares the first list's tensor's buffer), None if one carries no layout; and the
-  // flat views of whole buffers.
+  // and whether it shares the first list's tensor's buffer), None if one carries no layout; and
+  // views of the tensors' buffers, (sizes, strides, offset) each.
   m.def("_foreach_key", [](const std::vector<std::vector<at::Tensor>>& lists) -> py::object {
     // how many lists of how many tensors: [a, b] and [a], [b] are different calls
     std::vector<int64_t> key{static_cast<int64_t>(lists.size()), lists.empty() ? 0 : static_cast<int64_t>(lists[0].size())};
@@ -383,16 +388,16 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     }
     return py::tuple(py::cast(key));
   });
-  m.def("_flat_views", [](const std::vector<at::Tensor>& tensors, const std::vector<int64_t>& numels) {
-    TORCH_CHECK_VALUE(tensors.size() == numels.size(), "_flat_views: ", tensors.size(), " tensors, ", numels.size(),
-                      " counts");
-    std::vector<at::Tensor> views;
-    views.reserve(tensors.size());
+  m.def("_raw_views", [](const std::vector<at::Tensor>& tensors, const py::sequence& views) {
+    TORCH_CHECK_VALUE(tensors.size() == views.size(), "_raw_views: ", tensors.size(), " tensors, ", views.size(),
+                      " views");
+    std::vector<at::Tensor> out;
+    out.reserve(tensors.size());
     for (size_t i = 0; i < tensors.size(); ++i) {
       TORCH_CHECK_VALUE(tensors[i].is_privateuseone(), "expected a spyre tensor, got one on ", tensors[i].device());
-      views.push_back(raw_view(tensors[i], {numels[i]}, {1}, 0));
+      out.push_back(view_of(tensors[i], buffer_view(views[i])));
     }
-    return views;
+    return out;
   });
   m.def("_impl_carries_layout", [](const at::Tensor& t) {
     auto* impl = dynamic_cast<SpyreTensorImpl*>(t.unsafeGetTensorImpl());

@@ -152,8 +152,9 @@ def test_optimizers_take_the_foreach_kernels(make):
 
 
 def test_a_tensor_in_two_lists_of_another_layout():
-    """Adam's ``addcmul_(exp_avg_sq, grad, grad)`` with a gradient in another layout than the
-    state: copied once into the state's layout, the CPU's result bit for bit."""
+    """Adam's ``addcmul_(exp_avg_sq, grad, grad)`` with a gradient in another dim order than the
+    state (a strided view of it would transpose): copied once into the state's layout, the CPU's
+    result bit for bit."""
     g = torch.randn(64, 64)
     state = torch.rand(64, 64)
     dg = g.to("spyre", device_layout=SpyreTensorLayout((64, 64), F32, [1, 0]))
@@ -162,6 +163,7 @@ def test_a_tensor_in_two_lists_of_another_layout():
     torch._foreach_addcmul_(ds, [dg], [dg], value=0.001)
     torch._foreach_addcmul_([state], [g], [g], value=0.001)
     assert torch_layouts.stats()["kernel_calls"] == {"aten::_foreach_addcmul_.Scalar": 1}
+    assert torch_layouts.stats()["d2d_bytes"] == g.numel() * g.element_size()  # one copy
     assert torch.equal(bits(ds[0].cpu()), bits(state))
 
 
@@ -191,6 +193,41 @@ REPLAYED = [
     ("add_-scalar-changes-padding", lambda ls, s: torch._foreach_add_(ls[0], 1.5), 1, False),
     ("zero_", lambda ls, s: torch._foreach_zero_(ls[0]), 1, False),
 ]
+
+
+def packed_gradient(host: torch.Tensor) -> torch.Tensor:
+    """``host`` (48 elements) on the device as MultiheadAttention's ``in_proj_bias`` gradient is
+    laid out: reduced from a (6, 2, 3, 16) buffer, 3 sticks of 16, where the bias has 2 sticks of 32."""
+    batch = torch.zeros(6, 2, 3, 16)
+    batch[0, 0] = host.view(3, 16)
+    return batch.to("spyre").view(6, 2, 48).sum((0, 1))
+
+
+@pytest.mark.parametrize("_, fn, count, scalars", [c for c in REPLAYED if c[2] > 1], ids=[c[0] for c in REPLAYED
+                                                                                          if c[2] > 1])
+def test_inputs_of_another_layout_read_in_place_where_the_order_agrees(_, fn, count, scalars, monkeypatch):
+    """A gradient whose layout splits the shape as the parameter's does, walked in the same order
+    (3 sticks of 16 against 2 of 32), is read through a strided view of its own buffer, in the first
+    call and in the front's replays: no copy or relayout, the CPU's bits, the padding untouched."""
+    from torch_layouts.ops import foreach
+    foreach.PLANS.clear()
+    torch_layouts.ops.elementwise.forget_recipes()
+    entered = []
+    monkeypatch.setattr(foreach, "_columns", lambda *a, original=foreach._columns: entered.append(1) or original(*a))
+    gen = torch.Generator().manual_seed(count)
+    for call in range(3):
+        host = [[torch.rand(48, generator=gen) + 0.5, torch.rand(64, 32, generator=gen)] for _ in range(count)]
+        dev = [[k[0].to("spyre"), k[1].to("spyre")] for k in host[:1]]
+        dev += [[packed_gradient(k[0]), k[1].to("spyre")] for k in host[1:]]
+        assert dev[-1][0].device_tensor_layout() != dev[0][0].device_tensor_layout()
+        per_tensor = [0.5 + call, 1.5] if scalars else None
+        torch_layouts.reset_stats()
+        fn(dev, per_tensor)
+        assert torch_layouts.stats()["d2d_bytes"] == 0 and torch_layouts.stats()["relayouts"] == 0
+        fn(host, per_tensor)
+        for dev_list, host_list in zip(dev, host):
+            for g, w in zip(dev_list, host_list):
+                assert torch.equal(bits(g.cpu()), bits(w)) and padding_holds_pad_value(g)
 
 
 @pytest.mark.parametrize("names", [["lined-up", "matrix"], ["padded", "pad-value", "mismatch"]],

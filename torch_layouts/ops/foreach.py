@@ -6,7 +6,10 @@ device dims but for dims of size 1, same host size and strides) and the layout k
 the lists' raw buffers line up element for element: the CPU's own ``_foreach`` op runs once on
 the raw buffers of all such indices, and the padding of the tensors it wrote gets its pad value
 back. An input of another layout than the first list's tensor (a gradient laid out by the
-reduction that made it) is first copied into that layout. The other indices run tensor by
+reduction that made it) is read, as that index's other tensors are, through a strided view of its
+buffer in a refinement of the shape both layouts split evenly (``operands.common_reads``) where
+both views walk their buffers in one dim order; otherwise (a transpose, which a relayout does
+faster) it is first copied into the first tensor's layout. The other indices run tensor by
 tensor through the device's pointwise kernels, as ATen's composite ``_foreach`` kernel would.
 
 Example::
@@ -27,7 +30,7 @@ import torch
 
 from .. import _C
 from ..core.layout import BoundLayout
-from .operands import geometry_key, has_padding, keep, new_tensor, record_of, runtime_record
+from .operands import Read, common_reads, geometry_key, has_padding, keep, new_tensor, record_of, runtime_record
 from .registry import register
 
 A = torch.ops.aten
@@ -91,15 +94,16 @@ def _row_major(size: Sequence[int], stride: Sequence[int]) -> bool:
 
 class CallPlan(NamedTuple):
     """What a call of one geometry (``_C._foreach_key``: every tensor's geometry key, and which
-    share the first list's tensor's buffer) runs on raw buffers: the indices that line up, each
-    one's buffer element count, coordinates and padding; the (list, position among the fast
+    share the first list's tensor's buffer) runs on raw buffers: the indices that line up; per
+    list, each one's view of its buffer (the whole buffer, or a strided view of its elements where
+    the index mixes two layouts); each index's coordinates; the (list, position among the fast
     indices) of the tensors copied into the first list's layout first; the others run tensor by
     tensor. ``flats`` keeps the layouts in the key alive."""
 
     fast: tuple[int, ...]
-    numels: tuple[int, ...]
+    views: tuple[tuple[Read, ...], ...]  # per list, per fast index
     coords: tuple[BoundLayout, ...]
-    padded: tuple[int, ...]  # positions among the fast indices whose buffers have padding
+    padded: tuple[int, ...]  # positions among the fast indices whose whole buffers, padded, are written
     copies: tuple[tuple[int, int], ...]
     flats: tuple
 
@@ -109,11 +113,15 @@ MAX_PLANS = 256
 
 
 def call_plan(lists: list[list[torch.Tensor]]) -> CallPlan:
-    """Which indices line up (see the module docstring); a tensor of another layout than the first
-    list's (a gradient laid out by the reduction that made it) is copied into that layout, which
-    the device's copy does in one relayout; an index whose first tensor is not flat, or whose
-    tensors differ in shape, dtype or device, or share its buffer in another layout, does not."""
-    fast, flats, copies = [], [], []
+    """Which indices line up (see the module docstring); tensors of another layout than the first
+    list's (a gradient laid out by the reduction that made it) are read through strided views
+    (``_same_order_reads``), or else copied into that layout, which the device's copy does in one
+    relayout; an index whose first tensor is not flat, or whose tensors differ in shape, dtype or
+    device, or share its buffer in another layout, does not line up."""
+    fast: list[int] = []
+    flats: list[Flat] = []
+    copies: list[tuple[int, int]] = []
+    views: list[list[Read]] = [[] for _ in lists]
     for i, t in enumerate(lists[0]):
         f = flat(t)
         if f is None:
@@ -128,16 +136,47 @@ def call_plan(lists: list[list[torch.Tensor]]) -> CallPlan:
                     break
                 moved.append(k)
         else:
-            copies += [(k, len(fast)) for k in moved]
+            whole = ((f.numel,), (1,), 0)
+            reads = _same_order_reads(t, [lists[k][i] for k in moved]) if moved else None
+            if reads is None:
+                copies += [(k, len(fast)) for k in moved]
+            for k, column in enumerate(views):
+                column.append(whole if reads is None else reads[k in moved])
             fast.append(i)
             flats.append(f)
-    return CallPlan(tuple(fast), tuple(f.numel for f in flats), tuple(f.coords for f in flats),
-                    tuple(j for j, f in enumerate(flats) if f.padded), tuple(copies), tuple(flats))
+    padded = tuple(j for j, f in enumerate(flats) if f.padded and views[0][j] == ((f.numel,), (1,), 0))
+    return CallPlan(tuple(fast), tuple(map(tuple, views)), tuple(f.coords for f in flats), padded, tuple(copies),
+                    tuple(flats))
+
+
+def _same_order_reads(t: torch.Tensor, others: list[torch.Tensor]) -> tuple[Read, Read] | None:
+    """Strided views of ``t``'s buffer and of ``others``' (tensors of one geometry) holding their
+    elements in one order, where both walk their buffers in the same dim order; None where the
+    layouts do not split the shape alike, or where one view transposes the other (a copy into
+    ``t``'s layout and one pass over whole buffers is then faster than a strided op).
+
+    >>> p = torch.zeros(48, device="spyre")  # a bias: 2 sticks of 32
+    >>> g = torch.ones(6, 2, 3, 16, device="spyre").view(6, 2, 48).sum((0, 1))  # 3 sticks of 16
+    >>> _same_order_reads(p, [g])
+    (((3, 16), (16, 1), 0), ((3, 16), (32, 1), 0))
+    """
+    if len({geometry_key(o) for o in others}) != 1:
+        return None
+    reads = common_reads(t, others[0])
+    if reads is None or _walk(reads[0]) != _walk(reads[1]):
+        return None
+    return reads
+
+
+def _walk(read: Read) -> list[int]:
+    """A view's dims of more than one element, largest stride first."""
+    sizes, strides, _ = read
+    return sorted((d for d, n in enumerate(sizes) if n != 1), key=lambda d: -strides[d])
 
 
 def _columns(lists: list[list[torch.Tensor]], plan: CallPlan) -> list[list[torch.Tensor]]:
-    """The lists' tensors at the fast indices, those of another layout copied into the first's
-    (once per tensor two lists hold: ``addcmul_(grad, grad)``)."""
+    """The lists' tensors at the fast indices, those the plan copies into the first's layout
+    copied (once per tensor two lists hold: ``addcmul_(grad, grad)``)."""
     columns = [[lst[i] for i in plan.fast] for lst in lists]
     copied: dict[int, torch.Tensor] = {}
     for k, j in plan.copies:
@@ -183,8 +222,8 @@ def _kernel(spec: Foreach) -> Callable[..., Any]:
         if plan.fast:
             if spec.inplace and len(plan.fast) == n:
                 _offer(spec, args, plan)
-            columns = iter(_columns(lists, plan))
-            raw_args = [_C._flat_views(next(columns), plan.numels) if k == "L" else [a[i] for i in plan.fast]
+            columns = iter(zip(_columns(lists, plan), plan.views))
+            raw_args = [_C._raw_views(*next(columns)) if k == "L" else [a[i] for i in plan.fast]
                         if k == "SL" else a for a, k in zip(args, spec.kinds)]
             if spec.inplace:
                 op(*raw_args, **kwargs)
@@ -193,7 +232,7 @@ def _kernel(spec: Foreach) -> Callable[..., Any]:
                 # form would allocate each result; copying then rewriting in place takes two passes)
                 device = lists[0][0].device
                 outs = [new_tensor(c, device) for c in plan.coords]
-                for a, o in zip(raw_args[0], _C._flat_views(outs, plan.numels)):
+                for a, o in zip(raw_args[0], _C._raw_views(outs, plan.views[0])):
                     spec.single(a, out=o, **kwargs)
                 _restore_padding(outs, plan)
                 for i, out in zip(plan.fast, outs):
@@ -212,7 +251,7 @@ def _offer(spec: Foreach, args: tuple, plan: CallPlan) -> None:
     """Offer the runtime's front the replay of an in-place call whose every index lines up
     (``csrc/foreach_recipe.h``), so that it runs later calls of this geometry itself."""
     positions = [j for j, k in enumerate(spec.kinds) if k == "L"]
-    _C._offer_foreach("aten::" + spec.name, [(j, list(args[j])) for j in positions], list(plan.numels),
+    _C._offer_foreach("aten::" + spec.name, [(j, list(args[j])) for j in positions], list(plan.views),
                       [(positions[k], j, runtime_record(plan.coords[j])) for k, j in plan.copies], list(plan.padded))
 
 
