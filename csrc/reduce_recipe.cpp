@@ -47,7 +47,20 @@ class ReduceReplay final : public Replay {
       if (kind == Kind::kMean) values = values.div(count);
       return values.to(out_dtype);
     }
+    // reduced dims that lie end to end in memory merged into the most contiguous of them, as
+    // ops/reductions.merge_reduced does (`order`: most contiguous first)
+    std::vector<int64_t> sizes = v.sizes().vec(), dims;
+    const std::vector<int64_t> strides = v.strides().vec();
     for (int64_t d : order) {
+      if (!dims.empty() && strides[d] == sizes[dims.back()] * strides[dims.back()]) {
+        sizes[dims.back()] *= sizes[d];
+        sizes[d] = 1;
+      } else {
+        dims.push_back(d);
+      }
+    }
+    if (dims.size() < order.size()) v = v.as_strided(sizes, strides, v.storage_offset());
+    for (int64_t d : dims) {
       switch (kind) {
         case Kind::kSum:
         case Kind::kMean: v = at::sum(v, {d}, true, dtype); break;

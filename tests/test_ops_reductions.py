@@ -182,6 +182,30 @@ def test_replayed_reductions_match_the_planning_path(shape, dtype, data, kind):
     torch.testing.assert_close(replayed, getattr(second, kind)(dim=dims, keepdim=keepdim), **tolerance(dtype, count))
 
 
+# float16 sums over several dims that lie end to end in the device buffer: shape, dims.
+END_TO_END = [((6, 2, 48), (0, 1)), ((4, 8, 64), (0, 1)), ((3, 5, 7, 32), (0, 1, 2)), ((16, 12, 40), (0, 1)),
+              ((7, 9, 33), (0, 1)), ((2, 3, 4, 5, 64), (0, 1, 2, 3))]
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("shape, dims", END_TO_END, ids=[str(c[0]) for c in END_TO_END])
+def test_half_sums_over_dims_end_to_end_round_once(shape, dims, seed):
+    """Reduced dims that lie end to end in the device buffer are one dim to the CPU's sum
+    (``reductions.merge_reduced``, and its replay): accumulated in float32 and rounded to float16
+    once, so within an ulp of the exact sum (rounded per dim they were 3 to 119 ulps off), the
+    first call's bits the replays' too."""
+    from torch_layouts.ops import elementwise, reductions
+    elementwise.forget_recipes()  # the first call plans
+    reductions.PLANS.clear()
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(seed)).half()
+    exact = x.double().sum(dims)
+    ulp = (torch.nextafter(exact.half(), torch.tensor(math.inf, dtype=F16)).double() - exact.half().double()).abs()
+    y = x.to("spyre")
+    calls = [y.sum(dims).cpu() for _ in range(3)]
+    assert ((calls[0].double() - exact).abs() <= ulp).all()
+    assert all(torch.equal(c.view(torch.int16), calls[0].view(torch.int16)) for c in calls)
+
+
 # Whole-tensor sums and means (``loss.mean()``) of tensors whose stick is right: the CPU's reduction
 # on the input's strided view of its buffer (no copy, no restickify), replayed by the runtime's
 # front after the first call of a geometry. id, base shape, dtype, the view, kind.

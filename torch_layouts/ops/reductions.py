@@ -232,20 +232,44 @@ def reduce_view(v: torch.Tensor, red: tuple[int, ...], kind: str, device: torch.
     """Reduce the device dims ``red`` of a CPU view, keeping them as size 1.
 
     Every kind reduces one dim at a time, the most contiguous first: far faster on strided
-    views than one multi-dim reduction, and no copy of the input. ``amax``/``amin`` are
-    exact. float16 and bfloat16 sums without a ``dtype`` (their result is low precision
-    anyway) use the CPU's own kernels, which accumulate in float32 and round each stage's
-    result; asking them for float32 instead first copies the whole input to float32, which
-    an explicit ``dtype`` pays for its precision."""
+    views than one multi-dim reduction, and no copy of the input; reduced dims that lie end to
+    end in memory are one dim (``merge_reduced``). ``amax``/``amin`` are exact. float16 and
+    bfloat16 sums without a ``dtype`` (their result is low precision anyway) use the CPU's own
+    kernels, which accumulate in float32 and round each stage's result; asking them for float32
+    instead first copies the whole input to float32, which an explicit ``dtype`` pays for its
+    precision."""
     if not red:
         return v if dtype is None else v.to(dtype)
     native = kind == "sum" and v.dtype in LOW_PRECISION and dtype is None
-    for d in sorted(red, key=lambda d: (v.stride(d), d)):
+    v, dims = merge_reduced(v, sorted(red, key=lambda d: (v.stride(d), d)))
+    for d in dims:
         if kind != "sum":
             v = getattr(v, kind)(d, keepdim=True)
         else:
             v = v.sum(d, keepdim=True) if native else v.sum(d, keepdim=True, dtype=dtype)
     return v if dtype is None or v.dtype == dtype else v.to(dtype)
+
+
+def merge_reduced(v: torch.Tensor, order: Sequence[int]) -> tuple[torch.Tensor, list[int]]:
+    """``v`` with each dim of ``order`` (reduced dims, most contiguous first) whose stride is the
+    size times the stride of the dim before it merged into that one (left of size 1), and the dims
+    left to reduce: one reduction over the merged dim, in the order ATen's reduction over the same
+    dims of a contiguous tensor takes (it merges them too), instead of one per dim. The runtime's
+    replay of a reduction merges alike (``csrc/reduce_recipe.cpp``).
+
+    >>> v, dims = merge_reduced(torch.zeros(6, 2, 3, 32)[..., :16], [1, 0])  # a padded (6, 2, 48)
+    >>> tuple(v.shape), dims
+    ((1, 12, 3, 16), [1])
+    """
+    sizes, strides = list(v.shape), list(v.stride())
+    dims: list[int] = []
+    for d in order:
+        if dims and strides[d] == sizes[dims[-1]] * strides[dims[-1]]:
+            sizes[dims[-1]] *= sizes[d]
+            sizes[d] = 1
+        else:
+            dims.append(d)
+    return (v if len(dims) == len(order) else v.as_strided(sizes, strides, v.storage_offset())), dims
 
 
 # Inputs from which sums over sticks take the C++ row sums: below, ATen's sum on the view (either
