@@ -141,7 +141,7 @@ def call_plan(lists: list[list[torch.Tensor]]) -> CallPlan:
             if reads is None:
                 copies += [(k, len(fast)) for k in moved]
             for k, column in enumerate(views):
-                column.append(whole if reads is None else reads[k in moved])
+                column.append(whole if reads is None else reads[1] if k in moved else reads[0])
             fast.append(i)
             flats.append(f)
     padded = tuple(j for j, f in enumerate(flats) if f.padded and views[0][j] == ((f.numel,), (1,), 0))

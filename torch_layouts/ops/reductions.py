@@ -253,9 +253,9 @@ def reduce_view(v: torch.Tensor, red: tuple[int, ...], kind: str, device: torch.
 def merge_reduced(v: torch.Tensor, order: Sequence[int]) -> tuple[torch.Tensor, list[int]]:
     """``v`` with each dim of ``order`` (reduced dims, most contiguous first) whose stride is the
     size times the stride of the dim before it merged into that one (left of size 1), and the dims
-    left to reduce: one reduction over the merged dim, in the order ATen's reduction over the same
-    dims of a contiguous tensor takes (it merges them too), instead of one per dim. The runtime's
-    replay of a reduction merges alike (``csrc/reduce_recipe.cpp``).
+    left to reduce: one reduction over the merged dim, walking memory in order (as ATen merges the
+    reduced dims of one tensor that lie end to end), instead of one per dim. The runtime's replay
+    of a reduction merges alike (``csrc/reduce_recipe.cpp``).
 
     >>> v, dims = merge_reduced(torch.zeros(6, 2, 3, 32)[..., :16], [1, 0])  # a padded (6, 2, 48)
     >>> tuple(v.shape), dims
