@@ -29,6 +29,7 @@ ENTRIES = {
     "dim-order": ((40, 64), [1, 0], False, 0.0),
     "view": ((64, 32), None, True, 0.0),
     "mismatch": ((64, 64), [1, 0], False, 0.0),  # no padding either way: the first list default, the others not
+    "packed": ((48,), None, False, 0.0),  # the first list 2 sticks of 32, the others 3 of 16 (packed_gradient)
 }
 
 
@@ -44,11 +45,20 @@ def bits(t: torch.Tensor) -> torch.Tensor:
     return t.contiguous().view(torch.int32)
 
 
+def packed_gradient(host: torch.Tensor) -> torch.Tensor:
+    """``host`` (48 elements) on the device as MultiheadAttention's ``in_proj_bias`` gradient is
+    laid out: reduced from a (6, 2, 3, 16) buffer, 3 sticks of 16, where the bias has 2 sticks of 32."""
+    batch = torch.zeros(6, 2, 3, 16)
+    batch[0, 0] = host.view(3, 16)
+    return batch.to("spyre").view(6, 2, 48).sum((0, 1))
+
+
 def lists(names: list[str], count: int, seed: int) -> tuple[list[list[torch.Tensor]], list[list[torch.Tensor]]]:
     """``count`` CPU lists and their device copies, index i shaped as ``ENTRIES[names[i]]``."""
     gen = torch.Generator().manual_seed(seed)
     host = [[torch.rand(ENTRIES[n][0], generator=gen) + 0.5 for n in names] for _ in range(count)]
-    dev = [[device(t, *(ENTRIES[n][1:] if n != "mismatch" or k else (None, False, 0.0))) for t, n in zip(row, names)]
+    dev = [[packed_gradient(t) if n == "packed" and k else
+            device(t, *(ENTRIES[n][1:] if n != "mismatch" or k else (None, False, 0.0))) for t, n in zip(row, names)]
            for k, row in enumerate(host)]
     return host, dev
 
@@ -193,14 +203,6 @@ REPLAYED = [
     ("add_-scalar-changes-padding", lambda ls, s: torch._foreach_add_(ls[0], 1.5), 1, False),
     ("zero_", lambda ls, s: torch._foreach_zero_(ls[0]), 1, False),
 ]
-
-
-def packed_gradient(host: torch.Tensor) -> torch.Tensor:
-    """``host`` (48 elements) on the device as MultiheadAttention's ``in_proj_bias`` gradient is
-    laid out: reduced from a (6, 2, 3, 16) buffer, 3 sticks of 16, where the bias has 2 sticks of 32."""
-    batch = torch.zeros(6, 2, 3, 16)
-    batch[0, 0] = host.view(3, 16)
-    return batch.to("spyre").view(6, 2, 48).sum((0, 1))
 
 
 @pytest.mark.parametrize("_, fn, count, scalars", [c for c in REPLAYED if c[2] > 1], ids=[c[0] for c in REPLAYED
