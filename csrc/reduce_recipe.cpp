@@ -25,7 +25,8 @@ class ReduceReplay final : public Replay {
   std::vector<int64_t> values_sizes;      // their values' shape (the reduced dims of size 1)
 
   // The per-dim reductions of v, as ops/reductions.reduce_view and _values make them (row sums:
-  // as _row_sums does).
+  // as _row_sums does); offer_reduce merged the input view's end-to-end reduced dims once (the
+  // pieces' kinds, amax, amin, all and any, give the same bits merged or not).
   at::Tensor reduce(at::Tensor v) const {
     if (row_sums) {
       std::vector<int64_t> perm, shape;  // the kept dims in order, then the reduced ones ascending
@@ -47,20 +48,7 @@ class ReduceReplay final : public Replay {
       if (kind == Kind::kMean) values = values.div(count);
       return values.to(out_dtype);
     }
-    // reduced dims that lie end to end in memory merged into the most contiguous of them, as
-    // ops/reductions.merge_reduced does (`order`: most contiguous first)
-    std::vector<int64_t> sizes = v.sizes().vec(), dims;
-    const std::vector<int64_t> strides = v.strides().vec();
     for (int64_t d : order) {
-      if (!dims.empty() && strides[d] == sizes[dims.back()] * strides[dims.back()]) {
-        sizes[dims.back()] *= sizes[d];
-        sizes[d] = 1;
-      } else {
-        dims.push_back(d);
-      }
-    }
-    if (dims.size() < order.size()) v = v.as_strided(sizes, strides, v.storage_offset());
-    for (int64_t d : dims) {
       switch (kind) {
         case Kind::kSum:
         case Kind::kMean: v = at::sum(v, {d}, true, dtype); break;
@@ -111,6 +99,22 @@ class ReduceReplay final : public Replay {
   }
 };
 
+// The reduced dims of `view` that lie end to end in memory (a dim's stride the size times the
+// stride of the one before it in `order`, most contiguous first) merged into the first of them, the
+// others left of size 1 and dropped from `order`: as ops/reductions.merge_reduced does.
+void merge_reduced(BufferView& view, std::vector<int64_t>& order) {
+  std::vector<int64_t> dims;
+  for (int64_t d : order) {
+    if (!dims.empty() && view.strides[d] == view.sizes[dims.back()] * view.strides[dims.back()]) {
+      view.sizes[dims.back()] *= view.sizes[d];
+      view.sizes[d] = 1;
+    } else {
+      dims.push_back(d);
+    }
+  }
+  order = std::move(dims);
+}
+
 std::optional<Kind> kind_of(const std::string& kind) {
   if (kind == "sum") return Kind::kSum;
   if (kind == "amax") return Kind::kAmax;
@@ -145,6 +149,7 @@ bool offer_reduce(const std::string& kind, const at::Tensor& x, BufferView input
   for (int64_t d : order) {
     if (d < 0 || static_cast<size_t>(d) >= input.sizes.size()) return false;
   }
+  if (!row_sums) merge_reduced(input, order);  // once here, not at every call
   r->input = std::move(input);
   r->result = std::move(result);
   r->order = std::move(order);
