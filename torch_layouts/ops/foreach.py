@@ -122,6 +122,7 @@ def call_plan(lists: list[list[torch.Tensor]]) -> CallPlan:
     flats: list[Flat] = []
     copies: list[tuple[int, int]] = []
     views: list[list[Read]] = [[] for _ in lists]
+    padded: list[int] = []
     for i, t in enumerate(lists[0]):
         f = flat(t)
         if f is None:
@@ -136,17 +137,16 @@ def call_plan(lists: list[list[torch.Tensor]]) -> CallPlan:
                     break
                 moved.append(k)
         else:
-            whole = ((f.numel,), (1,), 0)
             reads = _same_order_reads(t, [lists[k][i] for k in moved]) if moved else None
-            if reads is None:
+            if reads is None:  # whole buffers: the written one's padding is restored after
                 copies += [(k, len(fast)) for k in moved]
+                padded += [len(fast)] if f.padded else []
             for k, column in enumerate(views):
-                column.append(whole if reads is None else reads[1] if k in moved else reads[0])
+                column.append(((f.numel,), (1,), 0) if reads is None else reads[1] if k in moved else reads[0])
             fast.append(i)
             flats.append(f)
-    padded = tuple(j for j, f in enumerate(flats) if f.padded and views[0][j] == ((f.numel,), (1,), 0))
-    return CallPlan(tuple(fast), tuple(map(tuple, views)), tuple(f.coords for f in flats), padded, tuple(copies),
-                    tuple(flats))
+    return CallPlan(tuple(fast), tuple(map(tuple, views)), tuple(f.coords for f in flats), tuple(padded),
+                    tuple(copies), tuple(flats))
 
 
 def _same_order_reads(t: torch.Tensor, others: list[torch.Tensor]) -> tuple[Read, Read] | None:
