@@ -4,6 +4,7 @@
 #include <ATen/Parallel.h>
 #include <ATen/ops/from_blob.h>
 #include <c10/util/Exception.h>
+#include <c10/util/accumulate.h>
 #include <c10/util/irange.h>
 
 #include <algorithm>
@@ -480,6 +481,14 @@ void run_fills(const std::vector<Fill>& fills, void* base, int64_t numel, c10::S
       for (const auto& fill : fills) flat.as_strided(fill.ranges, fill.strides, fill.offset).fill_(value);
     }
   }
+}
+
+void fill_fresh(const std::vector<Fill>& fills, void* base, int64_t numel, c10::ScalarType dtype,
+                const c10::Scalar& value) {
+  int64_t covered = 0;
+  for (const auto& fill : fills) covered += c10::multiply_integers(fill.ranges);
+  if (2 * covered < numel) return run_fills(fills, base, numel, dtype, value);
+  run_fills({Fill{{numel}, {1}, 0}}, base, numel, dtype, value);
 }
 
 }  // namespace torch_layouts

@@ -25,4 +25,10 @@ int64_t set_stream_bytes(int64_t bytes);
 void run_fills(const std::vector<Fill>& fills, void* base, int64_t numel, c10::ScalarType dtype,
                const c10::Scalar& value);
 
+// A fresh buffer's run_fills: where the fills cover at least half of it (a reduction's result of
+// one element per stick), every element is set instead, its real positions too (whose contents a
+// fresh buffer does not define), in one contiguous fill.
+void fill_fresh(const std::vector<Fill>& fills, void* base, int64_t numel, c10::ScalarType dtype,
+                const c10::Scalar& value);
+
 }  // namespace torch_layouts

@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "bounded_table.h"
+#include "piece_copies.h"
 
 namespace py = pybind11;
 
@@ -52,14 +53,17 @@ class CloneRecipe final : public Replay {
   void run(c10::ArrayRef<c10::IValue> args, int64_t, std::vector<c10::IValue>& results) const override {
     const at::Tensor& src = args[0].toTensor();
     at::Tensor result = new_device_tensor(out, src.device());
-    for (const auto& [from, to] : pieces) borrowed_view_of(result, to).copy_(borrowed_view_of(src, from));
-    if (pieces.empty()) result.copy_(src);
+    if (pieces.empty()) {
+      result.copy_(src);
+    } else {
+      copy_pieces(result, src, pieces);
+    }
     results.emplace_back(std::move(result));
   }
 };
 
-// cat's or stack's recipe: a new tensor of `out`, each listed input copied into its part by CPU
-// copies between strided views of the two buffers (converting where the dtypes differ).
+// cat's or stack's recipe: a new tensor of `out`, each listed input copied into its part by
+// piece copies between the two buffers (converting where the dtypes differ: piece_copies.h).
 class ConcatRecipe final : public Replay {
  public:
   LayoutPtr out;
@@ -68,10 +72,7 @@ class ConcatRecipe final : public Replay {
   void run(c10::ArrayRef<c10::IValue> args, int64_t, std::vector<c10::IValue>& results) const override {
     const c10::List<at::Tensor> inputs = args[0].toTensorList();
     at::Tensor result = new_device_tensor(out, inputs.get(0).device());
-    for (size_t i = 0; i < pieces.size(); ++i) {
-      const at::Tensor input = inputs.get(i);
-      for (const auto& [from, to] : pieces[i]) borrowed_view_of(result, to).copy_(borrowed_view_of(input, from));
-    }
+    for (size_t i = 0; i < pieces.size(); ++i) copy_pieces(result, inputs.get(i), pieces[i]);
     results.emplace_back(std::move(result));
   }
 };

@@ -25,8 +25,9 @@ class ReduceReplay final : public Replay {
   std::vector<int64_t> values_sizes;      // their values' shape (the reduced dims of size 1)
 
   // The per-dim reductions of v, as ops/reductions.reduce_view and _values make them (row sums:
-  // as _row_sums does); offer_reduce merged the input view's end-to-end reduced dims once (the
-  // pieces' kinds, amax, amin, all and any, give the same bits merged or not).
+  // as _row_sums does; `order` most contiguous first, the exact kinds walk it backwards);
+  // offer_reduce merged the input view's end-to-end reduced dims once (the pieces' kinds, amax,
+  // amin, all and any, give the same bits merged or not).
   at::Tensor reduce(at::Tensor v) const {
     if (row_sums) {
       std::vector<int64_t> perm, shape;  // the kept dims in order, then the reduced ones ascending
@@ -48,7 +49,9 @@ class ReduceReplay final : public Replay {
       if (kind == Kind::kMean) values = values.div(count);
       return values.to(out_dtype);
     }
-    for (int64_t d : order) {
+    const bool exact = kind != Kind::kSum && kind != Kind::kMean;  // as reduce_view: outermost dim first
+    for (size_t k = 0; k < order.size(); ++k) {
+      const int64_t d = order[exact ? order.size() - 1 - k : k];
       switch (kind) {
         case Kind::kSum:
         case Kind::kMean: v = at::sum(v, {d}, true, dtype); break;

@@ -114,7 +114,12 @@ at::Tensor new_device_tensor(const LayoutPtr& layout, c10::Device device) {
                                                          c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
                                                          c10::scalarTypeToTypeMeta(layout->dtype), layout);
   tensor.unsafeGetTensorImpl()->set_sizes_and_strides(layout->base_size, layout->base_stride);
-  fill_padding(tensor, *layout);
+  if (!layout->padding.empty()) {
+    const c10::Storage& buffer = tensor.storage();
+    fill_fresh(layout->padding, buffer.mutable_data(),
+               device_nbytes(buffer) / static_cast<int64_t>(c10::elementSize(layout->dtype)), layout->dtype,
+               layout->pad_value);
+  }
   return tensor;
 }
 
