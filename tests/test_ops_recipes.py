@@ -782,6 +782,34 @@ def test_conversions_are_kept_per_geometry(_, shape, src, dst, order, monkeypatc
     assert len(calls) == 1
 
 
+# Conversions of views (id, shape, the view, to dtype): the replay converts the span of the buffer
+# the view's pieces read at once, then moves the pieces (``csrc/piece_copies.cpp``), or, where they
+# read less than half of that span, converts each piece where it lies.
+VIEW_CONVERSIONS = [
+    ("columns", (64, 256), lambda t: t[:, 32:224], F16),
+    ("row-of-a-large-buffer", (64, 256), lambda t: t[37], F16),  # one element per stick: its pieces sparse
+    ("rows-slice-to-bfloat16", (48, 96), lambda t: t[5:40], torch.bfloat16),
+    ("transposed-to-float16", (40, 96), lambda t: t.t(), F16),
+    ("to-int16", (16, 200), lambda t: t[2:], torch.int16),
+]
+
+
+@pytest.mark.parametrize("_, shape, view, dst", VIEW_CONVERSIONS, ids=[c[0] for c in VIEW_CONVERSIONS])
+def test_conversions_of_views_replay_the_cpus_bits(_, shape, view, dst, monkeypatch):
+    """Every call of a view's conversion, planned or replayed, gives the CPU's conversion of the
+    same view bit for bit, in one layout, its padding the pad value; later calls stay out of Python."""
+    elementwise.forget_recipes()
+    calls = _calls_into_python(monkeypatch, elementwise, "convert")
+    outs = []
+    for seed in range(3):
+        x = randn(*shape, seed=seed) * 300
+        out = view(x.to("spyre")).to(dst)
+        assert torch.equal(out.cpu(), view(x).to(dst)) and padding_holds_pad_value(out)
+        outs.append(out)
+    assert all(o.device_tensor_layout() == outs[0].device_tensor_layout() for o in outs)
+    assert len(calls) == 1, "a kept conversion entered Python"
+
+
 # One row per case: id, an out= call of an op whose functional kernel offers a replay, its CPU twin.
 OUT_CASES = [
     ("mm.out", lambda a, b, o: torch.mm(a, b, out=o)),

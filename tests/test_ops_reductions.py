@@ -251,6 +251,32 @@ def test_whole_tensor_reductions_read_the_buffer_in_place(_, shape, dtype, make,
         torch.testing.assert_close(out.cpu(), ref, **tolerance(dtype, math.prod(shape)))
 
 
+# Exact reductions over the sticks of unpadded inputs, whose results alone are padded (one value per
+# stick): replayed by the runtime's front, which reduces the outermost dims first (``reduce_view``).
+# id, shape, dtype, dims, keepdim, kind (``any``/``all`` of ``x > 0``).
+EXACT_OVER_STICKS = [
+    ("amax-rows", (64, 256), F32, (1,), False, "amax"),
+    ("amin-rows-keepdim", (64, 256), F32, (1,), True, "amin"),
+    ("amax-half-two-dims", (8, 4, 128), F16, (0, 2), False, "amax"),
+    ("amin-three-dims", (4, 6, 64), F32, (0, 1, 2), True, "amin"),
+    ("any-rows", (32, 128), F32, (1,), False, "any"),
+    ("all-middle-and-sticks", (6, 8, 64), F32, (1, 2), True, "all"),
+]
+
+
+@pytest.mark.parametrize("_, shape, dtype, dims, keepdim, kind", EXACT_OVER_STICKS,
+                         ids=[c[0] for c in EXACT_OVER_STICKS])
+def test_exact_reductions_over_sticks_replay_the_cpus_bits(_, shape, dtype, dims, keepdim, kind, monkeypatch):
+    """Each call gives the CPU's result bit for bit in Spyre's sparse result layout, its padding the
+    pad value; after the first, the calls are replayed without entering Python."""
+    make = (lambda t: t > 0) if kind in ("any", "all") else (lambda t: t)
+    fn = lambda t: getattr(t, kind)(dim=dims, keepdim=keepdim)  # noqa: E731
+    for out, ref, _x in _in_place_calls(shape, dtype, make, fn, monkeypatch):
+        assert torch.equal(out.cpu(), ref)
+        if kind in ("amax", "amin"):
+            assert out.device_tensor_layout() == expected_layout(shape, dtype, None, dims, keepdim)
+
+
 # Sums and means over sticks taken by the row kernels (``reductions.ROW_SUMS_FROM``, lowered here
 # to every size): later calls of a geometry replay in the runtime's front, the row kernels' bits.
 # id, shape, dtype, dims, keepdim, kind.
