@@ -204,6 +204,15 @@ std::vector<int64_t> call_key(int64_t front, const c10::FunctionSchema& schema, 
 // The new results, or the call's target written in place, with its view passed last to the compute.
 // No argument tensor is copied: a copy of a Python-held tensor takes the GIL (PyTorch's PyObject
 // preservation), and the unboxed front lends the arguments uncounted.
+// v's values read from a contiguous copy of its dims from k on, stride 0 along the others (a
+// broadcast operand: ops/broadcasts.py).
+at::Tensor densified(const at::Tensor& v, int64_t k) {
+  const at::Tensor block = v.as_strided(v.sizes().slice(k), v.strides().slice(k), v.storage_offset()).contiguous();
+  std::vector<int64_t> strides(k, 0);
+  strides.insert(strides.end(), block.strides().begin(), block.strides().end());
+  return block.as_strided(v.sizes(), strides);
+}
+
 void AtenRecipe::run(c10::ArrayRef<c10::IValue> args, int64_t target, std::vector<c10::IValue>& results) const {
   // The call's arguments, the read tensors left out (their views replace them); those the compute
   // takes past them (relu's clamp_min bound) are overrides.
@@ -241,7 +250,8 @@ void AtenRecipe::run(c10::ArrayRef<c10::IValue> args, int64_t target, std::vecto
     const Part& part = parts[p];
     std::vector<c10::IValue> call = p + 1 < parts.size() ? stack : std::move(stack);  // the last part takes it
     for (const RecipeRead& read : part.reads) {  // the arguments, sources and results outlive the call
-      call[read.arg] = borrowed_view_of(read.staged ? sources[read.arg] : args[read.arg].toTensor(), read.view);
+      const at::Tensor v = borrowed_view_of(read.staged ? sources[read.arg] : args[read.arg].toTensor(), read.view);
+      call[read.arg] = read.dense_from >= 0 ? densified(v, read.dense_from) : v;
     }
     if (functional) {  // the returned CPU tensors copied into the results' views
       compute->callBoxed(call);

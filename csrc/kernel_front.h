@@ -109,6 +109,7 @@ struct RecipeRead {
   BufferView view;
   LayoutPtr staged = nullptr;
   int64_t restickify_bytes = 0;
+  int64_t dense_from = -1;  // >= 0: read from a contiguous copy of the view's dims from this one on
 };
 
 // A recipe offered by the Python kernel serving the innermost front call on this thread, for

@@ -170,7 +170,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       [](const std::vector<std::optional<at::Tensor>>& args, const py::list& reads, const py::object& out,
          const py::object& result_view, const std::vector<std::pair<int64_t, py::object>>& overrides,
          const std::string& compute, const std::vector<std::vector<std::pair<int64_t, int64_t>>>& boxes,
-         const py::list& pieces, const std::vector<std::shared_ptr<BoundLayout>>& staged_outs) {
+         const py::list& pieces, const std::vector<std::shared_ptr<BoundLayout>>& staged_outs,
+         const std::vector<int64_t>& dense) {
         // out: None, a record or a list of records; result_view: None, a (sizes, strides, offset)
         // tuple or a list of them
         std::vector<LayoutPtr> outs;
@@ -209,12 +210,21 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           for (const auto& v : py::cast<py::list>(pair[1])) views.push_back(buffer_view(v));
           parts.emplace_back(parse(py::cast<py::list>(pair[0])), std::move(views));
         }
-        return offer_recipe(args, parse(reads), std::move(outs), std::move(results), overrides, compute, boxes,
+        std::vector<RecipeRead> parsed = parse(reads);
+        TORCH_CHECK_VALUE(dense.empty() || dense.size() == parsed.size(), "dense gives ", dense.size(),
+                          " blocks for ", parsed.size(), " recipe reads");
+        for (size_t i = 0; i < dense.size(); ++i) {
+          TORCH_CHECK_VALUE(dense[i] < static_cast<int64_t>(parsed[i].view.sizes.size()), "dense block from dim ",
+                            dense[i], " of a view of ", parsed[i].view.sizes.size(), " dims");
+          parsed[i].dense_from = dense[i];
+        }
+        return offer_recipe(args, std::move(parsed), std::move(outs), std::move(results), overrides, compute, boxes,
                             std::move(parts), {staged_outs.begin(), staged_outs.end()});
       },
       py::arg("args"), py::arg("reads"), py::arg("out"), py::arg("result_view"), py::arg("overrides"),
       py::arg("compute"), py::arg("boxes") = std::vector<std::vector<std::pair<int64_t, int64_t>>>{},
-      py::arg("pieces") = py::list(), py::arg("staged_outs") = std::vector<std::shared_ptr<BoundLayout>>{});
+      py::arg("pieces") = py::list(), py::arg("staged_outs") = std::vector<std::shared_ptr<BoundLayout>>{},
+      py::arg("dense") = std::vector<int64_t>{});
   m.def(
       "_offer_clone_recipe",
       [](const at::Tensor& src, std::shared_ptr<BoundLayout> out, const py::list& pieces) {

@@ -43,6 +43,7 @@ from ..dma.relayout import relayout_transfers
 from ..runtime.layout_records import default_layout
 from ..spyre import SpyreTensorLayout
 from . import rules
+from .broadcasts import dense_from, densified
 from .operands import (coords_for, coords_with_dtype, copy_pieces, default_coords, geometry_key, has_padding,
                        is_whole_dense, keep, layouts_of, new_tensor, operand_layout, ordered_coords,
                        piece_common_reads, piece_reads, plan, raw, raw_view, real_slices, record_of, rowmajor,
@@ -240,6 +241,7 @@ class Recipe(NamedTuple):
     # out=: the target's (strides, offset); a new result of another stick length (a bool one): its view's
     target_read: tuple[tuple[int, ...], int] | None
     unpadded: bool  # the coordinates have no padding: one box covers them
+    dense: tuple[int, ...] = ()  # per read, the first dim of the block it is read densified over (-1: none)
 
 
 RECIPES: dict[tuple, Recipe] = {}
@@ -282,6 +284,9 @@ def _replay(recipe: Recipe, spec: Spec, args: tuple | list, kwargs: dict, target
             if staged[1]:
                 count_restickify(staged[1])
         views[i] = raw_view(source, coords.shape if len(strides) == len(coords.shape) else (), strides, offset)
+    for (i, _, _, _), dense in zip(recipe.reads, recipe.dense):
+        if dense >= 0:
+            views[i] = densified(views[i])
     if recipe.out_coords is not None:
         out = new_tensor(recipe.out_coords, args[recipe.reads[0][0]].device)
         o = raw_view(out, coords.shape, *(recipe.target_read or ()))
@@ -338,8 +343,10 @@ def _record(key: tuple, spec: Spec, args: list, originals: list, positions: list
         p = plan(target, coords)
         target_read = (p.strides, p.offset)
     layouts = layouts_of([t for t in originals if isinstance(t, torch.Tensor)])
+    dense = tuple(dense_from(coords.shape, strides) if len(strides) == len(coords.shape) and not (inplace and i == 0)
+                  else -1 for i, strides, _, _ in reads)  # an in-place call's target, written, read as it is
     recipe = keep(RECIPES, key, Recipe(layouts, coords, tuple(reads), out_coords, target_read,
-                                       not has_padding(coords)), MAX_RECIPES)
+                                       not has_padding(coords), dense), MAX_RECIPES)
     if front:
         _offer(recipe, spec, originals)
 
@@ -362,7 +369,8 @@ def _offer(recipe: Recipe, spec: Spec, args: tuple | list) -> None:
                       + (() if staged is None else (runtime_record(staged[0]), staged[1]))
                       for i, strides, offset, staged in recipe.reads],
                      None if recipe.out_coords is None else runtime_record(recipe.out_coords), result,
-                     [(len(args) + i, v) for i, v in enumerate(spec.extra)], "aten::" + spec.native, boxes)
+                     [(len(args) + i, v) for i, v in enumerate(spec.extra)], "aten::" + spec.native, boxes,
+                     dense=list(recipe.dense))
 
 
 # A call's pieces for ``_offer_pieces`` per signature (None: it has none), worked out once.
@@ -478,8 +486,9 @@ def run(spec: Spec, args: tuple | list, kwargs: dict, *, target: torch.Tensor | 
     else:
         out, o, finish = output(coords, result, device)
     pieces, whole = real_slices(coords)
+    reads = [densified(v) if i in shaped and not (inplace and i == 0) else v for i, v in enumerate(views)]
     for index in pieces:
-        spec.compute(*(v[index] if i in shaped else v for i, v in enumerate(views)), out=o[index], **kwargs)
+        spec.compute(*(v[index] if i in shaped else v for i, v in enumerate(reads)), out=o[index], **kwargs)
     if finish is not None:
         finish()
     elif whole:
