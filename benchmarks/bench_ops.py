@@ -4,7 +4,8 @@ Target for every op (issue 18): <= 1.05. Elementwise (``add``, in place and into
 ``out=``; ``copy_`` into part of a buffer), matmul (2048x2048 float32, and a transformer's linear
 layer with its bias), reductions (``sum`` over rows and over the stick dim), ``softmax`` and
 ``layer_norm`` (forward, and with their backward); and some of them at the training step's shapes
-(1-2 MiB), where a call's fixed cost counts. Profiling 10 forward passes of a small model
+(1-2 MiB), where a call's fixed cost counts, with a broadcast bias add, ``sum`` and ``amax`` over
+the stick dim, a dtype conversion and a comparison (results of other stick lengths). Profiling 10 forward passes of a small model
 on the device, with Kineto (CPU + PrivateUse1 activities) and with the legacy profiler
 (``use_device="spyre"``), against the same passes unprofiled: <= 2. Run alone with
 ``python benchmarks/bench_ops.py [--threads N]`` (2 by default).
@@ -77,6 +78,16 @@ CASES = (
      _with_backward(lambda a: torch.softmax(a, -1)), 30, GOAL, False),
     ("layer_norm forward+backward (step size)", ((8, 128, 256), (8, 128, 256)), torch.float32,
      _with_backward(_layer_norm), 30, GOAL, False),
+    ("add a bias, broadcast over batch and tokens (step size)", ((8, 128, 256), (256,)), torch.float32,
+     lambda a, b: a + b, 30, GOAL, False),
+    ("sum(dim=-1), the stick dim (step size)", ((1024, 256),), torch.float32, lambda a: a.sum(dim=-1), 30, GOAL,
+     False),
+    ("amax(dim=-1), the stick dim (step size)", ((1024, 256),), torch.float32, lambda a: a.amax(dim=-1), 30,
+     GOAL, False),
+    ("float32 -> float16 conversion (step size)", ((1024, 256),), torch.float32, lambda a: a.half(), 30, GOAL,
+     False),
+    ("comparison a > b, bool result (step size)", ((1024, 256), (1024, 256)), torch.float32, lambda a, b: a > b,
+     30, GOAL, False),
 )
 
 
