@@ -452,14 +452,18 @@ E pad_bits(const c10::Scalar& value, c10::ScalarType dtype) {
 }
 }  // namespace
 
-void run_fills(const std::vector<Fill>& fills, void* base, int64_t numel, c10::ScalarType dtype,
-               const c10::Scalar& value) {
-  for (const auto& fill : fills) check_nest(fill.ranges, fill.strides, fill.offset, numel, "padding");
-  if (fills.empty()) return;
-  // Written here, not by fill_ on as_strided views: no op dispatched (nor profiled) per box.
+namespace {
+// Every position the fills cover set to value; every one of the numel elements where fills is null.
+// Written here, not by fill_ on as_strided views: no op dispatched (nor profiled) per box.
+void set_positions(const std::vector<Fill>* fills, void* base, int64_t numel, c10::ScalarType dtype,
+                   const c10::Scalar& value) {
   auto fill_all = [&](auto bits) {
     using E = decltype(bits);
-    for (const auto& fill : fills) fill_nest<E>(static_cast<E*>(base), fill, bits);
+    if (fills == nullptr) {
+      std::fill_n(static_cast<E*>(base), numel, bits);
+    } else {
+      for (const auto& fill : *fills) fill_nest<E>(static_cast<E*>(base), fill, bits);
+    }
   };
   bool plain = false;  // a dtype pad_bits converts to
   switch (dtype) {
@@ -478,9 +482,20 @@ void run_fills(const std::vector<Fill>& fills, void* base, int64_t numel, c10::S
     case 8: return fill_all(pad_bits<uint64_t>(value, dtype));
     default: {  // other dtypes: fill_ converts
       const at::Tensor flat = at::from_blob(base, {numel}, at::TensorOptions().dtype(dtype));
-      for (const auto& fill : fills) flat.as_strided(fill.ranges, fill.strides, fill.offset).fill_(value);
+      if (fills == nullptr) {
+        flat.fill_(value);
+        return;
+      }
+      for (const auto& fill : *fills) flat.as_strided(fill.ranges, fill.strides, fill.offset).fill_(value);
     }
   }
+}
+}  // namespace
+
+void run_fills(const std::vector<Fill>& fills, void* base, int64_t numel, c10::ScalarType dtype,
+               const c10::Scalar& value) {
+  for (const auto& fill : fills) check_nest(fill.ranges, fill.strides, fill.offset, numel, "padding");
+  if (!fills.empty()) set_positions(&fills, base, numel, dtype, value);
 }
 
 void fill_fresh(const std::vector<Fill>& fills, void* base, int64_t numel, c10::ScalarType dtype,
@@ -488,7 +503,7 @@ void fill_fresh(const std::vector<Fill>& fills, void* base, int64_t numel, c10::
   int64_t covered = 0;
   for (const auto& fill : fills) covered += c10::multiply_integers(fill.ranges);
   if (2 * covered < numel) return run_fills(fills, base, numel, dtype, value);
-  run_fills({Fill{{numel}, {1}, 0}}, base, numel, dtype, value);
+  set_positions(nullptr, base, numel, dtype, value);
 }
 
 }  // namespace torch_layouts

@@ -241,7 +241,7 @@ class Recipe(NamedTuple):
     # out=: the target's (strides, offset); a new result of another stick length (a bool one): its view's
     target_read: tuple[tuple[int, ...], int] | None
     unpadded: bool  # the coordinates have no padding: one box covers them
-    dense: tuple[int, ...] = ()  # per read, the first dim of the block it is read densified over (-1: none)
+    dense: tuple[int, ...] = ()  # per read, the first dim of the block it is read densified over (-1: none); () if none is
 
 
 RECIPES: dict[tuple, Recipe] = {}
@@ -284,7 +284,7 @@ def _replay(recipe: Recipe, spec: Spec, args: tuple | list, kwargs: dict, target
             if staged[1]:
                 count_restickify(staged[1])
         views[i] = raw_view(source, coords.shape if len(strides) == len(coords.shape) else (), strides, offset)
-    for (i, _, _, _), dense in zip(recipe.reads, recipe.dense):
+    for (i, _, _, _), dense in zip(recipe.reads, recipe.dense):  # none, mostly: an empty tuple
         if dense >= 0:
             views[i] = densified(views[i])
     if recipe.out_coords is not None:
@@ -345,6 +345,7 @@ def _record(key: tuple, spec: Spec, args: list, originals: list, positions: list
     layouts = layouts_of([t for t in originals if isinstance(t, torch.Tensor)])
     dense = tuple(dense_from(coords.shape, strides) if len(strides) == len(coords.shape) and not (inplace and i == 0)
                   else -1 for i, strides, _, _ in reads)  # an in-place call's target, written, read as it is
+    dense = dense if any(k >= 0 for k in dense) else ()
     recipe = keep(RECIPES, key, Recipe(layouts, coords, tuple(reads), out_coords, target_read,
                                        not has_padding(coords), dense), MAX_RECIPES)
     if front:
