@@ -201,9 +201,6 @@ std::vector<int64_t> call_key(int64_t front, const c10::FunctionSchema& schema, 
   return key;
 }
 
-// The new results, or the call's target written in place, with its view passed last to the compute.
-// No argument tensor is copied: a copy of a Python-held tensor takes the GIL (PyTorch's PyObject
-// preservation), and the unboxed front lends the arguments uncounted.
 // v's values read from a contiguous copy of its dims from k on, stride 0 along the others (a
 // broadcast operand: ops/broadcasts.py).
 at::Tensor densified(const at::Tensor& v, int64_t k) {
@@ -213,6 +210,9 @@ at::Tensor densified(const at::Tensor& v, int64_t k) {
   return block.as_strided(v.sizes(), strides);
 }
 
+// The new results, or the call's target written in place, with its view passed last to the compute.
+// No argument tensor is copied: a copy of a Python-held tensor takes the GIL (PyTorch's PyObject
+// preservation), and the unboxed front lends the arguments uncounted.
 void AtenRecipe::run(c10::ArrayRef<c10::IValue> args, int64_t target, std::vector<c10::IValue>& results) const {
   // The call's arguments, the read tensors left out (their views replace them); those the compute
   // takes past them (relu's clamp_min bound) are overrides.

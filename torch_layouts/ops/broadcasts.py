@@ -6,7 +6,7 @@ lies between the stick columns and the stick) reads with stride 0 in the middle 
 the CPU kernel's inner loop is one stick (32 elements) long. Its values over the block of dims
 from the outermost one it varies along are copied into a small contiguous tensor first and read
 from there: the block's strides then match the result's and the kernel runs along whole blocks
-(``x + bias`` of 8x128x256 float32: 30 -> 17 us, the CPU's 16). The replays make the same copy per
+(``x + bias`` of 8x128x256 float32: 30 -> 21 us, the CPU's 16). The replays make the same copy per
 call (``csrc/kernel_front.cpp``'s ``densified``).
 """
 

@@ -241,7 +241,8 @@ class Recipe(NamedTuple):
     # out=: the target's (strides, offset); a new result of another stick length (a bool one): its view's
     target_read: tuple[tuple[int, ...], int] | None
     unpadded: bool  # the coordinates have no padding: one box covers them
-    dense: tuple[int, ...] = ()  # per read, the first dim of the block it is read densified over (-1: none); () if none is
+    # per read, the first dim of the block it is read densified over (-1: none); () where none is
+    dense: tuple[int, ...] = ()
 
 
 RECIPES: dict[tuple, Recipe] = {}

@@ -236,7 +236,7 @@ def reduce_view(v: torch.Tensor, red: tuple[int, ...], kind: str, device: torch.
     (``merge_reduced``). Sums take the most contiguous dim first (their rounding is the CPU's per
     run); the exact kinds (``amax``, ``amin``, ``all``, ``any``: any order gives the same bits) the
     least contiguous first, whose reduction walks memory in order, vectorized along the contiguous
-    dim (``amax(-1)`` of 1024x256 float32 over its 8 sticks: 38 -> 17 us, the CPU's 11). ``amax``/``amin`` are exact. float16 and
+    dim (``amax(-1)`` of 1024x256 float32 over its 8 sticks: 38 -> 17 us, the CPU's 11). float16 and
     bfloat16 sums without a ``dtype`` (their result is low precision anyway) use the CPU's own
     kernels, which accumulate in float32 and round each stage's result; asking them for float32
     instead first copies the whole input to float32, which an explicit ``dtype`` pays for its
