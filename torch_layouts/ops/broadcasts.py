@@ -38,16 +38,18 @@ def dense_from(shape: Sequence[int], strides: Sequence[int]) -> int:
     return k if math.prod(shape[k:]) <= MAX_BLOCK_FRACTION * math.prod(shape) else -1
 
 
-def densified(v: torch.Tensor) -> torch.Tensor:
+def densified(v: torch.Tensor, k: int | None = None) -> torch.Tensor:
     """``v``'s values, read from a contiguous copy of its block where ``dense_from`` gives one
-    (the dims outside the block keep stride 0), else ``v`` itself.
+    (the dims outside the block keep stride 0), else ``v`` itself; ``k``: ``dense_from`` of ``v``,
+    where the caller kept it.
 
     >>> w = torch.arange(64.).as_strided((16, 2, 2, 32), (0, 32, 0, 1))
     >>> d = densified(w)
     >>> torch.equal(d, w), d.stride()
     (True, (0, 64, 32, 1))
     """
-    k = dense_from(tuple(v.shape), tuple(v.stride()))
+    if k is None:
+        k = dense_from(tuple(v.shape), tuple(v.stride()))
     if k < 0:
         return v
     block = v.as_strided(v.shape[k:], v.stride()[k:], v.storage_offset()).contiguous()

@@ -287,7 +287,7 @@ def _replay(recipe: Recipe, spec: Spec, args: tuple | list, kwargs: dict, target
         views[i] = raw_view(source, coords.shape if len(strides) == len(coords.shape) else (), strides, offset)
     for (i, _, _, _), dense in zip(recipe.reads, recipe.dense):  # none, mostly: an empty tuple
         if dense >= 0:
-            views[i] = densified(views[i])
+            views[i] = densified(views[i], dense)
     if recipe.out_coords is not None:
         out = new_tensor(recipe.out_coords, args[recipe.reads[0][0]].device)
         o = raw_view(out, coords.shape, *(recipe.target_read or ()))
