@@ -810,6 +810,29 @@ def test_conversions_of_views_replay_the_cpus_bits(_, shape, view, dst, monkeypa
     assert len(calls) == 1, "a kept conversion entered Python"
 
 
+CONVERSION_DTYPES = [F32, F16, torch.bfloat16, torch.int32, torch.int16]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(1, 40), min_size=1, max_size=3), st.sampled_from(CONVERSION_DTYPES),
+       st.sampled_from(CONVERSION_DTYPES), st.data())
+def test_conversions_of_any_layout_and_view_give_the_cpus_bits(shape, src, dst, data):
+    """Any Spyre layout, a whole tensor or a slice of it, any two dtypes: the first call (planned)
+    and the replays of its geometry convert to the CPU's bits, the result's padding the pad value."""
+    elementwise.forget_recipes()
+    order = list(data.draw(st.permutations(range(len(shape)))))
+    layout = SpyreTensorLayout(tuple(shape), src, order)
+    d = data.draw(st.integers(0, len(shape) - 1))
+    start = data.draw(st.integers(0, shape[d] - 1))
+    index = tuple(slice(start, None) if k == d else slice(None) for k in range(len(shape)))
+    for seed in range(3):
+        x = (randn(*shape, seed=seed) * 100).to(src)
+        out = x.to("spyre", device_layout=layout)[index].to(dst)
+        expected = x[index].to(dst)
+        assert out.dtype == expected.dtype and torch.equal(out.cpu(), expected)
+        assert padding_holds_pad_value(out)
+
+
 # One row per case: id, an out= call of an op whose functional kernel offers a replay, its CPU twin.
 OUT_CASES = [
     ("mm.out", lambda a, b, o: torch.mm(a, b, out=o)),
