@@ -385,12 +385,16 @@ void copy_nest(char* dst, const char* src, const Transfer& nest, int64_t esize, 
 
 }  // namespace
 
-void run_nests(const std::vector<Transfer>& nests, void* dst, int64_t dst_numel, const void* src, int64_t src_numel,
-               int64_t element_size, Split split) {
+void check_nests(const std::vector<Transfer>& nests, int64_t dst_numel, int64_t src_numel) {
   for (const auto& nest : nests) {
     check_nest(nest.ranges, nest.dst_strides, nest.dst_offset, dst_numel, "destination");
     check_nest(nest.ranges, nest.src_strides, nest.src_offset, src_numel, "source");
   }
+}
+
+void run_nests(const std::vector<Transfer>& nests, void* dst, int64_t dst_numel, const void* src, int64_t src_numel,
+               int64_t element_size, Split split) {
+  check_nests(nests, dst_numel, src_numel);
   for (const auto& nest : nests) {
     bool empty = false;
     for (auto r : nest.ranges) empty |= r == 0;

@@ -13,6 +13,10 @@ namespace torch_layouts {
 // that core's cache, not another's (a D2H writing lines another core holds must take them over).
 enum class Split { kSource, kDestination };
 
+// Throws unless every nest stays within [0, dst_numel) of the destination and [0, src_numel) of
+// the source.
+void check_nests(const std::vector<Transfer>& nests, int64_t dst_numel, int64_t src_numel);
+
 // Copies every nest from src to dst (element offsets). Throws before moving a byte
 // if any nest reaches outside [0, numel) of either buffer.
 void run_nests(const std::vector<Transfer>& nests, void* dst, int64_t dst_numel, const void* src,

@@ -326,12 +326,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       "_offer_reduce",
       [](const std::string& kind, const at::Tensor& x, const py::object& input, std::vector<int64_t> order,
          std::optional<at::ScalarType> dtype, std::shared_ptr<BoundLayout> out, const py::object& result, int64_t count,
-         std::optional<at::ScalarType> out_dtype, bool row_sums) {
+         std::optional<at::ScalarType> out_dtype, bool row_kernels) {
         return offer_reduce(kind, x, buffer_view(input), std::move(order), dtype, std::move(out), buffer_view(result),
-                            count, out_dtype, row_sums);
+                            count, out_dtype, row_kernels);
       },
       py::arg("kind"), py::arg("x"), py::arg("input"), py::arg("order"), py::arg("dtype"), py::arg("out"),
-      py::arg("result"), py::arg("count") = 1, py::arg("out_dtype") = py::none(), py::arg("row_sums") = false);
+      py::arg("result"), py::arg("count") = 1, py::arg("out_dtype") = py::none(), py::arg("row_kernels") = false);
   m.def("_offer_reduce_pieces", [](const std::string& kind, const at::Tensor& x, const py::list& pieces,
                                    std::vector<int64_t> values_sizes, std::vector<int64_t> order,
                                    std::shared_ptr<BoundLayout> out) {
@@ -483,6 +483,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("rstd"), py::arg("weight"), py::arg("grad_input"), py::arg("grad_weight"), py::arg("grad_bias"),
         py::arg("width"), py::arg("length") = -1, nogil);
   m.def("_rows_sum", &rows_sum, nogil);
+  m.def("_rows_extreme", &rows_extreme, nogil);
   m.def("_scaled_product", &scaled_product, nogil);
   m.def("_dropout_apply", &dropout_apply, nogil);
   m.def("_rows_set_math", &rows_set_math);

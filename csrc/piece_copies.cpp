@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "bound_layout.h"
+#include "converting_copies.h"
 #include "device_memory.h"
 #include "dma_executor.h"
 #include "tensor_impl.h"
@@ -16,6 +17,15 @@ void copy_pieces(const at::Tensor& result, const at::Tensor& src,
     for (const auto& [from, to] : pieces) borrowed_view_of(result, to).copy_(borrowed_view_of(src, from));
   };
   if (src.scalar_type() == result.scalar_type()) return copy_views();
+  std::vector<Transfer> nests;
+  nests.reserve(pieces.size());
+  for (const auto& [from, to] : pieces) nests.push_back({from.sizes, to.strides, from.strides, to.offset, from.offset});
+  // float32 <-> float16 in runs: each run converted where it lies into where it goes
+  if (run_converting_nests(nests, result.storage().mutable_data(), device_nbytes(result.storage()) / result.element_size(),
+                           result.scalar_type(), src.storage().data(), device_nbytes(src.storage()) / src.element_size(),
+                           src.scalar_type())) {
+    return;
+  }
   // The span [lo, hi) of src's buffer the pieces read, and how many elements they read.
   int64_t lo = std::numeric_limits<int64_t>::max(), hi = 0, numel = 0;
   for (const auto& [from, to] : pieces) {
@@ -36,9 +46,7 @@ void copy_pieces(const at::Tensor& result, const at::Tensor& src,
   // flat conversion at memory speed, and the executor moves the converted runs in tiles.
   at::Tensor scratch = at::empty({hi - lo}, at::TensorOptions().dtype(result.scalar_type()));
   scratch.copy_(raw_view(src, {hi - lo}, {1}, lo, /*owning=*/false));
-  std::vector<Transfer> nests;
-  nests.reserve(pieces.size());
-  for (const auto& [from, to] : pieces) nests.push_back({from.sizes, to.strides, from.strides, to.offset, from.offset - lo});
+  for (Transfer& nest : nests) nest.src_offset -= lo;
   const int64_t esize = static_cast<int64_t>(result.element_size());
   run_nests(nests, result.storage().mutable_data(), device_nbytes(result.storage()) / esize, scratch.data_ptr(),
             hi - lo, esize);

@@ -19,33 +19,47 @@ class ReduceReplay final : public Replay {
   std::optional<c10::ScalarType> dtype;  // a sum's (a mean's sums') dtype
   int64_t count = 1;                      // a mean's reduced elements
   c10::ScalarType out_dtype = at::kFloat;  // a mean's (and row sums') result dtype
-  bool row_sums = false;                  // summed over sticks by the row kernels
+  bool row_kernels = false;               // reduced over sticks by the row kernels
   LayoutPtr out;
   std::vector<ReducePiece> pieces;        // several boxes (no input and result view then)
   std::vector<int64_t> values_sizes;      // their values' shape (the reduced dims of size 1)
+  std::vector<int64_t> reduced;           // row kernels: the reduced dims, ascending
+  // Row kernels whose float32 values are the result's (a sum, amax or amin of float32): the
+  // result's view as one strided dim over the rows, which the kernels write in place.
+  std::optional<BufferView> direct_rows;
 
-  // The per-dim reductions of v, as ops/reductions.reduce_view and _values make them (row sums:
-  // as _row_sums does; `order` most contiguous first, the exact kinds walk it backwards);
-  // offer_reduce merged the input view's end-to-end reduced dims once (the pieces' kinds, amax,
-  // amin, all and any, give the same bits merged or not).
+  // The row kernels' sweep of v (as ops/reductions._row_reduce): the kept dims in order are the
+  // rows, the reduced ones ascending a row; one float32 value per row into `rows_out`.
+  void reduce_rows(const at::Tensor& v, const at::Tensor& rows_out) const {
+    std::vector<int64_t> perm;
+    for (int64_t d = 0; d < v.dim(); ++d) {
+      if (!std::binary_search(reduced.begin(), reduced.end(), d)) perm.push_back(d);
+    }
+    perm.insert(perm.end(), reduced.begin(), reduced.end());
+    const int64_t width = static_cast<int64_t>(reduced.size());
+    if (kind == Kind::kAmax || kind == Kind::kAmin) {
+      rows_extreme(v.permute(perm), rows_out, width, kind == Kind::kAmax);
+    } else {
+      rows_sum(v.permute(perm), rows_out, width);
+    }
+  }
+
+  // The per-dim reductions of v, as ops/reductions.reduce_view and _values make them (row kernels:
+  // reduce_rows; `order` most contiguous first, the exact kinds walk it backwards); offer_reduce
+  // merged the input view's end-to-end reduced dims once (the pieces' kinds, amax, amin, all and
+  // any, give the same bits merged or not).
   at::Tensor reduce(at::Tensor v) const {
-    if (row_sums) {
-      std::vector<int64_t> perm, shape;  // the kept dims in order, then the reduced ones ascending
-      std::vector<int64_t> red(order);
-      std::sort(red.begin(), red.end());
+    if (row_kernels) {
+      std::vector<int64_t> shape;
       int64_t rows = 1;
       for (int64_t d = 0; d < v.dim(); ++d) {
-        const bool reduced = std::binary_search(red.begin(), red.end(), d);
-        if (!reduced) {
-          perm.push_back(d);
-          rows *= v.size(d);
-        }
-        shape.push_back(reduced ? 1 : v.size(d));
+        const bool kept = !std::binary_search(reduced.begin(), reduced.end(), d);
+        shape.push_back(kept ? v.size(d) : 1);
+        rows *= kept ? v.size(d) : 1;
       }
-      perm.insert(perm.end(), red.begin(), red.end());
-      at::Tensor sums = at::empty({rows}, v.options().dtype(at::kFloat));
-      rows_sum(v.permute(perm), sums, static_cast<int64_t>(red.size()));
-      at::Tensor values = sums.view(shape);
+      at::Tensor rows_out = at::empty({rows}, v.options().dtype(at::kFloat));
+      reduce_rows(v, rows_out);
+      at::Tensor values = rows_out.view(shape);
       if (kind == Kind::kMean) values = values.div(count);
       return values.to(out_dtype);
     }
@@ -78,7 +92,9 @@ class ReduceReplay final : public Replay {
   void run(c10::ArrayRef<c10::IValue> args, int64_t, std::vector<c10::IValue>& results) const override {
     const at::Tensor& x = args[0].toTensor();
     at::Tensor r = new_device_tensor(out, x.device());
-    if (pieces.empty()) {
+    if (pieces.empty() && direct_rows) {  // the row kernels' values straight into the result
+      reduce_rows(borrowed_view_of(x, input), borrowed_view_of(r, *direct_rows));
+    } else if (pieces.empty()) {
       borrowed_view_of(r, result).copy_(reduce(borrowed_view_of(x, input)));
       results.emplace_back(std::move(r));
       return;
@@ -118,6 +134,26 @@ void merge_reduced(BufferView& view, std::vector<int64_t>& order) {
   order = std::move(dims);
 }
 
+// The view `result` (size 1 along the ascending dims `reduced`) as one strided dim whose element
+// i is row i of the row kernels (the kept dims row-major), or nullopt where its kept dims do not
+// lie at one stride.
+std::optional<BufferView> rows_view(const BufferView& result, const std::vector<int64_t>& reduced) {
+  int64_t rows = 1, stride = 1;
+  bool inner = true;
+  for (size_t d = result.sizes.size(); d-- > 0;) {
+    const int64_t size = result.sizes[d];
+    if (size == 1 || std::binary_search(reduced.begin(), reduced.end(), static_cast<int64_t>(d))) continue;
+    if (inner) {
+      stride = result.strides[d];
+      inner = false;
+    } else if (result.strides[d] != rows * stride) {
+      return std::nullopt;
+    }
+    rows *= size;
+  }
+  return BufferView{{rows}, {stride}, result.offset};
+}
+
 std::optional<Kind> kind_of(const std::string& kind) {
   if (kind == "sum") return Kind::kSum;
   if (kind == "amax") return Kind::kAmax;
@@ -132,9 +168,10 @@ std::optional<Kind> kind_of(const std::string& kind) {
 
 bool offer_reduce(const std::string& kind, const at::Tensor& x, BufferView input, std::vector<int64_t> order,
                   std::optional<c10::ScalarType> dtype, LayoutPtr out, BufferView result, int64_t count,
-                  std::optional<c10::ScalarType> out_dtype, bool row_sums) {
+                  std::optional<c10::ScalarType> out_dtype, bool row_kernels) {
   if (!out || (kind == "mean" && (count <= 0 || !out_dtype)) || input.sizes.size() != input.strides.size() ||
-      (row_sums && ((kind != "sum" && kind != "mean") || !out_dtype || order.empty())) ||
+      (row_kernels && ((kind != "sum" && kind != "mean" && kind != "amax" && kind != "amin") || !out_dtype ||
+                       order.empty())) ||
       result.sizes.size() != result.strides.size() || result.sizes.size() != input.sizes.size()) {
     return false;
   }
@@ -143,8 +180,8 @@ bool offer_reduce(const std::string& kind, const at::Tensor& x, BufferView input
   if (!parsed) return false;
   r->kind = *parsed;
   if (r->kind == Kind::kMean) r->count = count;
-  if (r->kind == Kind::kMean || row_sums) r->out_dtype = *out_dtype;
-  r->row_sums = row_sums;
+  if (r->kind == Kind::kMean || row_kernels) r->out_dtype = *out_dtype;
+  r->row_kernels = row_kernels;
   for (size_t d = 0; d < input.sizes.size(); ++d) {  // the values' shape: the input's, 1 along the reduced dims
     const bool reduced = std::find(order.begin(), order.end(), static_cast<int64_t>(d)) != order.end();
     if (result.sizes[d] != (reduced ? 1 : input.sizes[d])) return false;
@@ -152,7 +189,12 @@ bool offer_reduce(const std::string& kind, const at::Tensor& x, BufferView input
   for (int64_t d : order) {
     if (d < 0 || static_cast<size_t>(d) >= input.sizes.size()) return false;
   }
-  if (!row_sums) merge_reduced(input, order);  // once here, not at every call
+  if (!row_kernels) merge_reduced(input, order);  // once here, not at every call
+  if (row_kernels) {
+    r->reduced = order;
+    std::sort(r->reduced.begin(), r->reduced.end());
+    if (r->kind != Kind::kMean && *out_dtype == at::kFloat) r->direct_rows = rows_view(result, r->reduced);
+  }
   r->input = std::move(input);
   r->result = std::move(result);
   r->order = std::move(order);

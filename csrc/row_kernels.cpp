@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -482,48 +483,91 @@ void rows_layer_norm_backward(const at::Tensor& grad, const at::Tensor& x, const
   }
 }
 
-void rows_sum(const at::Tensor& x, const at::Tensor& out, int64_t width) {
-  // Run by run into per-row sums, kSumRows of a thread's rows at once: no gather, and the buffer
-  // is read in storage order where rows are adjacent within a tile.
+namespace {
+
+// Per-row folds of x's rows into out (rows_sum, rows_extreme): run by run into per-row values,
+// kSumRows of a thread's rows at once, starting from `init`: no gather, and the buffer is read in
+// storage order where rows are adjacent within a tile. `strided(acc, first, step, count, n, half)`
+// and `runs(acc, ptrs, count, n, half)` fold float32 or float16 runs in place (the row math's);
+// `gathered(acc, floats, n)` one row's run gathered into float32 (bfloat16, strided runs).
+template <typename Strided, typename Runs, typename Gathered>
+void fold_rows(const at::Tensor& x, const at::Tensor& out, int64_t width, float init, const Strided& strided,
+               const Runs& runs_of, const Gathered& gathered) {
   const Rows g = make_rows({x}, {"input"}, width, -1);
-  float* sums = float_vector(out, g.rows, "out");
+  TORCH_CHECK_VALUE(out.device().is_cpu() && out.scalar_type() == at::kFloat && out.dim() == 1 && out.numel() == g.rows,
+                    "out must be a 1-dim float32 CPU tensor of ", g.rows, " elements, got ", out.scalar_type(), " of ",
+                    out.sizes(), " on ", out.device());
+  // A strided out (a reduction's result in Spyre's sparse layout, freshly filled by this thread)
+  // is written from this thread after the sweep: written from the others, each line would move
+  // between cores (amax(-1) of 1024x256 float32: 12 -> 28 us).
+  const int64_t step = out.stride(0);
+  std::vector<float> dense(step == 1 ? 0 : g.rows);
+  float* values = step == 1 ? out.data_ptr<float>() : dense.data();
   const Operand& op = g.ops[0];
   const RowMath& m = math();
   const bool direct = op.run_stride == 1 && op.dtype != at::kBFloat16;
-  if (g.len == 0) std::fill(sums, sums + g.rows, 0.0f);  // rows of no elements sum to 0
+  if (g.len == 0) std::fill(values, values + g.rows, init);  // rows of no elements
   for_chunks(g, [&](int64_t, int64_t begin, int64_t rows) {
     std::vector<float> scratch(direct ? 0 : g.run_len);
     std::vector<int64_t> base(std::min(rows, kSumRows));
     std::vector<const char*> runs(base.size());
-    std::vector<float> block_sums(base.size());
+    std::vector<float> block(base.size());
     for (int64_t first = begin; first < begin + rows; first += kSumRows) {
       const int64_t count = std::min(kSumRows, begin + rows - first);
       g.row_offsets(op, first, count, [&](int64_t r, int64_t off) { base[r] = off; });
-      std::fill(block_sums.begin(), block_sums.end(), 0.0f);
+      std::fill(block.begin(), block.end(), init);
       // Rows equally spaced (a stick's): runs by their step, no array of pointers to write and
       // read back per run (the float16 stick sum of 4096x4096: 17-20% less time).
       bool even = count > 1;
       for (int64_t r = 2; even && r < count; ++r) even = base[r] - base[r - 1] == base[1] - base[0];
       for (const int64_t run : op.run_offset) {
         if (direct && even) {
-          const char* first = op.data + (base[0] + run) * op.esize;
-          m.add_strided_run_sums(block_sums.data(), first, (base[1] - base[0]) * op.esize, count, g.run_len,
-                                 op.dtype == at::kHalf);
+          const char* start = op.data + (base[0] + run) * op.esize;
+          strided(block.data(), start, (base[1] - base[0]) * op.esize, count, g.run_len, op.dtype == at::kHalf);
           continue;
         }
         for (int64_t r = 0; r < count; ++r) runs[r] = op.data + (base[r] + run) * op.esize;
         if (direct) {
-          m.add_run_sums(block_sums.data(), runs.data(), count, g.run_len, op.dtype == at::kHalf);
+          runs_of(block.data(), runs.data(), count, g.run_len, op.dtype == at::kHalf);
           continue;
         }
         for (int64_t r = 0; r < count; ++r) {
           load(scratch.data(), runs[r], g.run_len, op.run_stride, op.dtype, m);
-          block_sums[r] += m.sum(scratch.data(), g.run_len);
+          gathered(block[r], scratch.data(), g.run_len);
         }
       }
-      g.host_rows(first, count, [&](int64_t r, int64_t row) { sums[row] = block_sums[r]; });
+      g.host_rows(first, count, [&](int64_t r, int64_t row) { values[row] = block[r]; });
     }
   });
+  if (step != 1) {
+    float* to = out.data_ptr<float>();
+    for (int64_t r = 0; r < g.rows; ++r) to[r * step] = dense[r];
+  }
+}
+
+}  // namespace
+
+void rows_sum(const at::Tensor& x, const at::Tensor& out, int64_t width) {
+  const RowMath& m = math();
+  fold_rows(x, out, width, 0.0f, m.add_strided_run_sums, m.add_run_sums,
+            [&](float& sum, const float* run, int64_t n) { sum += m.sum(run, n); });
+}
+
+void rows_extreme(const at::Tensor& x, const at::Tensor& out, int64_t width, bool max) {
+  const RowMath& m = math();
+  const float init = max ? -std::numeric_limits<float>::infinity() : std::numeric_limits<float>::infinity();
+  fold_rows(
+      x, out, width, init,
+      [&](float* acc, const char* first, int64_t step, int64_t count, int64_t n, bool half) {
+        m.fold_strided_run_extremes(acc, first, step, count, n, half, max);
+      },
+      [&](float* acc, const char* const* runs, int64_t count, int64_t n, bool half) {
+        m.fold_run_extremes(acc, runs, count, n, half, max);
+      },
+      [&](float& acc, const float* run, int64_t n) {
+        const char* p = reinterpret_cast<const char*>(run);
+        m.fold_run_extremes(&acc, &p, 1, n, false, max);
+      });
 }
 
 std::string rows_set_math(const std::string& set) {

@@ -1,5 +1,5 @@
 // Fused row kernels on strided CPU views of device buffers: softmax, layer norm, their
-// backward, and row sums, each one sweep over the tiles with no dense copy of the tensor.
+// backward, row sums and extremes, each one sweep over the tiles with no dense copy of the tensor.
 //
 // Every view has the same shape (outer dims..., row dims...): the last `width` dims make a row,
 // in whatever strides the layout gives them (a stick dim's tiles, a dim_order, HTP chunks).
@@ -32,6 +32,9 @@ void rows_layer_norm_backward(const at::Tensor& grad, const at::Tensor& x, const
                               const std::optional<at::Tensor>& grad_weight,
                               const std::optional<at::Tensor>& grad_bias, int64_t width, int64_t length);
 void rows_sum(const at::Tensor& x, const at::Tensor& out, int64_t width);
+// Each row's maximum (max false: minimum) into out, float32 (exact for float16 and bfloat16 rows);
+// NaN where the row holds one, as ATen's amax and amin.
+void rows_extreme(const at::Tensor& x, const at::Tensor& out, int64_t width, bool max);
 
 // Runs the row math in one of row_math_sets() (tests run each); returns the old set's name.
 std::string rows_set_math(const std::string& set);

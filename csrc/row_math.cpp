@@ -167,6 +167,36 @@ void add_strided_run_sums_portable(float* sums, const char* first, int64_t step,
   add_runs_portable(sums, StridedRuns{first, step}, count, n, half);
 }
 
+// Extremes of runs one element at a time (float16 through a float32 piece); NaN wins.
+template <typename Runs>
+void fold_runs_portable(float* acc, Runs runs, int64_t count, int64_t n, bool half, bool max) {
+  float piece[256];
+  for (int64_t r = 0; r < count; ++r) {
+    float a = acc[r];
+    for (int64_t i = 0; i < n && a == a; i += 256) {
+      const int64_t m = n - i < 256 ? n - i : 256;
+      const float* x = reinterpret_cast<const float*>(runs[r]) + i;
+      if (half) {
+        load_half_portable(piece, reinterpret_cast<const uint16_t*>(runs[r]) + i, m);
+        x = piece;
+      }
+      for (int64_t k = 0; k < m && a == a; ++k) {
+        if (x[k] != x[k] || (max ? x[k] > a : x[k] < a)) a = x[k];
+      }
+    }
+    acc[r] = a;
+  }
+}
+
+void fold_run_extremes_portable(float* acc, const char* const* runs, int64_t count, int64_t n, bool half, bool max) {
+  fold_runs_portable(acc, runs, count, n, half, max);
+}
+
+void fold_strided_run_extremes_portable(float* acc, const char* first, int64_t step, int64_t count, int64_t n,
+                                        bool half, bool max) {
+  fold_runs_portable(acc, StridedRuns{first, step}, count, n, half, max);
+}
+
 void store_half_portable(uint16_t* d, const float* s, int64_t n) {
   for (int64_t i = 0; i < n; ++i) d[i] = c10::detail::fp16_ieee_from_fp32_value(s[i]);
 }
@@ -178,6 +208,8 @@ const RowMath kPortable{portable_simd::softmax,
                         portable_simd::sum,
                         add_run_sums_portable,
                         add_strided_run_sums_portable,
+                        fold_run_extremes_portable,
+                        fold_strided_run_extremes_portable,
                         load_half_portable,
                         store_half_portable};
 
@@ -267,6 +299,35 @@ struct S {
 }
 
 #include "row_sums_x86.h"
+#include "row_extremes_x86.h"
+
+template <bool Max>
+[[gnu::always_inline]] inline __m256 extreme_lanes(const char* p, int64_t n, bool half, bool& nan) {
+  const float id = Max ? -kInf : kInf;
+  __m256 s0 = S::splat(id), s1 = s0, unord = S::zeros();
+  auto fold = [&](__m256& s, __m256 x) {
+    s = plain8<Max>(s, x);
+    unord = _mm256_or_ps(unord, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+  };
+  int64_t i = 0;
+  if (half) {
+    const uint16_t* x = reinterpret_cast<const uint16_t*>(p);
+    for (; i + 16 <= n; i += 16) {
+      fold(s0, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i))));
+      fold(s1, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i + 8))));
+    }
+    for (; i < n; ++i) fold(s0, S::splat(_cvtsh_ss(x[i])));
+  } else {
+    const float* x = reinterpret_cast<const float*>(p);
+    for (; i + 16 <= n; i += 16) {
+      fold(s0, _mm256_loadu_ps(x + i));
+      fold(s1, _mm256_loadu_ps(x + i + 8));
+    }
+    chunks(n - i, [&](int64_t k, int64_t r) { fold(s0, S::ld(x + i + k, r, id)); });
+  }
+  nan |= _mm256_movemask_ps(unord) != 0;
+  return plain8<Max>(s0, s1);
+}
 
 void load_half_avx2(float* d, const uint16_t* s, int64_t n) {
   int64_t i = 0;
@@ -285,8 +346,9 @@ void store_half_avx2(uint16_t* d, const float* s, int64_t n) {
 }
 
 
-const RowMath kAvx2{softmax,    softmax_backward, layer_norm,     layer_norm_backward,
-                    sum,        add_run_sums, add_strided_run_sums, load_half_avx2, store_half_avx2};
+const RowMath kAvx2{softmax,           softmax_backward,          layer_norm,     layer_norm_backward,
+                    sum,               add_run_sums,              add_strided_run_sums,
+                    fold_run_extremes, fold_strided_run_extremes, load_half_avx2, store_half_avx2};
 
 }  // namespace
 }  // namespace avx2_simd
@@ -383,9 +445,42 @@ inline __m256i halves_below(const uint16_t* p, int64_t r) {
 }
 
 #include "row_sums_x86.h"
+#include "row_extremes_x86.h"
+
+// A run's extreme as 8 partial lanes: 16 elements a step (float16 converted 16 at a time), folded to 8.
+template <bool Max>
+[[gnu::always_inline]] inline __m256 extreme_lanes(const char* p, int64_t n, bool half, bool& nan) {
+  const float id = Max ? -kInf : kInf;
+  __m512 s0 = S::splat(id), s1 = s0;
+  __mmask16 unord = 0;
+  auto fold = [&](__m512& s, __m512 x) {
+    s = Max ? _mm512_max_ps(s, x) : _mm512_min_ps(s, x);
+    unord |= _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+  };
+  int64_t i = 0;
+  if (half) {
+    const uint16_t* x = reinterpret_cast<const uint16_t*>(p);
+    for (; i + 32 <= n; i += 32) {
+      fold(s0, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i))));
+      fold(s1, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i + 16))));
+    }
+    for (; i < n; ++i) fold(s0, S::splat(_cvtsh_ss(x[i])));
+  } else {
+    const float* x = reinterpret_cast<const float*>(p);
+    for (; i + 32 <= n; i += 32) {
+      fold(s0, _mm512_loadu_ps(x + i));
+      fold(s1, _mm512_loadu_ps(x + i + 16));
+    }
+    for (; i < n; i += 16) fold(s0, S::ld(x + i, std::min<int64_t>(16, n - i), id));
+  }
+  nan |= unord != 0;
+  const __m512 s = Max ? _mm512_max_ps(s0, s1) : _mm512_min_ps(s0, s1);
+  return plain8<Max>(_mm512_castps512_ps256(s), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s), 1)));
+}
 
 const RowMath kAvx512{softmax, softmax_backward, layer_norm, layer_norm_backward, sum,
-                      add_run_sums, add_strided_run_sums, avx2_simd::load_half_avx2, avx2_simd::store_half_avx2};
+                      add_run_sums, add_strided_run_sums, fold_run_extremes, fold_strided_run_extremes,
+                      avx2_simd::load_half_avx2, avx2_simd::store_half_avx2};
 
 }  // namespace
 }  // namespace avx512_simd

@@ -1,5 +1,6 @@
 // Row math of the fused row kernels (row_kernels.h) on float32 rows in memory: softmax, layer
-// norm, their backward and sums, plus the float16 conversions of their gathers and scatters.
+// norm, their backward, sums and extremes (amax, amin), plus the float16 conversions of their
+// gathers and scatters.
 // One table of functions per instruction set: AVX-512, AVX2/FMA/F16C, portable loops
 // (docs/design.md, "Row kernels").
 #pragma once
@@ -55,6 +56,12 @@ struct RowMath {
   void (*add_run_sums)(float* sums, const char* const* runs, int64_t count, int64_t n, bool half);
   // The same for runs equally spaced: run r at first + r * step (bytes).
   void (*add_strided_run_sums)(float* sums, const char* first, int64_t step, int64_t count, int64_t n, bool half);
+  // acc[r] := the maximum (max false: the minimum) of acc[r] and the n float32 (half: float16)
+  // elements from runs[r], for r < count; NaN where any of them is (as ATen's amax and amin).
+  void (*fold_run_extremes)(float* acc, const char* const* runs, int64_t count, int64_t n, bool half, bool max);
+  // The same for runs equally spaced: run r at first + r * step (bytes).
+  void (*fold_strided_run_extremes)(float* acc, const char* first, int64_t step, int64_t count, int64_t n, bool half,
+                                    bool max);
   void (*load_half)(float* d, const uint16_t* s, int64_t n);
   void (*store_half)(uint16_t* d, const float* s, int64_t n);
 };

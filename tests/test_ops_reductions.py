@@ -25,6 +25,11 @@ def tolerance(dtype: torch.dtype, count: int) -> dict:
     return {"atol": 1e-4 * count ** 0.5, "rtol": 1e-5}
 
 
+def kind_tolerance(kind: str, dtype: torch.dtype, count: int) -> dict:
+    """Sums' and means' ``tolerance``; extremes are exact."""
+    return tolerance(dtype, count) if kind in ("sum", "mean") else {"atol": 0, "rtol": 0}
+
+
 def expected_layout(shape, dtype, order, dims, keepdim):
     """Spyre's documented rule: drop the reduced dims; reducing the stick dim gives a sparse layout."""
     order = list(range(len(shape))) if order is None else list(order)
@@ -277,25 +282,30 @@ def test_exact_reductions_over_sticks_replay_the_cpus_bits(_, shape, dtype, dims
             assert out.device_tensor_layout() == expected_layout(shape, dtype, None, dims, keepdim)
 
 
-# Sums and means over sticks taken by the row kernels (``reductions.ROW_SUMS_FROM``, lowered here
-# to every size): later calls of a geometry replay in the runtime's front, the row kernels' bits.
-# id, shape, dtype, dims, keepdim, kind.
+# Sums, means and extremes over sticks taken by the row kernels (``reductions.ROW_SUMS_FROM``,
+# lowered here to every size): later calls of a geometry replay in the runtime's front, the row
+# kernels' bits. id, shape, dtype, dims, keepdim, kind.
 ROW_SUMS = [
     ("stick-sum-half", (64, 256), F16, (1,), False, "sum"),
     ("padded-stick-mean-keepdim", (40, 150), F32, (1,), True, "mean"),
     ("padded-sticks-sum", (3, 20, 150), F32, (2,), False, "sum"),
     ("rows-and-sticks-mean-half", (8, 16, 128), F16, (1, 2), False, "mean"),
+    ("stick-amax", (64, 256), F32, (1,), False, "amax"),
+    ("stick-amin-half-keepdim", (64, 256), F16, (1,), True, "amin"),
+    ("batch-sticks-amax", (3, 20, 128), F32, (2,), False, "amax"),
+    ("rows-and-sticks-amin", (8, 16, 128), F32, (1, 2), False, "amin"),
 ]
 
 
 @pytest.mark.parametrize("_, shape, dtype, dims, keepdim, kind", ROW_SUMS, ids=[c[0] for c in ROW_SUMS])
 def test_sums_over_sticks_replay_the_row_kernels(_, shape, dtype, dims, keepdim, kind, monkeypatch):
     """After the first call (Python, the row kernels' sweep) the front replays the sweep: the bits
-    and layout the Python path gives on the same data, the CPU's values to rounding."""
+    and layout the Python path gives on the same data, the CPU's values to rounding (extremes:
+    exactly)."""
     from torch_layouts.ops import reductions
     monkeypatch.setattr(reductions, "ROW_SUMS_FROM", 1)
-    swept, real = [], reductions._row_sums
-    monkeypatch.setattr(reductions, "_row_sums", lambda v, red: swept.append(red) or real(v, red))
+    swept, real = [], reductions._row_reduce
+    monkeypatch.setattr(reductions, "_row_reduce", lambda k, v, red: swept.append(red) or real(k, v, red))
     fn = lambda t: getattr(t, kind)(dim=dims, keepdim=keepdim)  # noqa: E731
     bits = torch.int16 if dtype == F16 else torch.int32
     for out, ref, x in _in_place_calls(shape, dtype, lambda t: t, fn, monkeypatch):
@@ -303,17 +313,17 @@ def test_sums_over_sticks_replay_the_row_kernels(_, shape, dtype, dims, keepdim,
             planned = fn(x.to("spyre"))
         assert out.device_tensor_layout() == planned.device_tensor_layout()
         assert torch.equal(out.cpu().view(bits), planned.cpu().view(bits))
-        torch.testing.assert_close(out.cpu(), ref, **tolerance(dtype, math.prod(shape[d] for d in dims)))
+        torch.testing.assert_close(out.cpu(), ref, **kind_tolerance(kind, dtype, math.prod(shape[d] for d in dims)))
     assert swept
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.integers(1, 40), min_size=1, max_size=3), st.sampled_from([F16, F32]), st.data(),
-       st.sampled_from(["sum", "mean"]))
+       st.sampled_from(["sum", "mean", "amax", "amin"]))
 def test_replayed_sums_over_sticks_match_the_planning_path(monkeypatch, shape, dtype, data, kind):
-    """Any Spyre layout, dims and keepdim, with the row kernels taking every sum over sticks: a
-    call that replays its kept plan gives, bit for bit, what the planning path gives on the same
-    data, and the CPU's result to rounding."""
+    """Any Spyre layout, dims and keepdim, with the row kernels taking every sum and extreme over
+    sticks: a call that replays its kept plan gives, bit for bit, what the planning path gives on
+    the same data, and the CPU's result to rounding (extremes: exactly)."""
     from torch_layouts.ops import elementwise, reductions
     monkeypatch.setattr(reductions, "ROW_SUMS_FROM", 1)
     elementwise.forget_recipes()  # the first call plans with the row sums, not a plan kept by an earlier test
@@ -333,7 +343,7 @@ def test_replayed_sums_over_sticks_match_the_planning_path(monkeypatch, shape, d
     assert torch.equal(replayed.cpu().view(bits), planned.cpu().view(bits))
     assert padding_holds_pad_value(replayed)
     count = math.prod(shape[d] for d in dims)
-    torch.testing.assert_close(replayed.cpu(), fn(second), **tolerance(dtype, count))
+    torch.testing.assert_close(replayed.cpu(), fn(second), **kind_tolerance(kind, dtype, count))
 
 
 # Views whose reduced dims split a device dim (attention's heads): reduced as strided views of the

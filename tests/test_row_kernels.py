@@ -303,6 +303,14 @@ def run_sum(case: Case, x_values: torch.Tensor) -> tuple[torch.Tensor, torch.Ten
     return as_rows(x, case), sums
 
 
+def run_extreme(case: Case, x_values: torch.Tensor, largest: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Whole rows: each row's maximum (largest) or minimum, float32."""
+    case = replace(case, tail=-1)
+    out = torch.full((case.rows,), SENTINEL)
+    (x,) = run_views(case, [x_values], 0, lambda x: _C._rows_extreme(x, out, case.width, largest))
+    return as_rows(x, case), out
+
+
 # ---- references (float64 on the rows) -------------------------------------------------------------
 
 
@@ -400,6 +408,20 @@ def check_sum(case: Case, scale: float = 1.0) -> None:
     assert torch.all(err <= sum_bound(x)), f"row sums off by up to {err.max() if err.numel() else 0}"
 
 
+def check_extremes(case: Case, nan: float = 0.0) -> None:
+    """Each row's maximum and minimum exactly (the row's values as placed, so float16 and bfloat16
+    rounding is the same on both sides), NaN where the row holds one: a ``nan`` fraction of the
+    values, and a few infinities."""
+    values = random_values(case.shape, case.seed, 100.0, masked=0.05)
+    gen = torch.Generator().manual_seed(case.seed + 7)
+    values[torch.rand(case.shape, generator=gen, dtype=torch.float64) < 0.05] = INF
+    values[torch.rand(case.shape, generator=gen, dtype=torch.float64) < nan] = math.nan
+    for largest in (True, False):
+        x, got = run_extreme(case, values, largest)
+        ref = x.amax(-1) if largest else x.amin(-1)
+        torch.testing.assert_close(got.double(), ref, rtol=0, atol=0, equal_nan=True)
+
+
 # ---- properties over drawn geometries -------------------------------------------------------------
 
 
@@ -441,6 +463,13 @@ def test_layer_norm_backward_matches_aten_on_any_geometry(instructions: str, cas
 def test_row_sums_match_float64_on_any_geometry(instructions: str, case: Case, scale: float) -> None:
     with row_math(instructions):
         check_sum(case, scale)
+
+
+@MODES
+@given(case=cases(1, tails=False), nan=st.sampled_from([0.0, 0.0, 0.01, 0.3]))
+def test_row_extremes_are_exact_on_any_geometry(instructions: str, case: Case, nan: float) -> None:
+    with row_math(instructions):
+        check_extremes(case, nan)
 
 
 @MODES
@@ -506,6 +535,7 @@ def test_every_kernel_on_hand_built_geometries(instructions: str, dtype: torch.d
         check_layer_norm(table_case(name, dtype, 2), True, True, 1e-5)
         check_layer_norm_backward(table_case(name, dtype, 3), True, (True, True, True))
         check_sum(table_case(name, dtype, 1))
+        check_extremes(table_case(name, dtype, 1), nan=0.02)
 
 
 @MODES

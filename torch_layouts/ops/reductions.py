@@ -275,34 +275,49 @@ def merge_reduced(v: torch.Tensor, order: Sequence[int]) -> tuple[torch.Tensor, 
     return (v if len(dims) == len(order) else v.as_strided(sizes, strides, v.storage_offset())), dims
 
 
-# Inputs from which sums over sticks take the C++ row sums: below, ATen's sum on the view (either
-# way, later calls of the geometry replay in the runtime's front). Replayed, the row sums were the
-# faster from 32x512 (float32 sum(-1) 6.6 -> 4.8 us, 1024x256 55 -> 31 us); at 8x64, ATen's.
+# Inputs from which sums, means and extremes over sticks take the C++ row kernels: below,
+# ATen's reductions on the view (either way, later calls of the geometry replay in the runtime's
+# front). Replayed, the row sums were the faster from 32x512 (float32 sum(-1) 6.6 -> 4.8 us,
+# 1024x256 55 -> 31 us); at 8x64, ATen's.
 ROW_SUMS_FROM = 1 << 12
 
+# Kinds the row kernels take over sticks: sums (rounded as docs/design.md, "Row kernels" says)
+# and extremes (exact in any order).
+ROW_KINDS = ("sum", "mean", "amax", "amin")
 
-def _row_sums_apply(v: torch.Tensor, red: tuple[int, ...], out_dtype: torch.dtype) -> bool:
-    """Whether the C++ row sums take this sum: floating inputs and results, and the reduced
-    dims hold the view's contiguous dim (a sum over sticks; others reduce faster in ATen)."""
+
+def _row_kernels_apply(v: torch.Tensor, red: tuple[int, ...], out_dtype: torch.dtype) -> bool:
+    """Whether the C++ row kernels take this reduction: floating inputs and results, and the
+    reduced dims hold the view's contiguous dim (over sticks; others reduce faster in ATen)."""
     if not red or v.dtype not in ROW_DTYPES or out_dtype not in ROW_DTYPES:
         return False
     inner = min((d for d in range(v.dim()) if v.shape[d] > 1), key=lambda d: abs(v.stride(d)), default=None)
     return inner in red and v.stride(inner) == 1
 
 
-def _row_sums(v: torch.Tensor, red: tuple[int, ...]) -> torch.Tensor:
-    """Sums over the device dims ``red`` of a CPU view, float32, kept as size 1: one sweep,
-    each row accumulated in float32 and rounded once (docs/design.md, "Row kernels")."""
+def _row_reduce(kind: str, v: torch.Tensor, red: tuple[int, ...]) -> torch.Tensor:
+    """Sums (``sum``, ``mean``) or extremes (``amax``, ``amin``) over the device dims ``red`` of a
+    CPU view, float32, kept as size 1: one sweep, each row's sum accumulated in float32 and
+    rounded once (docs/design.md, "Row kernels"), its extreme exact, NaN where the row has one.
+
+    >>> v = torch.tensor([[1.0, 5.0], [-2.0, 3.0]]).t()  # a transposed view: rows (1, -2), (5, 3)
+    >>> _row_reduce("amax", v, (1,)).flatten().tolist(), _row_reduce("sum", v, (1,)).flatten().tolist()
+    ([1.0, 5.0], [-1.0, 8.0])
+    """
     order = [d for d in range(v.dim()) if d not in red] + sorted(red)
-    sums = torch.empty(math.prod(v.shape[d] for d in order[:v.dim() - len(red)]))
-    _C._rows_sum(v.permute(order), sums, len(red))
-    return sums.view([1 if d in red else n for d, n in enumerate(v.shape)])
+    out = torch.empty(math.prod(v.shape[d] for d in order[:v.dim() - len(red)]))
+    rows = v.permute(order)
+    if kind in ("amax", "amin"):
+        _C._rows_extreme(rows, out, len(red), kind == "amax")
+    else:
+        _C._rows_sum(rows, out, len(red))
+    return out.view([1 if d in red else n for d, n in enumerate(v.shape)])
 
 
 class ReducePlan(NamedTuple):
     """What ``reduce`` worked out for a call of one geometry (``geometry_key``) whose input was
     read in place, its padding no concern: the result dtype, the coordinates, the input's read
-    in them, the device dims reduced and whether the C++ row sums take it."""
+    in them, the device dims reduced and whether the C++ row kernels take it."""
 
     out_dtype: torch.dtype
     coords: BoundLayout
@@ -310,7 +325,7 @@ class ReducePlan(NamedTuple):
     red: tuple[int, ...]
     dims: tuple[int, ...]
     count: int
-    row_sums: bool
+    row_kernels: bool
     layouts: tuple  # layouts_of the input: the id in the key stays its layout's
 
 
@@ -323,11 +338,11 @@ def _mean_sums_dtype(out_dtype: torch.dtype) -> torch.dtype | None:
     return None if out_dtype in LOW_PRECISION else out_dtype
 
 
-def _values(kind: str, v: torch.Tensor, red: tuple[int, ...], row_sums: bool, count: int, device: torch.device,
+def _values(kind: str, v: torch.Tensor, red: tuple[int, ...], row_kernels: bool, count: int, device: torch.device,
             out_dtype: torch.dtype, dtype: torch.dtype | None) -> torch.Tensor:
     """The reduced values of the view ``v`` (size 1 along ``red``), in ``out_dtype``."""
-    if row_sums:
-        values = _row_sums(v, red)
+    if row_kernels:
+        values = _row_reduce(kind, v, red)
         values = values / count if kind == "mean" else values
     elif kind == "mean":  # a low-precision mean rounds to its dtype: sum natively, divide in float32
         values = reduce_view(v, red, "sum", device, _mean_sums_dtype(out_dtype)).float() / count
@@ -364,7 +379,7 @@ def box_regions(kind: str, coords: BoundLayout, red: tuple[int, ...]
     return tuple(out)
 
 
-def _boxed_values(kind: str, v: torch.Tensor, coords: BoundLayout, red: tuple[int, ...], row_sums: bool, count: int,
+def _boxed_values(kind: str, v: torch.Tensor, coords: BoundLayout, red: tuple[int, ...], row_kernels: bool, count: int,
                   device: torch.device, out_dtype: torch.dtype, dtype: torch.dtype | None) -> torch.Tensor:
     """``_values`` of the view ``v`` in ``coords``; where the real positions are one box, of that
     box only (the padding beside it and within the reduced dims neither read nor reduced: the CPU
@@ -375,17 +390,17 @@ def _boxed_values(kind: str, v: torch.Tensor, coords: BoundLayout, red: tuple[in
     if regions is not None:
         values = torch.zeros([1 if d in red else n for d, n in enumerate(v.shape)], dtype=out_dtype)
         for part, region, writes in regions:
-            got = _values(kind, v[tuple(slice(b, b + n) for b, n in part)], red, row_sums, count, device, out_dtype,
+            got = _values(kind, v[tuple(slice(b, b + n) for b, n in part)], red, row_kernels, count, device, out_dtype,
                           dtype)
             target = values[tuple(slice(b, b + n) for b, n in region)]
             target.copy_(got) if writes else COMBINE[kind](target, got, out=target)
         return values
     if box is None:
-        return _values(kind, v, red, row_sums, count, device, out_dtype, dtype)
+        return _values(kind, v, red, row_kernels, count, device, out_dtype, dtype)
     index = tuple(slice(b, b + n) for b, n in box)
     values = torch.zeros([1 if d in red else n for d, n in enumerate(v.shape)], dtype=out_dtype)
     values[tuple(slice(0, 1) if d in red else i for d, i in enumerate(index))] = _values(
-        kind, v[index], red, row_sums, count, device, out_dtype, dtype)
+        kind, v[index], red, row_kernels, count, device, out_dtype, dtype)
     return values
 
 
@@ -403,7 +418,7 @@ def reduce(kind: str, x: torch.Tensor, dim: int | Sequence[int] | None, keepdim:
             return strided_reductions.run(kind, x, kept, normalize_dims(dim, x.dim()), keepdim, dtype, whole)
         if kept is not None:
             v = raw_view(x, kept.coords.layout.device_size, *kept.read)
-            values = _boxed_values(kind, v, kept.coords, kept.red, kept.row_sums, kept.count, x.device,
+            values = _boxed_values(kind, v, kept.coords, kept.red, kept.row_kernels, kept.count, x.device,
                                    kept.out_dtype, dtype)
             _offer(kind, x, v, kept, keepdim, values, dtype)
             return write_result(kept.coords, kept.dims, keepdim, values, x.device)
@@ -430,11 +445,11 @@ def reduce(kind: str, x: torch.Tensor, dim: int | Sequence[int] | None, keepdim:
     boxed = one_real_box(coords) is not None or box_regions(kind, coords, red) is not None  # no padding read: no mask
     masked_v = v if boxed else masked(v, coords, exact, pad, identity(kind, x.dtype))
     count = math.prod(x.shape[d] for d in dims)
-    row_sums = kind in ("sum", "mean") and x.numel() >= ROW_SUMS_FROM and _row_sums_apply(masked_v, red, out_dtype)
-    values = _boxed_values(kind, masked_v, coords, red, row_sums, count, x.device, out_dtype, dtype)
+    row_kernels = kind in ROW_KINDS and x.numel() >= ROW_SUMS_FROM and _row_kernels_apply(masked_v, red, out_dtype)
+    values = _boxed_values(kind, masked_v, coords, red, row_kernels, count, x.device, out_dtype, dtype)
     if key is not None and x is original and masked_v is v:
         kept = keep(PLANS, key, ReducePlan(out_dtype, coords, (tuple(v.stride()), v.storage_offset()), red, dims,
-                                           count, row_sums, layouts_of([x])), MAX_PLANS)
+                                           count, row_kernels, layouts_of([x])), MAX_PLANS)
         _offer(kind, x, v, kept, keepdim, values, dtype)
     return write_result(coords, dims, keepdim, values, x.device)
 
@@ -451,7 +466,7 @@ def _offer(kind: str, x: torch.Tensor, v: torch.Tensor, kept: ReducePlan, keepdi
     out as ``values`` (so the CPU kernel walks the elements in the same order: the same bits).
     Several, a result laid out otherwise (a sum over a padded stick: one value per stick), or a
     mean, ``all`` or ``any``: the same per-dim reductions as ``reduce_view`` (a mean's sums
-    divided as ``_values`` does; sums over sticks by the row kernels, as ``_row_sums``), their
+    divided as ``_values`` does; reductions over sticks by the row kernels, as ``_row_reduce``), their
     values copied into the result (``csrc/reduce_recipe.cpp``)."""
     if (kind not in NATIVE and kind not in ("mean", "all", "any")) or values.dtype != kept.out_dtype:
         return
@@ -470,7 +485,7 @@ def _offer(kind: str, x: torch.Tensor, v: torch.Tensor, kept: ReducePlan, keepdi
     if boxes is None:
         return
     size, strides, offset = _values_view(w)
-    direct = not kept.row_sums and kind in NATIVE and len(kept.red) == 1 and tuple(values.shape) == tuple(size) and all(
+    direct = not kept.row_kernels and kind in NATIVE and len(kept.red) == 1 and tuple(values.shape) == tuple(size) and all(
         n == 1 or s == t for n, s, t in zip(size, strides, values.stride()))
     if not direct:  # several dims, or a result laid out otherwise than the values (a sum over a padded stick)
         box = boxes[0] if boxes else [(0, n) for n in coords.shape]
@@ -480,7 +495,7 @@ def _offer(kind: str, x: torch.Tensor, v: torch.Tensor, kept: ReducePlan, keepdi
         _C._offer_reduce(kind, x, (tuple(n for _, n in box), tuple(v.stride()), v.storage_offset() + start),
                          sorted(kept.red, key=lambda d: (v.stride(d), d)), sums, runtime_record(w.out_coords),
                          (tuple(1 if d in kept.red else n for d, (_, n) in enumerate(box)), strides, offset + result_start),
-                         kept.count, kept.out_dtype, kept.row_sums)
+                         kept.count, kept.out_dtype, kept.row_kernels)
         return
     _C._offer_recipe([x], [(0, tuple(v.shape), tuple(v.stride()), v.storage_offset())], runtime_record(w.out_coords),
                      (size, strides, offset), [(1, list(kept.red)), (2, True)], NATIVE[kind], boxes)
