@@ -810,6 +810,33 @@ def test_conversions_of_views_replay_the_cpus_bits(_, shape, view, dst, monkeypa
     assert len(calls) == 1, "a kept conversion entered Python"
 
 
+def any_values(shape: tuple[int, ...], dtype: torch.dtype, seed: int) -> torch.Tensor:
+    """Values of every kind: random bit patterns (NaNs with payloads, infinities, subnormals,
+    values past float16's range) and normal values around float16's range and rounding ties."""
+    gen = torch.Generator().manual_seed(seed)
+    bits = torch.randint(-2**31, 2**31 - 1, shape, generator=gen, dtype=torch.int32)
+    raw = bits.view(torch.float32) if dtype == F32 else bits.to(torch.int16).view(F16)
+    scale = torch.tensor([1e-7, 1e-3, 1.0, 300.0, 7e4])[torch.randint(0, 5, shape, generator=gen)]
+    normal = (torch.randn(shape, generator=gen) * scale).to(dtype)
+    return torch.where(torch.rand(shape, generator=gen) < 0.5, raw, normal)
+
+
+@pytest.mark.parametrize("src, dst", [(F32, F16), (F16, F32)], ids=["to-float16", "to-float32"])
+@pytest.mark.parametrize("view", [lambda t: t, lambda t: t[3:, 40:], lambda t: t[:, 64:192]],
+                         ids=["whole", "slice", "sticks"])
+def test_half_conversions_in_runs_give_the_cpus_bits(src, dst, view):
+    """float32 <-> float16 conversions whose pieces are runs of sticks, converted where they lie
+    (``csrc/converting_copies.cpp``): the CPU's bits for values of every kind, NaN payloads
+    included, on the planned call and the replays."""
+    elementwise.forget_recipes()
+    ints = {F32: torch.int32, F16: torch.int16}
+    for seed in range(3):
+        x = any_values((48, 256), src, seed)
+        out = view(x.to("spyre")).to(dst)
+        assert torch.equal(out.cpu().view(ints[dst]), view(x).to(dst).view(ints[dst]))
+        assert padding_holds_pad_value(out)
+
+
 CONVERSION_DTYPES = [F32, F16, torch.bfloat16, torch.int32, torch.int16]
 
 
