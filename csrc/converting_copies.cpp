@@ -1,7 +1,5 @@
 #include "converting_copies.h"
 
-#include <ATen/Parallel.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <string>
@@ -12,6 +10,7 @@
 
 #include "dma_executor.h"
 #include "row_math.h"
+#include "run_stretches.h"
 
 namespace torch_layouts {
 namespace {
@@ -96,50 +95,20 @@ ConvertRuns converter(bool to_half) {
   return nullptr;
 }
 
-struct Loop {
-  int64_t size, dst, src;
-};
-
-// The nest's loops but its innermost run, outermost first by destination stride (writes run on),
-// and the run's length; 0 where the innermost loop is no run of at least 8 elements on both sides.
-int64_t outer_loops(const Transfer& nest, std::vector<Loop>& loops) {
+// The nest's loops but its innermost run (destination, source strides), and the run's length; 0
+// where the innermost loop (by destination stride) is no run of at least 8 elements on both sides.
+int64_t outer_loops(const Transfer& nest, std::vector<StridedLoop<2>>& loops) {
   for (size_t k = 0; k < nest.ranges.size(); ++k) {
-    if (nest.ranges[k] != 1) loops.push_back({nest.ranges[k], nest.dst_strides[k], nest.src_strides[k]});
+    if (nest.ranges[k] != 1) loops.push_back({nest.ranges[k], {nest.dst_strides[k], nest.src_strides[k]}});
   }
-  std::stable_sort(loops.begin(), loops.end(),
-                   [](const Loop& a, const Loop& b) { return std::abs(a.dst) > std::abs(b.dst); });
   if (loops.empty()) return 0;  // one element
-  const Loop run = loops.back();
-  if (run.dst != 1 || run.src != 1 || run.size < 8) return 0;
-  loops.pop_back();
-  if (loops.empty()) loops.push_back({1, 0, 0});
-  return run.size;
-}
-
-// The nest's runs: work items are a position of the other loops and a stretch of the largest
-// loop of about kItemFloats elements, whose runs one call of `convert` takes (float32 sticks
-// into float16 ones: the runs of one source stick column, rows in order), over the intra-op threads.
-void convert_nest(char* dst, int64_t dsize, const char* src, int64_t ssize, const Transfer& nest,
-                  std::vector<Loop> loops, int64_t run, ConvertRuns convert) {
-  size_t largest = 0;  // the last of the largest: the innermost by destination among equals
-  for (size_t k = 1; k < loops.size(); ++k) largest = loops[k].size >= loops[largest].size ? k : largest;
-  const Loop inner = loops[largest];
-  loops.erase(loops.begin() + static_cast<std::ptrdiff_t>(largest));
-  int64_t positions = 1;
-  for (const Loop& loop : loops) positions *= loop.size;
-  const int64_t stretch = std::max<int64_t>(1, kItemFloats / run), stretches = (inner.size + stretch - 1) / stretch;
-  at::parallel_for(0, positions * stretches, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      const int64_t first = (i % stretches) * stretch;
-      int64_t d = nest.dst_offset + first * inner.dst, s = nest.src_offset + first * inner.src;
-      for (size_t k = loops.size(), rest = i / stretches; k-- > 0;) {
-        d += static_cast<int64_t>(rest) % loops[k].size * loops[k].dst;
-        s += static_cast<int64_t>(rest) % loops[k].size * loops[k].src;
-        rest /= loops[k].size;
-      }
-      convert(dst + d * dsize, src + s * ssize, std::min(stretch, inner.size - first), inner.dst, inner.src, run);
-    }
+  const auto run = std::min_element(loops.begin(), loops.end(), [](const auto& a, const auto& b) {
+    return std::abs(a.strides[0]) < std::abs(b.strides[0]);
   });
+  if (run->strides[0] != 1 || run->strides[1] != 1 || run->size < 8) return 0;
+  const int64_t length = run->size;
+  loops.erase(run);
+  return length;
 }
 
 }  // namespace
@@ -150,7 +119,7 @@ bool run_converting_nests(const std::vector<Transfer>& nests, void* dst, int64_t
   if (!to_half && !(src_type == at::kHalf && dst_type == at::kFloat)) return false;
   const ConvertRuns convert = converter(to_half);
   if (convert == nullptr) return false;
-  std::vector<std::vector<Loop>> loops(nests.size());
+  std::vector<std::vector<StridedLoop<2>>> loops(nests.size());
   std::vector<int64_t> runs(nests.size());
   for (size_t k = 0; k < nests.size(); ++k) {
     runs[k] = outer_loops(nests[k], loops[k]);
@@ -161,10 +130,14 @@ bool run_converting_nests(const std::vector<Transfer>& nests, void* dst, int64_t
   for (size_t k = 0; k < nests.size(); ++k) {
     bool empty = false;
     for (int64_t r : nests[k].ranges) empty |= r == 0;
-    if (!empty) {
-      convert_nest(static_cast<char*>(dst), dsize, static_cast<const char*>(src), ssize, nests[k], loops[k], runs[k],
-                   convert);
-    }
+    if (empty) continue;
+    // a stretch of the largest loop's runs per call (float32 sticks into float16 ones: the runs
+    // of one source stick column, rows in order)
+    for_stretches<2>(loops[k], {nests[k].dst_offset, nests[k].src_offset}, runs[k], kItemFloats,
+                     [&](const std::array<int64_t, 2>& at, int64_t count, const StridedLoop<2>& inner) {
+                       convert(static_cast<char*>(dst) + at[0] * dsize, static_cast<const char*>(src) + at[1] * ssize,
+                               count, inner.strides[0], inner.strides[1], runs[k]);
+                     });
   }
   return true;
 }
