@@ -12,7 +12,6 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import torch_layouts
 from ops_support import padding_holds_pad_value
 from torch_layouts import SpyreTensorLayout
 from torch_layouts.ops import elementwise
