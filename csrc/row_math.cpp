@@ -301,29 +301,32 @@ struct S {
 #include "row_sums_x86.h"
 #include "row_extremes_x86.h"
 
+// A run's extreme as 8 partial lanes; two vectors a step, as AVX-512's extreme_lanes (below).
 template <bool Max>
 [[gnu::always_inline]] inline __m256 extreme_lanes(const char* p, int64_t n, bool half, bool& nan) {
   const float id = Max ? -kInf : kInf;
   __m256 s0 = S::splat(id), s1 = s0, unord = S::zeros();
-  auto fold = [&](__m256& s, __m256 x) {
-    s = plain8<Max>(s, x);
+  auto pair = [&](__m256 a, __m256 b, bool first) {
+    unord = _mm256_or_ps(unord, _mm256_cmp_ps(a, b, _CMP_UNORD_Q));
+    s0 = first ? a : plain8<Max>(s0, a);
+    s1 = first ? b : plain8<Max>(s1, b);
+  };
+  auto fold = [&](__m256 x) {
+    s0 = plain8<Max>(s0, x);
     unord = _mm256_or_ps(unord, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
   };
   int64_t i = 0;
   if (half) {
     const uint16_t* x = reinterpret_cast<const uint16_t*>(p);
     for (; i + 16 <= n; i += 16) {
-      fold(s0, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i))));
-      fold(s1, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i + 8))));
+      pair(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i))),
+           _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i + 8))), i == 0);
     }
-    for (; i < n; ++i) fold(s0, S::splat(_cvtsh_ss(x[i])));
+    for (; i < n; ++i) fold(S::splat(_cvtsh_ss(x[i])));
   } else {
     const float* x = reinterpret_cast<const float*>(p);
-    for (; i + 16 <= n; i += 16) {
-      fold(s0, _mm256_loadu_ps(x + i));
-      fold(s1, _mm256_loadu_ps(x + i + 8));
-    }
-    chunks(n - i, [&](int64_t k, int64_t r) { fold(s0, S::ld(x + i + k, r, id)); });
+    for (; i + 16 <= n; i += 16) pair(_mm256_loadu_ps(x + i), _mm256_loadu_ps(x + i + 8), i == 0);
+    chunks(n - i, [&](int64_t k, int64_t r) { fold(S::ld(x + i + k, r, id)); });
   }
   nan |= _mm256_movemask_ps(unord) != 0;
   return plain8<Max>(s0, s1);
@@ -448,30 +451,33 @@ inline __m256i halves_below(const uint16_t* p, int64_t r) {
 #include "row_extremes_x86.h"
 
 // A run's extreme as 8 partial lanes: 16 elements a step (float16 converted 16 at a time), folded to 8.
+// Two vectors a step: one compare of the pair notes a NaN in either; the first pair starts the lanes.
 template <bool Max>
 [[gnu::always_inline]] inline __m256 extreme_lanes(const char* p, int64_t n, bool half, bool& nan) {
   const float id = Max ? -kInf : kInf;
   __m512 s0 = S::splat(id), s1 = s0;
   __mmask16 unord = 0;
-  auto fold = [&](__m512& s, __m512 x) {
-    s = Max ? _mm512_max_ps(s, x) : _mm512_min_ps(s, x);
+  auto pair = [&](__m512 a, __m512 b, bool first) {
+    unord |= _mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q);
+    s0 = first ? a : Max ? _mm512_max_ps(s0, a) : _mm512_min_ps(s0, a);
+    s1 = first ? b : Max ? _mm512_max_ps(s1, b) : _mm512_min_ps(s1, b);
+  };
+  auto fold = [&](__m512 x) {
+    s0 = Max ? _mm512_max_ps(s0, x) : _mm512_min_ps(s0, x);
     unord |= _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
   };
   int64_t i = 0;
   if (half) {
     const uint16_t* x = reinterpret_cast<const uint16_t*>(p);
     for (; i + 32 <= n; i += 32) {
-      fold(s0, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i))));
-      fold(s1, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i + 16))));
+      pair(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i))),
+           _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i + 16))), i == 0);
     }
-    for (; i < n; ++i) fold(s0, S::splat(_cvtsh_ss(x[i])));
+    for (; i < n; ++i) fold(S::splat(_cvtsh_ss(x[i])));
   } else {
     const float* x = reinterpret_cast<const float*>(p);
-    for (; i + 32 <= n; i += 32) {
-      fold(s0, _mm512_loadu_ps(x + i));
-      fold(s1, _mm512_loadu_ps(x + i + 16));
-    }
-    for (; i < n; i += 16) fold(s0, S::ld(x + i, std::min<int64_t>(16, n - i), id));
+    for (; i + 32 <= n; i += 32) pair(_mm512_loadu_ps(x + i), _mm512_loadu_ps(x + i + 16), i == 0);
+    for (; i < n; i += 16) fold(S::ld(x + i, std::min<int64_t>(16, n - i), id));
   }
   nan |= unord != 0;
   const __m512 s = Max ? _mm512_max_ps(s0, s1) : _mm512_min_ps(s0, s1);
