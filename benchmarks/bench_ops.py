@@ -82,6 +82,8 @@ CASES = (
      lambda a, b: a + b, 30, GOAL, False),
     ("sum(dim=-1), the stick dim (step size)", ((1024, 256),), torch.float32, lambda a: a.sum(dim=-1), 30, GOAL,
      False),
+    ("sum over batch and tokens, a bias gradient (step size)", ((8, 128, 256),), torch.float32,
+     lambda a: a.sum(dim=(0, 1)), 30, GOAL, False),
     ("amax(dim=-1), the stick dim (step size)", ((1024, 256),), torch.float32, lambda a: a.amax(dim=-1), 30,
      GOAL, False),
     ("float32 -> float16 conversion (step size)", ((1024, 256),), torch.float32, lambda a: a.half(), 30, GOAL,

@@ -64,8 +64,13 @@ class ReduceReplay final : public Replay {
       return values.to(out_dtype);
     }
     const bool exact = kind != Kind::kSum && kind != Kind::kMean;  // as reduce_view: outermost dim first
-    for (size_t k = 0; k < order.size(); ++k) {
-      const int64_t d = order[exact ? order.size() - 1 - k : k];
+    bool kept_inner = false;  // sums as reductions.sum_order: column sums take their outermost dim first
+    for (int64_t d = 0; d < v.dim() && !exact; ++d) {
+      kept_inner |= v.stride(d) == 1 && v.size(d) > 1 && std::find(order.begin(), order.end(), d) == order.end();
+    }
+    const size_t n = order.size();
+    for (size_t k = 0; k < n; ++k) {
+      const int64_t d = exact ? order[n - 1 - k] : kept_inner && n > 1 ? order[(k + n - 1) % n] : order[k];
       switch (kind) {
         case Kind::kSum:
         case Kind::kMean: v = at::sum(v, {d}, true, dtype); break;
