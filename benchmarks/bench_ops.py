@@ -5,7 +5,8 @@ Target for every op (issue 18): <= 1.05. Elementwise (``add``, in place and into
 layer with its bias), reductions (``sum`` over rows and over the stick dim), ``softmax`` and
 ``layer_norm`` (forward, and with their backward); and some of them at the training step's shapes
 (1-2 MiB), where a call's fixed cost counts, with a broadcast bias add, ``sum`` and ``amax`` over
-the stick dim, a dtype conversion and a comparison (results of other stick lengths). Profiling 10 forward passes of a small model
+the stick dim, a bias gradient's column sum, a row gather (``index_select``), a dtype conversion
+and a comparison (results of other stick lengths). Profiling 10 forward passes of a small model
 on the device, with Kineto (CPU + PrivateUse1 activities) and with the legacy profiler
 (``use_device="spyre"``), against the same passes unprofiled: <= 2. Run alone with
 ``python benchmarks/bench_ops.py [--threads N]`` (2 by default).
@@ -46,6 +47,12 @@ def _layer_norm(x: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.layer_norm(x, x.shape[-1:])
 
 
+@functools.cache
+def _rows(device: str) -> torch.Tensor:
+    """64 row indices (repeats possible), on ``device``: an embedding-like gather."""
+    return torch.randint(0, 1024, (64,), generator=torch.Generator().manual_seed(0)).to(device)
+
+
 CASES = (
     # name, shapes, dtype, op, repetitions, target ratio (None: reported only), whether op takes
     # a preallocated ``out`` (then neither side allocates, nor page-faults on the CPU side)
@@ -84,6 +91,8 @@ CASES = (
      False),
     ("sum over batch and tokens, a bias gradient (step size)", ((8, 128, 256),), torch.float32,
      lambda a: a.sum(dim=(0, 1)), 30, GOAL, False),
+    ("index_select of 64 rows (step size)", ((1024, 256),), torch.float32,
+     lambda a: a.index_select(0, _rows(a.device.type)), 30, GOAL, False),
     ("amax(dim=-1), the stick dim (step size)", ((1024, 256),), torch.float32, lambda a: a.amax(dim=-1), 30,
      GOAL, False),
     ("float32 -> float16 conversion (step size)", ((1024, 256),), torch.float32, lambda a: a.half(), 30, GOAL,

@@ -1,14 +1,19 @@
 """``index_copy_``/``index_copy`` on device memory (a static KV cache's update): bit for bit the
 CPU's, on the device (no CPU fallback), with the CPU's errors, and an update at a new position
-each step planned once."""
+each step planned once. ``index_select`` on the buffers where they lie: the CPU's results on
+every call, planned or replayed."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import torch_layouts
-from torch_layouts.ops import view_copy
+from ops_support import padding_holds_pad_value
+from torch_layouts import SpyreTensorLayout
+from torch_layouts.ops import elementwise, indexing, view_copy
 
 F16, F32 = torch.float16, torch.float32
 
@@ -85,3 +90,63 @@ def test_bad_calls_raise_the_cpus_errors_and_write_nothing(_, bad):
                        .replace("[", r"\[").replace("]", r"\]")):
         bad(device, s.to("spyre"))
     assert torch.equal(device.cpu(), x)
+
+
+# index_select: id, shape, dtype, dim order of the input's layout (None: default), dim, index
+# length, index dtype. The refined path where the selected dim is whole in both layouts; the
+# general one (a staged copy) where it is split (columns of sticks) or the index is empty.
+SELECTS = [
+    ("rows-of-sticks", (1024, 256), F32, None, 0, 64, torch.int64),
+    ("rows-int32-index", (96, 70), F32, None, 0, 40, torch.int32),
+    ("tokens-of-3d", (8, 128, 256), F32, None, 1, 17, torch.int64),
+    ("batch-of-3d-half", (8, 16, 128), F16, None, 0, 5, torch.int64),
+    ("last-dim-of-3d", (4, 6, 96), F32, None, -1, 9, torch.int64),  # split into sticks: general path
+    ("columns", (16, 128), F32, None, 1, 7, torch.int64),  # general path
+    ("dim-order", (64, 48), F32, [1, 0], 0, 30, torch.int64),
+    ("one-dim", (300,), F32, None, 0, 12, torch.int64),
+    ("empty-index", (32, 64), F32, None, 0, 0, torch.int64),
+]
+
+
+@pytest.mark.parametrize("_, shape, dtype, order, dim, count, index_dtype", SELECTS, ids=[c[0] for c in SELECTS])
+def test_index_select_gives_the_cpus_result_on_every_call(_, shape, dtype, order, dim, count, index_dtype,
+                                                          monkeypatch):
+    """Three calls with fresh values and indices (repeated, unsorted): the CPU's rows, one
+    layout, padding the pad value; later calls are replayed by the front (no Python), but for an
+    empty index, which the general path copies through the CPU every time."""
+    elementwise.forget_recipes()
+    entered = []
+    for name in ("strided_or_staged", "_INDEX_SELECT"):  # the refined path's read, the general path
+        original = getattr(indexing, name)
+        monkeypatch.setattr(indexing, name, lambda *a, f=original: entered.append(1) or f(*a))
+    layout = None if order is None else SpyreTensorLayout(shape, dtype, order)
+    outs, calls = [], []
+    for seed in range(3):
+        x = randn(*shape, seed=seed, dtype=dtype)
+        gen = torch.Generator().manual_seed(seed)
+        index = torch.randint(0, shape[dim], (count,), generator=gen).to(index_dtype)
+        dx, di = x.to("spyre", device_layout=layout), index.to("spyre")
+        before = len(entered)
+        out = dx.index_select(dim, di)
+        calls.append(len(entered) - before)
+        assert torch.equal(out.cpu(), x.index_select(dim, index)) and padding_holds_pad_value(out)
+        outs.append(out)
+    assert all(o.device_tensor_layout() == outs[0].device_tensor_layout() for o in outs)
+    assert calls[0] >= 1 and calls[1:] == ([0, 0] if count else [1, 1]), calls
+    assert torch_layouts.stats()["fallbacks"] == {}
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.integers(1, 40), min_size=1, max_size=3), st.data())
+def test_index_select_of_any_layout_gives_the_cpus_result(shape, data):
+    """Any Spyre layout, dim and index (repeats included): the first call and its replays."""
+    elementwise.forget_recipes()
+    order = list(data.draw(st.permutations(range(len(shape)))))
+    layout = SpyreTensorLayout(tuple(shape), F32, order)
+    dim = data.draw(st.integers(-len(shape), len(shape) - 1))
+    count = data.draw(st.integers(1, 12))
+    for seed in range(3):
+        x = randn(*shape, seed=seed)
+        index = torch.randint(0, shape[dim], (count,), generator=torch.Generator().manual_seed(seed))
+        out = x.to("spyre", device_layout=layout).index_select(dim, index.to("spyre"))
+        assert torch.equal(out.cpu(), x.index_select(dim, index)) and padding_holds_pad_value(out)

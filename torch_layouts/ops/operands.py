@@ -255,12 +255,36 @@ def common_reads(a: torch.Tensor, b: torch.Tensor) -> tuple[Read, Read] | None:
     >>> torch.equal(out.cpu(), g.cpu())
     True
     """
+    reads = common_reads_along(a, b, None)
+    return None if reads is None else reads[:2]
+
+
+def common_reads_along(a: torch.Tensor, b: torch.Tensor, free: int | None) -> tuple[Read, Read, int] | None:
+    """``common_reads`` of tensors whose shapes may differ along the dim ``free`` (an
+    ``index_select``'s input and result), which neither splits: the two views, and that dim's
+    place in them; None where ``free`` is split on either side (or as ``common_reads``).
+
+    >>> x = torch.randn(16, 64).to("spyre")  # Spyre's 2-D layout: two stick columns of 32
+    >>> src, dst, k = common_reads_along(x, torch.zeros(4, 64).to("spyre"), 0)
+    >>> src[0], dst[0], k
+    ((16, 2, 32), (4, 2, 32), 0)
+    """
     ra, rb = factored_read(a), factored_read(b)
-    if ra is None or rb is None or a.shape != b.shape:
+    if ra is None or rb is None or a.dim() != b.dim() or any(
+            a.shape[d] != b.shape[d] for d in range(a.dim()) if d != free):
         return None
     factors = [_per_dim(r) for r in (ra, rb)]
     reads: list[list[tuple[int, int]]] = [[], []]
+    place = -1
     for d in range(a.dim()):
+        if d == free:
+            ends = [f[d] or [(1, 0)] for f in factors]  # a dim of size 1 may have no factor
+            if any(len(e) != 1 for e in ends):
+                return None
+            place = len(reads[0])
+            reads[0] += ends[0]
+            reads[1] += ends[1]
+            continue
         sizes = _common_sizes([f for f, _ in factors[0][d]], [f for f, _ in factors[1][d]])
         if sizes is None:
             return None
@@ -270,7 +294,8 @@ def common_reads(a: torch.Tensor, b: torch.Tensor) -> tuple[Read, Read] | None:
                 return None
             reads[k] += split
     origins = (ra.read[2], rb.read[2])
-    return tuple((tuple(n for n, _ in r), tuple(st for _, st in r), o) for r, o in zip(reads, origins))
+    views = [(tuple(n for n, _ in r), tuple(st for _, st in r), o) for r, o in zip(reads, origins)]
+    return views[0], views[1], place
 
 
 def _per_dim(r: FactoredRead) -> list[list[tuple[int, int]]]:
