@@ -97,10 +97,12 @@ class ReduceReplay final : public Replay {
   void run(c10::ArrayRef<c10::IValue> args, int64_t, std::vector<c10::IValue>& results) const override {
     const at::Tensor& x = args[0].toTensor();
     at::Tensor r = new_device_tensor(out, x.device());
-    if (pieces.empty() && direct_rows) {  // the row kernels' values straight into the result
-      reduce_rows(borrowed_view_of(x, input), borrowed_view_of(r, *direct_rows));
-    } else if (pieces.empty()) {
-      borrowed_view_of(r, result).copy_(reduce(borrowed_view_of(x, input)));
+    if (pieces.empty()) {
+      if (direct_rows) {  // the row kernels' values straight into the result
+        reduce_rows(borrowed_view_of(x, input), borrowed_view_of(r, *direct_rows));
+      } else {
+        borrowed_view_of(r, result).copy_(reduce(borrowed_view_of(x, input)));
+      }
       results.emplace_back(std::move(r));
       return;
     }
