@@ -46,14 +46,11 @@ float exact_extreme(const char* p, int64_t n, bool half) {
 template <bool Max, int64_t N, typename Runs>
 void fold_runs(float* acc, Runs runs, int64_t count, int64_t len, bool half) {
   const int64_t n = N > 0 ? N : len, bytes = n * (half ? 2 : 4);
-  const int64_t ahead = bytes <= 256 ? std::max<int64_t>(8, 4096 / std::max<int64_t>(bytes, 1)) : 0;
+  const int64_t ahead = prefetch_distance(bytes);
   int64_t r = 0;
   for (; r + 8 <= count; r += 8) {
     __m256 v[8];
-    if (ahead && r + ahead + 8 <= count) {
-      for (int q = 0; q < 8; ++q)
-        for (int64_t o = 0; o < bytes; o += 64) _mm_prefetch(runs[r + ahead + q] + o, _MM_HINT_T0);
-    }
+    prefetch_eight(runs, r, count, ahead, bytes);
     bool nan = false;
     for (int q = 0; q < 8; ++q) v[q] = extreme_lanes<Max>(runs[r + q], n, half, nan);
     if (nan) {
