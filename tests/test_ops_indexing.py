@@ -150,3 +150,27 @@ def test_index_select_of_any_layout_gives_the_cpus_result(shape, data):
         index = torch.randint(0, shape[dim], (count,), generator=torch.Generator().manual_seed(seed))
         out = x.to("spyre", device_layout=layout).index_select(dim, index.to("spyre"))
         assert torch.equal(out.cpu(), x.index_select(dim, index)) and padding_holds_pad_value(out)
+
+
+@pytest.mark.parametrize("rows, dtype, width", [((4, 16), F32, 96), ((3, 5, 7), F16, 128)],
+                         ids=["2d-index", "3d-index-half"])
+def test_embedding_gathers_rows_where_they_lie(rows, dtype, width, monkeypatch):
+    """``embedding`` (``index_select`` of its index reshaped to 1-D, which a device index's
+    padded sticks make a staged copy) gives the CPU's rows on every call, replayed after the
+    first; the table is never copied whole (the general path, which copies it, is not entered)."""
+    elementwise.forget_recipes()
+    entered = []
+    for name in ("strided_or_staged", "_INDEX_SELECT"):
+        original = getattr(indexing, name)
+        monkeypatch.setattr(indexing, name, lambda *a, f=original, n=name: entered.append(n) or f(*a))
+    weight = randn(500, width, dtype=dtype)  # whole sticks: a padded one has no strided view
+    dw = weight.to("spyre")
+    calls = []
+    for seed in range(3):
+        index = torch.randint(0, 500, rows, generator=torch.Generator().manual_seed(seed))
+        before = len(entered)
+        out = torch.nn.functional.embedding(index.to("spyre"), dw)
+        calls.append(entered[before:])
+        assert torch.equal(out.cpu(), torch.nn.functional.embedding(index, weight))
+    assert calls[0] == ["strided_or_staged"] and calls[1:] == [[], []], calls
+    assert torch_layouts.stats()["fallbacks"] == {}

@@ -9,8 +9,8 @@ each step reuses the kept plan, shifted. The index is read on the host (a device
 one refinement of their shapes but the selected dim (``operands.common_reads_along``: Spyre's
 2-D layout splits the columns into stick columns), so that it gathers the selected rows' sticks
 instead of reading a row-major copy of the whole input (64 of 1024x256 float32 rows: 28 -> 7 us,
-CPU 3.2); the recipe goes to the runtime's front. Elsewhere ``on_views.cpu_kernel``'s general
-path (a staged copy).
+CPU 3.2; ``embedding`` of 512 indices into a 32000x1024 table 4.9 -> 0.17 ms); the recipe goes to
+the runtime's front. Elsewhere ``on_views.cpu_kernel``'s general path (a staged copy).
 """
 
 from __future__ import annotations
@@ -97,18 +97,20 @@ def index_select(self: torch.Tensor, dim: int, index: torch.Tensor) -> torch.Ten
     coords = default_coords(tuple(shape), self.dtype)
     out = new_tensor(coords, self.device)
     reads = common_reads_along(self, out, k) if self.numel() else None
-    taken = strided_or_staged(index, True)
-    if reads is None or taken is None or taken[2] is not None:
+    taken = strided_or_staged(index, True)  # a reshaped index (embedding's) may be a staged copy
+    if reads is None or taken is None:
         return _INDEX_SELECT(self, dim, index)
     src, dst, place = reads
+    held, index_read, staged = taken
     try:
-        torch.ops.aten.index_select.out(raw_view(self, *src), place, raw_view(index, *taken[1]),
+        torch.ops.aten.index_select.out(raw_view(self, *src), place, raw_view(held, *index_read),
                                         out=raw_view(out, *dst))
     except Exception:  # an index out of range: the CPU's own message
         torch.index_select(self.cpu(), dim, index.cpu())
         raise
-    _C._offer_recipe([self, None, index], [(0, *src), (2, *taken[1])], [runtime_record(coords)], [dst],
-                     [(1, place)], "aten::index_select.out")
+    _C._offer_recipe([self, None, index], [(0, *src), (2, *index_read) + (() if staged is None else
+                                                                        (runtime_record(staged), 0))],
+                     [runtime_record(coords)], [dst], [(1, place)], "aten::index_select.out")
     return out
 
 
