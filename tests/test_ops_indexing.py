@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import torch_layouts
-from ops_support import padding_holds_pad_value
+from ops_support import padding_holds_pad_value, raises_like_the_cpu
 from torch_layouts import SpyreTensorLayout
 from torch_layouts.ops import elementwise, indexing, view_copy
 
@@ -174,3 +174,34 @@ def test_embedding_gathers_rows_where_they_lie(rows, dtype, width, monkeypatch):
         assert torch.equal(out.cpu(), torch.nn.functional.embedding(index, weight))
     assert calls[0] == ["strided_or_staged"] and calls[1:] == [[], []], calls
     assert torch_layouts.stats()["fallbacks"] == {}
+
+
+# x[index] (aten::index.Tensor): id, the index (a function of the device: where the index lies),
+# whether index_select takes it (else the CPU fallback of index.Tensor_out, as before).
+GETITEMS = [
+    ("rows", lambda d: (torch.tensor([3, 1, 3]).to(d),), True),
+    ("columns", lambda d: (slice(None), torch.tensor([0, 63, 5]).to(d)), True),
+    ("2d-index", lambda d: (torch.tensor([[1, 2], [9, 0]]).to(d),), True),
+    ("0-dim-index", lambda d: (torch.tensor(4).to(d),), True),  # Python's x[i]: a select, not aten::index
+    ("int32-index", lambda d: (torch.tensor([7, 2], dtype=torch.int32).to(d),), True),
+    ("negative", lambda d: (torch.tensor([-1, 2]).to(d),), False),
+    ("bool-mask", lambda d: (torch.arange(10).remainder(3).eq(0).to(d),), False),
+    ("two-indices", lambda d: (torch.tensor([1, 2]).to(d), torch.tensor([3, 4]).to(d)), False),
+    ("cpu-index", lambda d: (torch.tensor([1, 2]),), False),
+]
+
+
+@pytest.mark.parametrize("_, make, selected", GETITEMS, ids=[c[0] for c in GETITEMS])
+def test_getitem_with_an_index_tensor(_, make, selected):
+    """The CPU's result; one integer device index among Nones is ``index_select``'s (no CPU
+    fallback), anything else the CPU fallback of ``index.Tensor_out``."""
+    x = randn(10, 64)
+    dx = x.to("spyre")
+    torch_layouts.reset_stats()
+    out = dx[make("spyre")]
+    assert out.device.type == "spyre" and torch.equal(out.cpu(), x[make("cpu")])
+    assert torch_layouts.stats()["fallbacks"] == ({} if selected else {"aten::index.Tensor_out": 1})
+
+
+def test_getitem_out_of_range_raises_the_cpus_error():
+    raises_like_the_cpu(lambda d: torch.zeros(10, 64).to(d)[torch.tensor([10]).to(d)])

@@ -1,4 +1,4 @@
-"""``index_copy_``, ``index_copy`` and ``index_select`` on device memory.
+"""``index_copy_``, ``index_copy``, ``index_select`` and ``self[index]`` on device memory.
 
 ``index_copy_`` (a static KV cache's update): each run of consecutive indices is one copy from its
 slab of the source into the slab of ``self`` it names (``narrow`` of both), which the runtime
@@ -20,7 +20,7 @@ import torch
 from .. import _C
 from .on_views import cpu_kernel
 from .operands import common_reads_along, default_coords, new_tensor, raw_view, runtime_record
-from .registry import register, scalar_type_name
+from .registry import leave_to_fallback, register, scalar_type_name
 from .view_copy import strided_or_staged
 
 _INDEX_SELECT = cpu_kernel(torch.ops.aten.index_select.default, torch.ops.aten.index_select.out)
@@ -114,7 +114,33 @@ def index_select(self: torch.Tensor, dim: int, index: torch.Tensor) -> torch.Ten
     return out
 
 
+def index(self: torch.Tensor, indices: list[torch.Tensor | None]) -> torch.Tensor:
+    """``self[indices]`` (``aten::index.Tensor``): one integer index tensor on the device among
+    Nones selects along its dim by ``index_select`` (its rows gathered where they lie), reshaped to
+    the index's shape; anything else (a negative or out-of-range index, a bool mask, several index
+    tensors, a CPU index) runs as before: the CPU fallback of ``index.Tensor_out``.
+
+    >>> x, i = torch.randn(6, 64), torch.tensor([[5, 0], [2, 2]])
+    >>> torch.equal(x.to("spyre")[i.to("spyre")].cpu(), x[i])
+    True
+    """
+    given = [(k, t) for k, t in enumerate(indices) if t is not None]
+    if len(given) == 1 and given[0][0] < self.dim() and given[0][1].dtype in (torch.int64, torch.int32) and \
+            given[0][1].device == self.device:
+        k, idx = given[0]
+        try:
+            picked = torch.index_select(self, k, idx.reshape(-1))
+        except (IndexError, RuntimeError):  # negative indices wrap, out-of-range ones raise: the fallback's
+            picked = None
+        if picked is not None:
+            shape = (*self.shape[:k], *idx.shape, *self.shape[k + 1:])
+            return picked if picked.shape == shape else picked.reshape(shape)
+    return torch.ops.aten.index.Tensor_out(self, indices, out=self.new_empty(0))
+
+
 def register_all() -> None:
     register("index_select", index_select)
+    register("index.Tensor", index)
+    leave_to_fallback("index.Tensor_out")
     register("index_copy_", index_copy_)
     register("index_copy", index_copy)

@@ -19,6 +19,7 @@ import torch
 from .. import _C
 
 _kernels: dict[str, Callable[..., Any]] = {}  # overload name -> the kernel's function
+_fallback_outs: set[str] = set()  # out= overloads left to the CPU fallback (``leave_to_fallback``)
 
 
 def register(name: str, fn: Callable[..., Any], counted: bool = True) -> None:
@@ -28,6 +29,12 @@ def register(name: str, fn: Callable[..., Any], counted: bool = True) -> None:
         return
     _C._register_kernel(name, fn, counted)
     _kernels[name] = fn
+
+
+def leave_to_fallback(name: str) -> None:
+    """Keep ``register_out_variants`` off the out= overload ``name`` (``"index.Tensor_out"``): its
+    functional kernel calls it for the cases it leaves to the CPU fallback."""
+    _fallback_outs.add(name)
 
 
 def aten_overload(name: str) -> torch._ops.OpOverload:
@@ -87,7 +94,7 @@ def register_out_variants() -> None:
     functional kernel's result copied into ``out`` (device to device, ``write_out``)."""
     for name, fn in list(_kernels.items()):
         found = out_overload(name)
-        if found is None or found[0] in _kernels:
+        if found is None or found[0] in _kernels or found[0] in _fallback_outs:
             continue
         overload, out_name = found
 
