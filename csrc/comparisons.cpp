@@ -9,9 +9,6 @@
 namespace torch_layouts {
 namespace {
 
-// Runs per work item: about 64 KiB of float32 per operand.
-constexpr int64_t kItemFloats = 16384;
-
 // count runs of n elements: run r of out at o + r * step[0], of self at a + r * step[1], of other
 // at b + r * step[2] (a number: *b, step 0).
 using CompareRuns = void (*)(bool* o, const float* a, const float* b, int64_t count, const int64_t* step, int64_t n);
@@ -133,7 +130,7 @@ bool compare_runs(Comparison c, const at::Tensor& self, const c10::IValue& other
   bool* o = out.data_ptr<bool>();
   const float* a = self.const_data_ptr<float>();
   const float* b = tensor ? other.toTensor().const_data_ptr<float>() : &*number;
-  for_stretches<3>(std::move(loops), {0, 0, 0}, run, kItemFloats,
+  for_stretches<3>(std::move(loops), {0, 0, 0}, run, sizeof(float),
                    [&](const std::array<int64_t, 3>& at, int64_t count, const StridedLoop<3>& inner) {
                      f(o + at[0], a + at[1], b + at[2], count, inner.strides.data(), run);
                    });

@@ -15,9 +15,6 @@
 namespace torch_layouts {
 namespace {
 
-// Runs per work item: about 64 KiB of float32, as the DMA executor's items.
-constexpr int64_t kItemFloats = 16384;
-
 // count runs of n elements, run c from s + c * sstep to d + c * dstep (elements of each side).
 using ConvertRuns = void (*)(void* d, const void* s, int64_t count, int64_t dstep, int64_t sstep, int64_t n);
 
@@ -133,7 +130,7 @@ bool run_converting_nests(const std::vector<Transfer>& nests, void* dst, int64_t
     if (empty) continue;
     // a stretch of the largest loop's runs per call (float32 sticks into float16 ones: the runs
     // of one source stick column, rows in order)
-    for_stretches<2>(loops[k], {nests[k].dst_offset, nests[k].src_offset}, runs[k], kItemFloats,
+    for_stretches<2>(loops[k], {nests[k].dst_offset, nests[k].src_offset}, runs[k], std::max(dsize, ssize),
                      [&](const std::array<int64_t, 2>& at, int64_t count, const StridedLoop<2>& inner) {
                        convert(static_cast<char*>(dst) + at[0] * dsize, static_cast<const char*>(src) + at[1] * ssize,
                                count, inner.strides[0], inner.strides[1], runs[k]);

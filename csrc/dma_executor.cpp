@@ -14,17 +14,11 @@
 #include <cstring>
 
 #include "dma_tiles.h"
+#include "run_stretches.h"
 #include "tile_tuning.h"
 
 namespace torch_layouts {
 namespace {
-
-// Work items of about 64 KiB: a copy of n bytes takes min(threads, n / 64 KiB) threads, as
-// PyTorch's own copy (32768 elements a grain) does. With 256 KiB items a 1 MiB copy took 4 of 16
-// threads (Intel, 16 threads, 1 MiB, the 75 benchmark copies: 1.91 -> 1.01x memcpy, 5 -> 48
-// meeting both goals), and one of 256-384 KiB a single thread at 2 (Spyre default float16 H2D,
-// 256 KiB: 6.2-6.9 -> 4.7 us); 1 and 32 MiB at 2 threads as fast either way.
-constexpr int64_t kParallelBytes = int64_t(1) << 16;
 
 // [low, high] element offsets a nest touches (inclusive); throws on overflow.
 std::pair<int64_t, int64_t> span(const std::vector<int64_t>& ranges, const std::vector<int64_t>& strides,
@@ -166,17 +160,6 @@ std::pair<int64_t, int64_t> outer_offsets(const TilePlan& plan, int64_t i) {
     i /= plan.outer[k].size;
   }
   return {doff, soff};
-}
-
-// body(begin, end) over [0, items) work items of item_bytes each: split over the intra-op threads
-// where there are at least two items' worth of kParallelBytes, else on this thread.
-template <typename Body>
-void for_items(int64_t items, int64_t item_bytes, const Body& body) {
-  if (items > 1 && items * item_bytes >= 2 * kParallelBytes) {
-    at::parallel_for(0, items, std::max<int64_t>(1, kParallelBytes / item_bytes), body);
-  } else {
-    body(0, items);
-  }
 }
 
 // Nests whose tile is a few units (e.g. 4 x 9): per outer position, every tile position runs

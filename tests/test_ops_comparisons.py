@@ -40,6 +40,7 @@ def special_pair(shape: tuple[int, ...], seed: int) -> tuple[torch.Tensor, torch
 # Operands: id, shape, the device layout's dim order (None: default), the view compared.
 GEOMETRIES = [
     ("sticks", (64, 256), None, lambda t: t),  # a bool stick holds four float32 sticks
+    ("threads", (256, 256), None, lambda t: t),  # 256 KiB of float32: split over the threads
     ("padded-sticks", (40, 150), None, lambda t: t),
     ("3d", (4, 24, 96), None, lambda t: t),
     ("dim-order", (96, 64), [1, 0], lambda t: t),
