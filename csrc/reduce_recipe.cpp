@@ -47,7 +47,7 @@ class ReduceReplay final : public Replay {
   // The per-dim reductions of v, as ops/reductions.reduce_view and _values make them (row kernels:
   // reduce_rows; `order` most contiguous first, the exact kinds walk it backwards); offer_reduce
   // merged the input view's end-to-end reduced dims once (the pieces' kinds, amax, amin, all and
-  // any, give the same bits merged or not).
+  // any, give the same bits merged or not) and put a column sum's outermost dim first (sum_order).
   at::Tensor reduce(at::Tensor v) const {
     if (row_kernels) {
       std::vector<int64_t> shape;
@@ -64,13 +64,8 @@ class ReduceReplay final : public Replay {
       return values.to(out_dtype);
     }
     const bool exact = kind != Kind::kSum && kind != Kind::kMean;  // as reduce_view: outermost dim first
-    bool kept_inner = false;  // sums as reductions.sum_order: column sums take their outermost dim first
-    for (int64_t d = 0; d < v.dim() && !exact; ++d) {
-      kept_inner |= v.stride(d) == 1 && v.size(d) > 1 && std::find(order.begin(), order.end(), d) == order.end();
-    }
-    const size_t n = order.size();
-    for (size_t k = 0; k < n; ++k) {
-      const int64_t d = exact ? order[n - 1 - k] : kept_inner && n > 1 ? order[(k + n - 1) % n] : order[k];
+    for (size_t k = 0; k < order.size(); ++k) {
+      const int64_t d = order[exact ? order.size() - 1 - k : k];
       switch (kind) {
         case Kind::kSum:
         case Kind::kMean: v = at::sum(v, {d}, true, dtype); break;
@@ -141,6 +136,18 @@ void merge_reduced(BufferView& view, std::vector<int64_t>& order) {
   order = std::move(dims);
 }
 
+// A sum's `order` as ops/reductions.sum_order arranges it: where `view`'s contiguous dim is kept
+// (column sums), its least contiguous reduced dim (last) moves first.
+void sum_order(const BufferView& view, std::vector<int64_t>& order) {
+  for (size_t d = 0; d < view.sizes.size() && order.size() > 1; ++d) {
+    const bool reduced = std::find(order.begin(), order.end(), static_cast<int64_t>(d)) != order.end();
+    if (view.strides[d] == 1 && view.sizes[d] > 1 && !reduced) {
+      std::rotate(order.begin(), order.end() - 1, order.end());
+      return;
+    }
+  }
+}
+
 // The view `result` (size 1 along the ascending dims `reduced`) as one strided dim whose element
 // i is row i of the row kernels (the kept dims row-major), or nullopt where its kept dims do not
 // lie at one stride.
@@ -196,7 +203,10 @@ bool offer_reduce(const std::string& kind, const at::Tensor& x, BufferView input
   for (int64_t d : order) {
     if (d < 0 || static_cast<size_t>(d) >= input.sizes.size()) return false;
   }
-  if (!row_kernels) merge_reduced(input, order);  // once here, not at every call
+  if (!row_kernels) {  // once here, not at every call
+    merge_reduced(input, order);
+    if (r->kind == Kind::kSum || r->kind == Kind::kMean) sum_order(input, order);
+  }
   if (row_kernels) {
     r->reduced = order;
     std::sort(r->reduced.begin(), r->reduced.end());
