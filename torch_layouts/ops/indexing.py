@@ -3,7 +3,8 @@
 ``index_copy_`` (a static KV cache's update): each run of consecutive indices is one copy from its
 slab of the source into the slab of ``self`` it names (``narrow`` of both), which the runtime
 plans and replays like any copy into part of a buffer (``view_copy``): an update at a new position
-each step reuses the kept plan, shifted. The index is read on the host (a device index moves there first).
+each step reuses the kept plan, shifted. The index is read on the host (a device index moves there
+first).
 
 ``index_select`` runs the CPU kernel on the input's and the result's buffers where they lie, in
 one refinement of their shapes but the selected dim (``operands.common_reads_along``: Spyre's
