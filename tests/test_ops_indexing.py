@@ -5,6 +5,8 @@ every call, planned or replayed."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -205,3 +207,20 @@ def test_getitem_with_an_index_tensor(_, make, selected):
 
 def test_getitem_out_of_range_raises_the_cpus_error():
     raises_like_the_cpu(lambda d: torch.zeros(10, 64).to(d)[torch.tensor([10]).to(d)])
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.integers(1, 30), min_size=1, max_size=3), st.data())
+def test_getitem_of_any_layout_gives_the_cpus_result(shape, data):
+    """Any Spyre layout, an integer index tensor (1-D or 2-D, negative entries included) at any
+    dim: the CPU's elements, the result on the device."""
+    order = list(data.draw(st.permutations(range(len(shape)))))
+    layout = SpyreTensorLayout(tuple(shape), F32, order)
+    dim = data.draw(st.integers(0, len(shape) - 1))
+    index_shape = data.draw(st.sampled_from([(5,), (2, 3)]))
+    index = torch.tensor(data.draw(st.lists(st.integers(-shape[dim], shape[dim] - 1), min_size=6, max_size=6)))
+    index = index[:math.prod(index_shape)].view(index_shape)
+    x = randn(*shape)
+    where = (slice(None),) * dim
+    out = x.to("spyre", device_layout=layout)[(*where, index.to("spyre"))]
+    assert out.device.type == "spyre" and torch.equal(out.cpu(), x[(*where, index)])
