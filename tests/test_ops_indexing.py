@@ -99,6 +99,8 @@ def test_bad_calls_raise_the_cpus_errors_and_write_nothing(_, bad):
 # general one (a staged copy) where it is split (columns of sticks) or the index is empty.
 SELECTS = [
     ("rows-of-sticks", (1024, 256), F32, None, 0, 64, torch.int64),
+    ("threads", (2048, 256), F32, None, 0, 512, torch.int64),  # 512 KiB gathered: split over the threads
+    ("short-runs", (64, 4), F32, None, 0, 9, torch.int64),  # runs of 16 bytes: ATen's index_select
     ("rows-int32-index", (96, 70), F32, None, 0, 40, torch.int32),
     ("tokens-of-3d", (8, 128, 256), F32, None, 1, 17, torch.int64),
     ("batch-of-3d-half", (8, 16, 128), F16, None, 0, 5, torch.int64),
@@ -136,6 +138,12 @@ def test_index_select_gives_the_cpus_result_on_every_call(_, shape, dtype, order
     assert all(o.device_tensor_layout() == outs[0].device_tensor_layout() for o in outs)
     assert calls[0] >= 1 and calls[1:] == ([0, 0] if count else [1, 1]), calls
     assert torch_layouts.stats()["fallbacks"] == {}
+    for bad in (shape[dim], -1):  # a replayed call's index out of range (or negative): the CPU's error
+        if count:
+            index[count // 2] = bad
+            bad_index, source = index.clone(), x
+            raises_like_the_cpu(lambda d, i=bad_index, s=source: (
+                s if d == "cpu" else s.to(d, device_layout=layout)).index_select(dim, i.to(d)))
 
 
 @settings(max_examples=50, deadline=None)
