@@ -482,7 +482,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("_rows_layer_norm_backward", &rows_layer_norm_backward, py::arg("grad"), py::arg("x"), py::arg("mean"),
         py::arg("rstd"), py::arg("weight"), py::arg("grad_input"), py::arg("grad_weight"), py::arg("grad_bias"),
         py::arg("width"), py::arg("length") = -1, nogil);
-  m.def("_rows_sum", &rows_sum, nogil);
+  m.def("_rows_sum", &rows_sum, py::arg("x"), py::arg("out"), py::arg("width"), py::arg("divisor") = 1, nogil);
   m.def("_rows_extreme", &rows_extreme, nogil);
   m.def("_scaled_product", &scaled_product, nogil);
   m.def("_dropout_apply", &dropout_apply, nogil);

@@ -40,7 +40,7 @@ class ReduceReplay final : public Replay {
     if (kind == Kind::kAmax || kind == Kind::kAmin) {
       rows_extreme(v.permute(perm), rows_out, width, kind == Kind::kAmax);
     } else {
-      rows_sum(v.permute(perm), rows_out, width);
+      rows_sum(v.permute(perm), rows_out, width, kind == Kind::kMean ? count : 1);
     }
   }
 
@@ -58,10 +58,8 @@ class ReduceReplay final : public Replay {
         rows *= kept ? v.size(d) : 1;
       }
       at::Tensor rows_out = at::empty({rows}, v.options().dtype(at::kFloat));
-      reduce_rows(v, rows_out);
-      at::Tensor values = rows_out.view(shape);
-      if (kind == Kind::kMean) values = values.div(count);
-      return values.to(out_dtype);
+      reduce_rows(v, rows_out);  // a mean's sums divided by its count
+      return rows_out.view(shape).to(out_dtype);
     }
     const bool exact = kind != Kind::kSum && kind != Kind::kMean;  // as reduce_view: outermost dim first
     for (size_t k = 0; k < order.size(); ++k) {
@@ -210,7 +208,7 @@ bool offer_reduce(const std::string& kind, const at::Tensor& x, BufferView input
   if (row_kernels) {
     r->reduced = order;
     std::sort(r->reduced.begin(), r->reduced.end());
-    if (r->kind != Kind::kMean && *out_dtype == at::kFloat) r->direct_rows = rows_view(result, r->reduced);
+    if (*out_dtype == at::kFloat) r->direct_rows = rows_view(result, r->reduced);
   }
   r->input = std::move(input);
   r->result = std::move(result);

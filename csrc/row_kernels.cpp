@@ -489,10 +489,11 @@ namespace {
 // kSumRows of a thread's rows at once, starting from `init`: no gather, and the buffer is read in
 // storage order where rows are adjacent within a tile. `strided(acc, first, step, count, n, half)`
 // and `runs(acc, ptrs, count, n, half)` fold float32 or float16 runs in place (the row math's);
-// `gathered(acc, floats, n)` one row's run gathered into float32 (bfloat16, strided runs).
+// `gathered(acc, floats, n)` one row's run gathered into float32 (bfloat16, strided runs). Each
+// value is divided by `divisor` as it is written (a mean's count; 1: as it is).
 template <typename Strided, typename Runs, typename Gathered>
-void fold_rows(const at::Tensor& x, const at::Tensor& out, int64_t width, float init, const Strided& strided,
-               const Runs& runs_of, const Gathered& gathered) {
+void fold_rows(const at::Tensor& x, const at::Tensor& out, int64_t width, float init, float divisor,
+               const Strided& strided, const Runs& runs_of, const Gathered& gathered) {
   const Rows g = make_rows({x}, {"input"}, width, -1);
   TORCH_CHECK_VALUE(out.device().is_cpu() && out.scalar_type() == at::kFloat && out.dim() == 1 && out.numel() == g.rows,
                     "out must be a 1-dim float32 CPU tensor of ", g.rows, " elements, got ", out.scalar_type(), " of ",
@@ -506,7 +507,7 @@ void fold_rows(const at::Tensor& x, const at::Tensor& out, int64_t width, float 
   const Operand& op = g.ops[0];
   const RowMath& m = math();
   const bool direct = op.run_stride == 1 && op.dtype != at::kBFloat16;
-  if (g.len == 0) std::fill(values, values + g.rows, init);  // rows of no elements
+  if (g.len == 0) std::fill(values, values + g.rows, init / divisor);  // rows of no elements
   for_chunks(g, [&](int64_t, int64_t begin, int64_t rows) {
     std::vector<float> scratch(direct ? 0 : g.run_len);
     std::vector<int64_t> base(std::min(rows, kSumRows));
@@ -536,6 +537,9 @@ void fold_rows(const at::Tensor& x, const at::Tensor& out, int64_t width, float 
           gathered(block[r], scratch.data(), g.run_len);
         }
       }
+      if (divisor != 1.0f) {
+        for (int64_t r = 0; r < count; ++r) block[r] /= divisor;
+      }
       g.host_rows(first, count, [&](int64_t r, int64_t row) { values[row] = block[r]; });
     }
   });
@@ -547,9 +551,10 @@ void fold_rows(const at::Tensor& x, const at::Tensor& out, int64_t width, float 
 
 }  // namespace
 
-void rows_sum(const at::Tensor& x, const at::Tensor& out, int64_t width) {
+void rows_sum(const at::Tensor& x, const at::Tensor& out, int64_t width, int64_t divisor) {
+  TORCH_CHECK_VALUE(divisor >= 0, "divisor must not be negative, got ", divisor);
   const RowMath& m = math();
-  fold_rows(x, out, width, 0.0f, m.add_strided_run_sums, m.add_run_sums,
+  fold_rows(x, out, width, 0.0f, static_cast<float>(divisor), m.add_strided_run_sums, m.add_run_sums,
             [&](float& sum, const float* run, int64_t n) { sum += m.sum(run, n); });
 }
 
@@ -557,7 +562,7 @@ void rows_extreme(const at::Tensor& x, const at::Tensor& out, int64_t width, boo
   const RowMath& m = math();
   const float init = max ? -std::numeric_limits<float>::infinity() : std::numeric_limits<float>::infinity();
   fold_rows(
-      x, out, width, init,
+      x, out, width, init, 1.0f,
       [&](float* acc, const char* first, int64_t step, int64_t count, int64_t n, bool half) {
         m.fold_strided_run_extremes(acc, first, step, count, n, half, max);
       },

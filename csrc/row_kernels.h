@@ -31,7 +31,9 @@ void rows_layer_norm_backward(const at::Tensor& grad, const at::Tensor& x, const
                               const std::optional<at::Tensor>& grad_input,
                               const std::optional<at::Tensor>& grad_weight,
                               const std::optional<at::Tensor>& grad_bias, int64_t width, int64_t length);
-void rows_sum(const at::Tensor& x, const at::Tensor& out, int64_t width);
+// Each row's sum into out, float32, divided by `divisor` (a mean's count: the bits of ATen's sum
+// and then its division in float32).
+void rows_sum(const at::Tensor& x, const at::Tensor& out, int64_t width, int64_t divisor = 1);
 // Each row's maximum (max false: minimum) into out, float32 (exact for float16 and bfloat16 rows);
 // NaN where the row holds one, as ATen's amax and amin.
 void rows_extreme(const at::Tensor& x, const at::Tensor& out, int64_t width, bool max);

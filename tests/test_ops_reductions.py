@@ -318,6 +318,7 @@ def test_exact_reductions_over_sticks_replay_the_cpus_bits(_, shape, dtype, dims
 ROW_SUMS = [
     ("stick-sum-half", (64, 256), F16, (1,), False, "sum"),
     ("padded-stick-mean-keepdim", (40, 150), F32, (1,), True, "mean"),
+    ("stick-mean", (64, 256), F32, (1,), False, "mean"),  # its values straight into the result
     ("padded-sticks-sum", (3, 20, 150), F32, (2,), False, "sum"),
     ("rows-and-sticks-mean-half", (8, 16, 128), F16, (1, 2), False, "mean"),
     ("stick-amax", (64, 256), F32, (1,), False, "amax"),
@@ -335,7 +336,7 @@ def test_sums_over_sticks_replay_the_row_kernels(_, shape, dtype, dims, keepdim,
     from torch_layouts.ops import reductions
     monkeypatch.setattr(reductions, "ROW_SUMS_FROM", 1)
     swept, real = [], reductions._row_reduce
-    monkeypatch.setattr(reductions, "_row_reduce", lambda k, v, red: swept.append(red) or real(k, v, red))
+    monkeypatch.setattr(reductions, "_row_reduce", lambda k, v, red, n: swept.append(red) or real(k, v, red, n))
     fn = lambda t: getattr(t, kind)(dim=dims, keepdim=keepdim)  # noqa: E731
     bits = torch.int16 if dtype == F16 else torch.int32
     for out, ref, x in _in_place_calls(shape, dtype, lambda t: t, fn, monkeypatch):

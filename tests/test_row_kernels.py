@@ -724,6 +724,29 @@ def test_float16_ones_sum_past_float16_precision(instructions: str, length: int,
     assert sums.tolist() == [float(length), -0.5 * length]
 
 
+@MODES
+@pytest.mark.parametrize("divisor", [1, 3, 7, 150, 256, 0])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+@pytest.mark.parametrize("step", [1, 64], ids=["dense-out", "strided-out"])  # strided: Spyre's sparse result
+def test_divided_sums_are_the_sums_divided_in_float32(instructions: str, divisor: int, dtype: torch.dtype,
+                                                       step: int) -> None:
+    """A mean's sums (``divisor`` its count) are the row sums divided by ATen in float32, bit for
+    bit: the division is ATen's mean's own last step (0: 0/0 and x/0 as ATen gives them)."""
+    case = table_case("two threads' chunks", dtype, 1, seed=divisor)
+    x_values = random_values(case.shape, case.seed, 50.0)
+    (x,) = run_views(case, [x_values], 0, lambda x: None)
+    sums = torch.full((case.rows,), SENTINEL)
+    buffer = torch.full((case.rows * step,), SENTINEL)
+    divided = buffer[::step]
+    with row_math(instructions):
+        _C._rows_sum(x, sums, case.width)
+        _C._rows_sum(x, divided, case.width, divisor)
+    expected = sums / divisor if divisor != 1 else sums
+    assert torch.equal(divided.view(torch.int32), expected.view(torch.int32))
+    if step > 1:  # nothing between the values written
+        assert torch.all(buffer.view(case.rows, step)[:, 1:] == SENTINEL)
+
+
 # ---- contract: dtypes, shapes, widths, per-row and per-column operands ----------------------------
 
 
@@ -756,6 +779,7 @@ ERRORS = [
     ("width 0", lambda: _C._rows_softmax(_views(), _views(), 0, False, False), "width 0"),
     ("width past the dims", lambda: _C._rows_softmax(_views(), _views(), 4, False, False), "width 4"),
     ("negative width", lambda: _C._rows_sum(_views(), _f32(4), -1), "width -1"),
+    ("negative divisor", lambda: _C._rows_sum(_views(), _f32(4), 2, -3), "divisor.*-3"),
     ("width 5 in backward", lambda: _C._rows_softmax_backward(_views(), _views(), _views(), 5, True), "width 5"),
     ("width 0 in layer norm", lambda: _C._rows_layer_norm(_views(), _views(), None, None, 1e-5, _f32(4), _f32(4), 0),
      "width 0"),

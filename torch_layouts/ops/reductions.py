@@ -310,10 +310,11 @@ def _row_kernels_apply(v: torch.Tensor, red: tuple[int, ...], out_dtype: torch.d
     return inner in red and v.stride(inner) == 1
 
 
-def _row_reduce(kind: str, v: torch.Tensor, red: tuple[int, ...]) -> torch.Tensor:
+def _row_reduce(kind: str, v: torch.Tensor, red: tuple[int, ...], count: int = 1) -> torch.Tensor:
     """Sums (``sum``, ``mean``) or extremes (``amax``, ``amin``) over the device dims ``red`` of a
     CPU view, float32, kept as size 1: one sweep, each row's sum accumulated in float32 and
-    rounded once (docs/design.md, "Row kernels"), its extreme exact, NaN where the row has one.
+    rounded once (docs/design.md, "Row kernels"), a mean's then divided by ``count`` (its real
+    elements) in float32 as ATen's mean divides its sum, its extreme exact, NaN where the row has one.
 
     >>> v = torch.tensor([[1.0, 5.0], [-2.0, 3.0]]).t()  # a transposed view: rows (1, -2), (5, 3)
     >>> _row_reduce("amax", v, (1,)).flatten().tolist(), _row_reduce("sum", v, (1,)).flatten().tolist()
@@ -325,7 +326,7 @@ def _row_reduce(kind: str, v: torch.Tensor, red: tuple[int, ...]) -> torch.Tenso
     if kind in ("amax", "amin"):
         _C._rows_extreme(rows, out, len(red), kind == "amax")
     else:
-        _C._rows_sum(rows, out, len(red))
+        _C._rows_sum(rows, out, len(red), count if kind == "mean" else 1)
     return out.view([1 if d in red else n for d, n in enumerate(v.shape)])
 
 
@@ -357,8 +358,7 @@ def _values(kind: str, v: torch.Tensor, red: tuple[int, ...], row_kernels: bool,
             out_dtype: torch.dtype, dtype: torch.dtype | None) -> torch.Tensor:
     """The reduced values of the view ``v`` (size 1 along ``red``), in ``out_dtype``."""
     if row_kernels:
-        values = _row_reduce(kind, v, red)
-        values = values / count if kind == "mean" else values
+        values = _row_reduce(kind, v, red, count)
     elif kind == "mean":  # a low-precision mean rounds to its dtype: sum natively, divide in float32
         values = reduce_view(v, red, "sum", device, _mean_sums_dtype(out_dtype)).float() / count
     else:
