@@ -156,6 +156,22 @@ def test_tile_gemm_matches_float64(name, problem, rnd):
     assert torch.equal(c.buffer[kept], c_before[kept])
 
 
+@pytest.mark.parametrize("name", KERNELS)
+def test_a_shared_weight_over_rows_interleaved_with_the_batch(name):
+    """A batch of two 6-row matrices whose rows interleave (batch stride 1, row stride 2) times
+    one shared B: folded into one 12-row strip, whose first and last rows are 11 apart without
+    being adjacent; packed as adjacent they gave the other batch entry's rows."""
+    buffer = torch.randn(12 * 3, generator=torch.Generator().manual_seed(3))
+    a = buffer.as_strided((2, 6, 3), (1, 2, 12))  # [batch][row][k]
+    b = torch.randn(3, 5, generator=torch.Generator().manual_seed(4))
+    b_view = b.as_strided((2, 3, 5), (0, 5, 1))
+    out = torch.full((2, 6, 5), SENTINEL)
+    groups = ([0], [1], [2])
+    with kernel(name):
+        _C._tile_gemm(out, groups, a, groups, b_view, groups, 6, 5, 3, 1.0, False)
+    torch.testing.assert_close(out.double(), a.double() @ b.double(), atol=1e-5, rtol=1e-5)
+
+
 def sticked(x: torch.Tensor, tiles: int) -> torch.Tensor:
     """``x`` (rows, cols) in tiles of 32 columns, ``[tiles, rows, 32]``, zero padded."""
     padded = torch.zeros(x.shape[0], tiles * 32)
