@@ -4,10 +4,49 @@
 
 #include <algorithm>
 
+#include "device_memory.h"
+#include "dma_executor.h"
 #include "row_kernels.h"
 
 namespace torch_layouts {
 namespace {
+
+// Whether `layout`'s padding is every element of its float32 buffer but those of `rows` (a
+// strided dim over the rows): checked once, when the replay is offered, on a map of the buffer.
+bool pads_all_but(const BoundLayout& layout, const BufferView& rows) {
+  const int64_t numel = layout.storage_nbytes / static_cast<int64_t>(sizeof(float));
+  const int64_t n = rows.sizes[0], step = rows.strides[0];
+  if (layout.dtype != at::kFloat || layout.padding.empty() || numel > (int64_t(1) << 24) || n < 1 || step < 1 ||
+      rows.offset < 0 || rows.offset + (n - 1) * step >= numel) {
+    return false;
+  }
+  std::vector<uint8_t> map(static_cast<size_t>(numel), 0);
+  run_fills(layout.padding, map.data(), numel, at::kByte, 1);
+  for (int64_t r = 0; r < n; ++r) {
+    uint8_t& at = map[static_cast<size_t>(rows.offset + r * step)];
+    if (at != 0) return false;
+    at = 2;
+  }
+  return std::find(map.begin(), map.end(), uint8_t(0)) == map.end();
+}
+
+// r's float32 buffer written whole: values[i] at rows' i-th position, `pad` everywhere else, a
+// block of kSparseBlock floats at a time, filled and then its values written while it is in L1.
+constexpr int64_t kSparseBlock = 4096;
+void write_sparse_rows(const at::Tensor& r, const BufferView& rows, const at::Tensor& values, float pad) {
+  float* buffer = static_cast<float*>(r.storage().mutable_data());
+  const int64_t numel = device_nbytes(r.storage()) / static_cast<int64_t>(sizeof(float));
+  const float* v = values.const_data_ptr<float>();
+  int64_t i = 0;
+  for (int64_t begin = 0; begin < numel; begin += kSparseBlock) {
+    const int64_t end = std::min(numel, begin + kSparseBlock);
+    std::fill(buffer + begin, buffer + end, pad);
+    for (; i < rows.sizes[0] && rows.offset + i * rows.strides[0] < end; ++i) {
+      buffer[rows.offset + i * rows.strides[0]] = v[i];
+    }
+  }
+}
+
 
 enum class Kind { kSum, kAmax, kAmin, kMean, kAll, kAny };
 
@@ -24,9 +63,14 @@ class ReduceReplay final : public Replay {
   std::vector<ReducePiece> pieces;        // several boxes (no input and result view then)
   std::vector<int64_t> values_sizes;      // their values' shape (the reduced dims of size 1)
   std::vector<int64_t> reduced;           // row kernels: the reduced dims, ascending
-  // Row kernels whose float32 values are the result's (a sum, amax or amin of float32): the
+  // Row kernels whose float32 values are the result's (a sum, mean, amax or amin of float32): the
   // result's view as one strided dim over the rows, which the kernels write in place.
   std::optional<BufferView> direct_rows;
+  // Where the result's padding is every other element of its buffer (Spyre's sparse result, a
+  // value per stick), the replay writes the buffer whole, each value and the padding after it in
+  // one pass (write_sparse_rows), instead of filling the buffer and then writing the values into
+  // it: amax(-1) of 1024x256 float32, a 128 KiB result, 14.8 -> 13 us (CPU 13).
+  bool sparse_rows = false;
 
   // The row kernels' sweep of v (as ops/reductions._row_reduce): the kept dims in order are the
   // rows, the reduced ones ascending a row; one float32 value per row into `rows_out`.
@@ -89,9 +133,13 @@ class ReduceReplay final : public Replay {
 
   void run(c10::ArrayRef<c10::IValue> args, int64_t, std::vector<c10::IValue>& results) const override {
     const at::Tensor& x = args[0].toTensor();
-    at::Tensor r = new_device_tensor(out, x.device());
+    at::Tensor r = new_device_tensor(out, x.device(), /*fill=*/!sparse_rows);
     if (pieces.empty()) {
-      if (direct_rows) {  // the row kernels' values straight into the result
+      if (sparse_rows) {
+        at::Tensor values = at::empty({direct_rows->sizes[0]}, x.options().device(at::kCPU).dtype(at::kFloat));
+        reduce_rows(borrowed_view_of(x, input), values);
+        write_sparse_rows(r, *direct_rows, values, out->pad_value.toFloat());
+      } else if (direct_rows) {  // the row kernels' values straight into the result
         reduce_rows(borrowed_view_of(x, input), borrowed_view_of(r, *direct_rows));
       } else {
         borrowed_view_of(r, result).copy_(reduce(borrowed_view_of(x, input)));
@@ -209,6 +257,7 @@ bool offer_reduce(const std::string& kind, const at::Tensor& x, BufferView input
     r->reduced = order;
     std::sort(r->reduced.begin(), r->reduced.end());
     if (*out_dtype == at::kFloat) r->direct_rows = rows_view(result, r->reduced);
+    r->sparse_rows = r->direct_rows && pads_all_but(*out, *r->direct_rows);
   }
   r->input = std::move(input);
   r->result = std::move(result);

@@ -104,7 +104,7 @@ LayoutPtr element_layout_of(const at::Tensor& tensor) {
   return view;
 }
 
-at::Tensor new_device_tensor(const LayoutPtr& layout, c10::Device device) {
+at::Tensor new_device_tensor(const LayoutPtr& layout, c10::Device device, bool fill) {
   check_device_index(device.index());
   c10::DeviceGuard guard(device);
   c10::Storage storage(c10::Storage::use_byte_size_t(), layout->storage_nbytes, device_allocator(),
@@ -114,7 +114,7 @@ at::Tensor new_device_tensor(const LayoutPtr& layout, c10::Device device) {
                                                          c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
                                                          c10::scalarTypeToTypeMeta(layout->dtype), layout);
   tensor.unsafeGetTensorImpl()->set_sizes_and_strides(layout->base_size, layout->base_stride);
-  if (!layout->padding.empty()) {
+  if (fill && !layout->padding.empty()) {
     const c10::Storage& buffer = tensor.storage();
     fill_fresh(layout->padding, buffer.mutable_data(),
                device_nbytes(buffer) / static_cast<int64_t>(c10::elementSize(layout->dtype)), layout->dtype,

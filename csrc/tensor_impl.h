@@ -52,8 +52,9 @@ bool append_geometry_key(std::vector<int64_t>& key, const at::Tensor& tensor);
 // bytes are in host order. Throws when a dtype view cannot address the buffer.
 LayoutPtr element_layout_of(const at::Tensor& tensor);
 
-// A fresh device tensor holding `layout`'s base, padding already set to the pad value.
-at::Tensor new_device_tensor(const LayoutPtr& layout, c10::Device device);
+// A fresh device tensor holding `layout`'s base, padding already set to the pad value (fill
+// false: left as the allocator gave it, for a caller that writes the whole buffer).
+at::Tensor new_device_tensor(const LayoutPtr& layout, c10::Device device, bool fill = true);
 
 // Sets every padding position of `tensor`'s buffer (laid out as `layout`) to the pad value.
 void fill_padding(const at::Tensor& tensor, const BoundLayout& layout);

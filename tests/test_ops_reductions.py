@@ -322,6 +322,7 @@ ROW_SUMS = [
     ("padded-sticks-sum", (3, 20, 150), F32, (2,), False, "sum"),
     ("rows-and-sticks-mean-half", (8, 16, 128), F16, (1, 2), False, "mean"),
     ("stick-amax", (64, 256), F32, (1,), False, "amax"),
+    ("many-sticks-sum-keepdim", (300, 256), F32, (1,), True, "sum"),  # a result of 75 KiB written whole, in blocks
     ("stick-amin-half-keepdim", (64, 256), F16, (1,), True, "amin"),
     ("batch-sticks-amax", (3, 20, 128), F32, (2,), False, "amax"),
     ("rows-and-sticks-amin", (8, 16, 128), F32, (1, 2), False, "amin"),
