@@ -449,17 +449,17 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("_set_tile_tuning", &set_tile_tuning);
   m.def(
       "_force_tile_shape",
-      [](int64_t a, int64_t b, bool extended) {
-        force_tile_shape(extended ? TileKind::kExtended : TileKind::kTiles, a, b);
+      [](int64_t a, int64_t b, bool extended, bool plain) {
+        force_tile_shape(extended ? TileKind::kExtended : TileKind::kTiles, a, b, plain);
       },
-      py::arg("a"), py::arg("b"), py::arg("extended") = false);
+      py::arg("a"), py::arg("b"), py::arg("extended") = false, py::arg("plain") = false);
   m.def("_tile_trial_calls", &tile_trial_calls);
   m.def("_forget_tile_tunings", &forget_tile_tunings);
   m.def("_tile_tunings", [] {
     py::list out;
     for (const TuningState& t : tile_tunings()) {
       py::list shapes;
-      for (const TileShape& s : t.shapes) shapes.append(py::make_tuple(s.a, s.b));
+      for (const TileShape& s : t.shapes) shapes.append(py::make_tuple(s.a, s.b, s.plain));
       py::dict d;
       d["shapes"] = shapes;
       d["best"] = t.best;

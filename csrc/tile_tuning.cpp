@@ -35,7 +35,9 @@ constexpr TileShape kTileCandidates[] = {{1024, 16}, {256, 16},   {32, 16},  {51
 // fifth to a third of float32 MACE CONV2D_FILTER and OIhw16i16o copies at 32 MiB and cost float16
 // ones a third: benchmarks/RESULTS.md).
 constexpr TileShape kExtendedCandidates[] = {{4096, 0}, {4096, 1}, {16384, 0}, {16384, 1}, {65536, 0}, {65536, 1}};
-constexpr int64_t kMostCandidates = std::max(std::size(kTileCandidates), std::size(kExtendedCandidates));
+// A tiled copy that streams also tries two shapes with plain stores: the rules' for plain stores
+// and its own rules' shape. (Every candidate plain as well: more trials, and more noisy wins.)
+constexpr int64_t kMostCandidates = std::max(std::size(kTileCandidates) + 2, std::size(kExtendedCandidates));
 // After one trial of every shape, the fastest few and the rules' shape run twice more (a trial can
 // catch a slow moment of a shared machine); the best time of each decides, and the rules' shape
 // keeps its place unless another beats it by kMargin (a noisy win must not cost a regression).
@@ -48,21 +50,26 @@ std::atomic<bool> g_on{[] {
   const char* env = std::getenv("TORCH_LAYOUTS_TILE_TUNING");
   return !(env && std::strcmp(env, "0") == 0);
 }()};
-std::atomic<int64_t> g_forced[2][2] = {};  // per kind: a, b
+std::atomic<int64_t> g_forced[2][3] = {};  // per kind: a, b, plain
 BoundedTable<std::shared_ptr<TileTuning>> g_tunings(kMaxTunings);
 
-std::shared_ptr<TileTuning> make_tuning(TileKind kind, TileShape rules, TileShape limit) {
+std::shared_ptr<TileTuning> make_tuning(TileKind kind, TileShape rules, TileShape limit, const TileShape* plain_rules) {
   auto t = std::make_shared<TileTuning>();
   t->shapes.push_back(rules);
+  auto add = [&](const TileShape& c, bool plain) {
+    const TileShape s{std::min(limit.a, c.a), std::min(limit.b, c.b), plain};
+    const bool seen = std::any_of(t->shapes.begin(), t->shapes.end(), [&](const TileShape& o) {
+      return o.a == s.a && o.b == s.b && o.plain == s.plain;
+    });
+    if (!seen) t->shapes.push_back(s);
+  };
   const bool tiles = kind == TileKind::kTiles;
   const std::span<const TileShape> others =
       tiles ? std::span<const TileShape>(kTileCandidates) : std::span<const TileShape>(kExtendedCandidates);
-  for (const TileShape& c : others) {
-    const TileShape s{std::min(limit.a, c.a), std::min(limit.b, c.b)};
-    const bool seen = std::any_of(t->shapes.begin(), t->shapes.end(), [&](const TileShape& o) {
-      return o.a == s.a && o.b == s.b;
-    });
-    if (!seen) t->shapes.push_back(s);
+  for (const TileShape& c : others) add(c, false);
+  if (tiles && plain_rules) {
+    add(*plain_rules, true);
+    add(rules, true);
   }
   t->best.assign(t->shapes.size(), std::numeric_limits<double>::infinity());
   t->schedule.resize(t->shapes.size());
@@ -78,16 +85,18 @@ int fastest(const TileTuning& t) {
 
 }  // namespace
 
-TileTrial next_tile(const std::vector<int64_t>* key, TileKind kind, TileShape rules, TileShape limit) {
+TileTrial next_tile(const std::vector<int64_t>* key, TileKind kind, TileShape rules, TileShape limit,
+                    const TileShape* plain_rules) {
   const std::atomic<int64_t>* forced = g_forced[static_cast<int>(kind)];
   if (const int64_t a = forced[0].load(std::memory_order_relaxed); a > 0) {
-    return {{std::min(limit.a, a), std::min(limit.b, forced[1].load(std::memory_order_relaxed))}};
+    return {{std::min(limit.a, a), std::min(limit.b, forced[1].load(std::memory_order_relaxed)),
+             forced[2].load(std::memory_order_relaxed) != 0}};
   }
   if (!key || !g_on.load(std::memory_order_relaxed)) return {rules};
   std::shared_ptr<TileTuning> t = g_tunings.find(*key).value_or(nullptr);
   if (!t) {
     // The first call of a geometry runs the rules' shape untimed: a copy made once pays nothing.
-    g_tunings.keep(*key, make_tuning(kind, rules, limit));
+    g_tunings.keep(*key, make_tuning(kind, rules, limit, plain_rules));
     return {rules};
   }
   std::lock_guard<std::mutex> lock(t->mutex);
@@ -121,8 +130,9 @@ void report_tile(const TileTrial& trial, double seconds) {
 
 bool set_tile_tuning(bool on) { return g_on.exchange(on); }
 
-void force_tile_shape(TileKind kind, int64_t a, int64_t b) {
+void force_tile_shape(TileKind kind, int64_t a, int64_t b, bool plain) {
   std::atomic<int64_t>* forced = g_forced[static_cast<int>(kind)];
+  forced[2] = plain;
   forced[1] = std::max<int64_t>(b, 0);
   forced[0] = std::max<int64_t>(a, 0);
 }

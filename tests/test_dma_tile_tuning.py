@@ -43,7 +43,7 @@ def test_every_tile_shape_copies_the_same_bytes(streaming: bool, block_width: st
     order = list(data.draw(st.permutations(range(rank))))
     pads = st.lists(st.sampled_from([0, 0, 1, 3]), min_size=rank, max_size=rank)
     esize = data.draw(st.sampled_from([1, 2, 4, 8]))
-    _C._force_tile_shape(a, b)
+    _C._force_tile_shape(a, b, plain=data.draw(st.booleans()))  # plain: no streaming where it would
     check_permuted_copy(shape, order, data.draw(pads), data.draw(pads), esize)
 
 
@@ -91,13 +91,31 @@ def test_a_repeated_copy_settles_on_a_tried_shape_with_every_call_exact(streamin
     (state,) = _C._tile_tunings()
     shapes = state["shapes"]
     assert len(set(shapes)) == len(shapes) > 1
-    assert all(1 <= a <= rows and 1 <= b <= cols for a, b in shapes)
+    assert all(1 <= a <= rows and 1 <= b <= cols for a, b, _ in shapes)
+    # A copy that streams also tries shapes with plain stores; one that does not, none.
+    assert any(plain for *_, plain in shapes) == streaming
     assert state["chosen"] in shapes
     best = state["best"]
     assert all(math.isfinite(t) and t > 0 for t in best)  # every shape was tried
     chosen = shapes.index(state["chosen"])
     # The rules' shape (first) stays unless the fastest beats it by the margin.
     assert (chosen == 0 and best[0] <= 1.1 * min(best)) or (best[chosen] == min(best) and 1.1 * best[chosen] < best[0])
+
+
+def test_a_large_flat_copy_tunes_only_whether_it_streams(streaming: bool) -> None:
+    """One run of 1 MiB split over the threads: streamed, it tries plain stores too (two shapes of
+    one tile); not streamed, it is not tuned. Every call exact."""
+    src = torch.randint(-100, 100, (1 << 18,), dtype=torch.int32)
+    for call in range(_C._tile_trial_calls()):
+        dst = torch.zeros_like(src)
+        _C._run_nests([((src.numel(),), (1,), (1,), 0, 0)], dst, src)
+        assert torch.equal(dst, src), f"call {call}"
+    tunings = _C._tile_tunings()
+    if not streaming:
+        assert tunings == []
+        return
+    (state,) = tunings
+    assert state["shapes"] == [(1, 1, False), (1, 1, True)] and state["chosen"] in state["shapes"]
 
 
 def test_small_copies_and_tuning_off_keep_the_rules_untimed() -> None:
@@ -150,8 +168,8 @@ def test_extended_tiles_settle_on_a_tried_chunking() -> None:
         _C._run_nests([(ranges, dst_strides, src_strides, 0, 0)], dst, src)
         assert torch.equal(dst, expected), f"call {call}"
     (state,) = _C._tile_tunings()
-    assert state["shapes"][0] == (16384, 0)  # the rules: 16 KiB chunks, plain stores
-    assert {b for _, b in state["shapes"]} == {0, 1}
+    assert state["shapes"][0] == (16384, 0, False)  # the rules: 16 KiB chunks, plain stores
+    assert {b for _, b, _ in state["shapes"]} == {0, 1}
     assert state["chosen"] in state["shapes"]
 
 
