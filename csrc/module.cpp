@@ -258,20 +258,22 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                                 const std::optional<at::Tensor>& bias, const py::object& input_rows,
                                 const py::object& weight_cols, const py::object& bias_cols,
                                 std::shared_ptr<BoundLayout> out, const py::object& out_rows, int64_t rows,
-                                int64_t width, int64_t length, const py::object& stats) {
+                                int64_t width, int64_t length, const py::object& stats, std::optional<double> rms_eps) {
     std::optional<Placed> where = placed(stats);
     TORCH_CHECK_VALUE(where.has_value(), "layer norm's offer needs where mean and rstd go");
     return offer_layer_norm(input, weight, bias, buffer_view(input_rows), optional_view(weight_cols),
                             optional_view(bias_cols), std::move(out), buffer_view(out_rows), rows, width, length,
-                            std::move(*where));
-  });
+                            std::move(*where), rms_eps);
+  }, py::arg("input"), py::arg("weight"), py::arg("bias"), py::arg("input_rows"), py::arg("weight_cols"),
+        py::arg("bias_cols"), py::arg("out"), py::arg("out_rows"), py::arg("rows"), py::arg("width"), py::arg("length"),
+        py::arg("stats"), py::arg("rms_eps") = py::none());
   m.def("_offer_layer_norm_backward",
         [](const std::vector<std::pair<int64_t, at::Tensor>>& own, const py::object& grad_rows,
            const py::object& input_rows, const py::object& mean_values, const py::object& rstd_values,
            const py::object& weight_cols, std::shared_ptr<BoundLayout> grad_input, const py::object& grad_input_rows,
            const py::object& grad_weight, const py::object& grad_bias, int64_t length, int64_t width) {
           return offer_layer_norm_backward(own, buffer_view(grad_rows), buffer_view(input_rows),
-                                           buffer_view(mean_values), buffer_view(rstd_values),
+                                           optional_view(mean_values), buffer_view(rstd_values),
                                            optional_view(weight_cols), std::move(grad_input),
                                            optional_view(grad_input_rows), placed(grad_weight), placed(grad_bias),
                                            length, width);
@@ -478,10 +480,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("_rows_softmax_backward", &rows_softmax_backward, py::arg("grad"), py::arg("output"), py::arg("out"),
         py::arg("width"), py::arg("log"), py::arg("length") = -1, nogil);
   m.def("_rows_layer_norm", &rows_layer_norm, py::arg("x"), py::arg("out"), py::arg("weight"), py::arg("bias"),
-        py::arg("eps"), py::arg("mean"), py::arg("rstd"), py::arg("width"), py::arg("length") = -1, nogil);
+        py::arg("eps"), py::arg("mean"), py::arg("rstd"), py::arg("width"), py::arg("length") = -1,
+        py::arg("rms") = false, nogil);
   m.def("_rows_layer_norm_backward", &rows_layer_norm_backward, py::arg("grad"), py::arg("x"), py::arg("mean"),
         py::arg("rstd"), py::arg("weight"), py::arg("grad_input"), py::arg("grad_weight"), py::arg("grad_bias"),
-        py::arg("width"), py::arg("length") = -1, nogil);
+        py::arg("width"), py::arg("length") = -1, py::arg("rms") = false, nogil);
   m.def("_rows_sum", &rows_sum, py::arg("x"), py::arg("out"), py::arg("width"), py::arg("divisor") = 1, nogil);
   m.def("_rows_extreme", &rows_extreme, nogil);
   m.def("_scaled_product", &scaled_product, nogil);

@@ -416,7 +416,7 @@ void rows_softmax_backward(const at::Tensor& grad, const at::Tensor& output, con
 
 void rows_layer_norm(const at::Tensor& x, const at::Tensor& out, const std::optional<at::Tensor>& weight,
                      const std::optional<at::Tensor>& bias, double eps, const at::Tensor& mean,
-                     const at::Tensor& rstd, int64_t width, int64_t length) {
+                     const at::Tensor& rstd, int64_t width, int64_t length, bool rms) {
   const Rows g = make_rows({x, out}, {"input", "out"}, width, length);
   const float* w = optional_vector(weight, g.len, "weight");
   const float* b = optional_vector(bias, g.len, "bias");
@@ -428,7 +428,7 @@ void rows_layer_norm(const at::Tensor& x, const at::Tensor& out, const std::opti
     gather_inputs(g, p, {0}, first, count, bufs, m);
     float mean_rows[kMaxBlockRows], rstd_rows[kMaxBlockRows];
     m.layer_norm(p.shape, count, BlockRows(g, p, 0, first, count, bufs).row, BlockRows(g, p, 1, first, count, bufs).row,
-                 w, b, static_cast<float>(eps), mean_rows, rstd_rows);
+                 w, b, static_cast<float>(eps), mean_rows, rstd_rows, rms);
     g.host_rows(first, count, [&](int64_t r, int64_t row) {
       mu[row] = mean_rows[r];
       rs[row] = rstd_rows[r];
@@ -441,7 +441,7 @@ void rows_layer_norm_backward(const at::Tensor& grad, const at::Tensor& x, const
                               const at::Tensor& rstd, const std::optional<at::Tensor>& weight,
                               const std::optional<at::Tensor>& grad_input,
                               const std::optional<at::Tensor>& grad_weight,
-                              const std::optional<at::Tensor>& grad_bias, int64_t width, int64_t length) {
+                              const std::optional<at::Tensor>& grad_bias, int64_t width, int64_t length, bool rms) {
   const bool dx = grad_input.has_value() && grad_input->defined();
   std::vector<at::Tensor> views{grad, x};
   if (dx) views.push_back(*grad_input);
@@ -471,7 +471,7 @@ void rows_layer_norm_backward(const at::Tensor& grad, const at::Tensor& x, const
                           BlockRows(g, p, 1, first, count, bufs).row,
                           dx ? BlockRows(g, p, 2, first, count, bufs).row : Row{nullptr, nullptr}, mean_rows,
                           rstd_rows, w,
-                          gamma_acc ? gamma_acc + c * g.len : nullptr, beta_acc ? beta_acc + c * g.len : nullptr);
+                          gamma_acc ? gamma_acc + c * g.len : nullptr, beta_acc ? beta_acc + c * g.len : nullptr, rms);
     if (dx) scatter_output(g, p, 2, first, count, bufs, m);
   });
   for (auto [target, part] : {std::pair{dgamma, gamma_acc}, std::pair{dbeta, beta_acc}}) {

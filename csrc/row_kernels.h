@@ -23,14 +23,16 @@ namespace torch_layouts {
 void rows_softmax(const at::Tensor& x, const at::Tensor& out, int64_t width, bool log, bool safe, int64_t length);
 void rows_softmax_backward(const at::Tensor& grad, const at::Tensor& output, const at::Tensor& out, int64_t width,
                            bool log, int64_t length);
+// rms: RMS norm (no mean: `mean` gets zeros; rstd from the mean of the squares; no bias).
 void rows_layer_norm(const at::Tensor& x, const at::Tensor& out, const std::optional<at::Tensor>& weight,
                      const std::optional<at::Tensor>& bias, double eps, const at::Tensor& mean,
-                     const at::Tensor& rstd, int64_t width, int64_t length);
+                     const at::Tensor& rstd, int64_t width, int64_t length, bool rms = false);
 void rows_layer_norm_backward(const at::Tensor& grad, const at::Tensor& x, const at::Tensor& mean,
                               const at::Tensor& rstd, const std::optional<at::Tensor>& weight,
                               const std::optional<at::Tensor>& grad_input,
                               const std::optional<at::Tensor>& grad_weight,
-                              const std::optional<at::Tensor>& grad_bias, int64_t width, int64_t length);
+                              const std::optional<at::Tensor>& grad_bias, int64_t width, int64_t length,
+                              bool rms = false);
 // Each row's sum into out, float32, divided by `divisor` (a mean's count: the bits of ATen's sum
 // and then its division in float32).
 void rows_sum(const at::Tensor& x, const at::Tensor& out, int64_t width, int64_t divisor = 1);

@@ -45,12 +45,14 @@ struct RowMath {
   // out := the input gradient of softmax (log: log_softmax) from output y and output gradient g.
   void (*softmax_backward)(RowShape s, int64_t count, Row g, Row y, Row out, bool log);
   // out := (x - mean) * rstd * w + b (w, b dense, may be null); writes each row's mean and rstd.
+  // rms: RMS norm, the mean taken as 0 (rstd from the mean of the squares), never computed.
   void (*layer_norm)(RowShape s, int64_t count, Row x, Row out, const float* w, const float* b,
-                     float eps, float* mean, float* rstd);
+                     float eps, float* mean, float* rstd, bool rms);
   // With xhat = (x - mean) * rstd and gw = g * w: dgamma += g * xhat, dbeta += g (dense, each may be
-  // null); when out.base: out := rstd * (gw - sum(gw) / n - xhat * sum(gw * xhat) / n).
-  void (*layer_norm_backward)(RowShape s, int64_t count, Row g, Row x, Row out,
-                              const float* mean, const float* rstd, const float* w, float* dgamma, float* dbeta);
+  // null); when out.base: out := rstd * (gw - sum(gw) / n - xhat * sum(gw * xhat) / n), without the
+  // sum(gw) term for RMS norm (rms; its mean 0).
+  void (*layer_norm_backward)(RowShape s, int64_t count, Row g, Row x, Row out, const float* mean,
+                              const float* rstd, const float* w, float* dgamma, float* dbeta, bool rms);
   float (*sum)(const float* x, int64_t n);
   // sums[r] += the sum of n float32 (half: float16) elements from runs[r], for r < count.
   void (*add_run_sums)(float* sums, const char* const* runs, int64_t count, int64_t n, bool half);

@@ -138,20 +138,22 @@ void softmax_backward_runs(RowShape s, int64_t count, Row g, Row y, Row out, boo
 
 template <int64_t R>
 void layer_norm_runs(RowShape s, int64_t count, Row x, Row out, const float* w, const float* b, float eps,
-                     float* mean, float* rstd) {
+                     float* mean, float* rstd, bool rms) {
   if (R) s.run = s.last = R;
   using V = S::V;
   const float n = static_cast<float>(row_length(s));
   V acc[kMaxBlockRows];
   for (int64_t k = 0; k < count; ++k) acc[k] = S::zeros();
-  each_run(s, count, [&](int64_t k, int64_t j) {
-    const float* xp = ptr(x, k, j);
-    V a = acc[k];
-    chunks(run_length(s, j), [&](int64_t i, int64_t r) { a = S::add(a, S::ld(xp + i, r, 0)); });
-    acc[k] = a;
-  });
+  if (!rms) {  // RMS norm: no mean (0), the second pass sums the squares
+    each_run(s, count, [&](int64_t k, int64_t j) {
+      const float* xp = ptr(x, k, j);
+      V a = acc[k];
+      chunks(run_length(s, j), [&](int64_t i, int64_t r) { a = S::add(a, S::ld(xp + i, r, 0)); });
+      acc[k] = a;
+    });
+  }
   for (int64_t k = 0; k < count; ++k) {
-    mean[k] = S::hsum(acc[k]) / n;
+    mean[k] = rms ? 0.0f : S::hsum(acc[k]) / n;
     acc[k] = S::zeros();
   }
   each_run(s, count, [&](int64_t k, int64_t j) {
@@ -186,13 +188,13 @@ void layer_norm_runs(RowShape s, int64_t count, Row x, Row out, const float* w, 
 // g * w * xhat (sb), each still a vector to add up; nothing where out has no rows.
 template <int64_t R>
 void layer_norm_backward_input(RowShape s, int64_t count, Row g, Row x, Row out, const float* mean,
-                               const float* rstd, const float* w, S::V* sa, S::V* sb) {
+                               const float* rstd, const float* w, S::V* sa, S::V* sb, bool rms) {
   if (R) s.run = s.last = R;
   using V = S::V;
   if (!out.base) return;
   const float n = static_cast<float>(row_length(s));
   for (int64_t k = 0; k < count; ++k) {
-    sa[k] = S::splat(S::hsum(sa[k]) / n);
+    sa[k] = rms ? S::zeros() : S::splat(S::hsum(sa[k]) / n);  // RMS norm: no mean, no sum(gw) term
     sb[k] = S::splat(S::hsum(sb[k]) / n);
   }
   each_run(s, count, [&](int64_t k, int64_t j) {
@@ -209,7 +211,7 @@ void layer_norm_backward_input(RowShape s, int64_t count, Row g, Row x, Row out,
 
 template <int64_t R>
 void layer_norm_backward_runs(RowShape s, int64_t count, Row g, Row x, Row out, const float* mean,
-                              const float* rstd, const float* w, float* dgamma, float* dbeta) {
+                              const float* rstd, const float* w, float* dgamma, float* dbeta, bool rms) {
   if (R) s.run = s.last = R;
   using V = S::V;
   V sa[kMaxBlockRows], sb[kMaxBlockRows];
@@ -247,7 +249,7 @@ void layer_norm_backward_runs(RowShape s, int64_t count, Row g, Row x, Row out, 
           if (db) S::st(db + c * S::kLanes, S::kLanes, bsum[c]);
         }
       }
-      return layer_norm_backward_input<R>(s, count, g, x, out, mean, rstd, w, sa, sb);
+      return layer_norm_backward_input<R>(s, count, g, x, out, mean, rstd, w, sa, sb, rms);
     }
   }
   each_run(s, count, [&](int64_t k, int64_t j) {
@@ -266,7 +268,7 @@ void layer_norm_backward_runs(RowShape s, int64_t count, Row g, Row x, Row out, 
     sa[k] = a;
     sb[k] = c;
   });
-  layer_norm_backward_input<R>(s, count, g, x, out, mean, rstd, w, sa, sb);
+  layer_norm_backward_input<R>(s, count, g, x, out, mean, rstd, w, sa, sb, rms);
 }
 
 // Runs of R floats known at compile time where a run is a float32 stick (32) or a float16 one
@@ -288,14 +290,14 @@ void softmax_backward(RowShape s, int64_t count, Row g, Row y, Row out, bool log
 }
 
 void layer_norm(RowShape s, int64_t count, Row x, Row out, const float* w, const float* b, float eps, float* mean,
-                float* rstd) {
-  with_run(s, [&](auto r) { layer_norm_runs<decltype(r)::value>(s, count, x, out, w, b, eps, mean, rstd); });
+                float* rstd, bool rms) {
+  with_run(s, [&](auto r) { layer_norm_runs<decltype(r)::value>(s, count, x, out, w, b, eps, mean, rstd, rms); });
 }
 
 void layer_norm_backward(RowShape s, int64_t count, Row g, Row x, Row out, const float* mean, const float* rstd,
-                         const float* w, float* dgamma, float* dbeta) {
+                         const float* w, float* dgamma, float* dbeta, bool rms) {
   with_run(s, [&](auto r) {
-    layer_norm_backward_runs<decltype(r)::value>(s, count, g, x, out, mean, rstd, w, dgamma, dbeta);
+    layer_norm_backward_runs<decltype(r)::value>(s, count, g, x, out, mean, rstd, w, dgamma, dbeta, rms);
   });
 }
 

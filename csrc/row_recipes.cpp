@@ -64,6 +64,8 @@ class SoftmaxBackward final : public Replay {
   }
 };
 
+// native_layer_norm(input, normalized_shape, weight?, bias?, eps) -> (out, mean, rstd), or with
+// `rms` _fused_rms_norm(input, normalized_shape, weight?, eps?) -> (out, rstd).
 class LayerNorm final : public Replay {
  public:
   BufferView input_rows, out_rows;
@@ -71,29 +73,36 @@ class LayerNorm final : public Replay {
   LayoutPtr out;
   int64_t rows = 0, width = 0, length = -1;
   Placed stats;
+  bool rms = false;
+  double default_eps = 0;  // rms: the eps of a call that passes None
 
   void run(c10::ArrayRef<c10::IValue> args, int64_t, std::vector<c10::IValue>& results) const override {
     const at::Tensor& x = args[0].toTensor();
     at::Tensor result = new_device_tensor(out, x.device());
     at::Tensor mean = at::empty({rows}, at::kFloat), rstd = at::empty({rows}, at::kFloat);
+    const c10::IValue& eps = args[rms ? 3 : 4];
     rows_layer_norm(borrowed_view_of(x, input_rows), borrowed_view_of(result, out_rows),
-                    values_of(args[2], weight_cols, length), values_of(args[3], bias_cols, length), args[4].toDouble(),
-                    mean, rstd, width, length);
+                    values_of(args[2], weight_cols, length), rms ? std::nullopt : values_of(args[3], bias_cols, length),
+                    eps.isNone() ? default_eps : eps.toDouble(), mean, rstd, width, length, rms);
     results.emplace_back(std::move(result));
-    results.emplace_back(placed(stats, mean, x.device()));
+    if (!rms) results.emplace_back(placed(stats, mean, x.device()));
     results.emplace_back(placed(stats, rstd, x.device()));
   }
 };
 
+// native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight?, bias?,
+// output_mask) -> 3 gradients, or with `rms` (no mean view) _fused_rms_norm_backward(grad_out,
+// input, normalized_shape, rstd, weight?, output_mask) -> (grad_input, grad_weight).
 class LayerNormBackward final : public Replay {
  public:
-  BufferView grad_rows, input_rows, mean_values, rstd_values;
-  std::optional<BufferView> weight_cols, grad_input_rows;
+  BufferView grad_rows, input_rows, rstd_values;
+  std::optional<BufferView> mean_values, weight_cols, grad_input_rows;
   LayoutPtr grad_input;
   std::optional<Placed> grad_weight, grad_bias;
   int64_t length = 0, width = 0;
 
   void run(c10::ArrayRef<c10::IValue> args, int64_t, std::vector<c10::IValue>& results) const override {
+    const bool rms = !mean_values;
     const at::Tensor& grad = args[0].toTensor();
     const at::Tensor& x = args[1].toTensor();
     at::Tensor dx = grad_input ? new_device_tensor(grad_input, x.device()) : at::Tensor();
@@ -102,12 +111,14 @@ class LayerNormBackward final : public Replay {
     if (grad_bias) dbeta = at::empty({length}, at::kFloat);
     const std::optional<at::Tensor> dx_rows =
         dx.defined() ? std::optional<at::Tensor>(borrowed_view_of(dx, *grad_input_rows)) : std::nullopt;
+    const at::Tensor rstd = values_of(args[rms ? 3 : 4].toTensor(), rstd_values);
     rows_layer_norm_backward(borrowed_view_of(grad, grad_rows), borrowed_view_of(x, input_rows),
-                             values_of(args[3].toTensor(), mean_values), values_of(args[4].toTensor(), rstd_values),
-                             values_of(args[5], weight_cols, length), dx_rows, dgamma, dbeta, width, length);
+                             rms ? at::zeros_like(rstd) : values_of(args[3].toTensor(), *mean_values), rstd,
+                             values_of(args[rms ? 4 : 5], weight_cols, length), dx_rows, dgamma, dbeta, width, length,
+                             rms);
     results.emplace_back(std::move(dx));
     results.emplace_back(grad_weight ? placed(*grad_weight, *dgamma, x.device()) : at::Tensor());
-    results.emplace_back(grad_bias ? placed(*grad_bias, *dbeta, x.device()) : at::Tensor());
+    if (!rms) results.emplace_back(grad_bias ? placed(*grad_bias, *dbeta, x.device()) : at::Tensor());
   }
 };
 
@@ -142,8 +153,9 @@ bool offer_softmax(const std::string& op, const std::vector<std::pair<int64_t, a
 bool offer_layer_norm(const at::Tensor& input, const std::optional<at::Tensor>& weight,
                       const std::optional<at::Tensor>& bias, BufferView input_rows, std::optional<BufferView> weight_cols,
                       std::optional<BufferView> bias_cols, LayoutPtr out, BufferView out_rows, int64_t rows,
-                      int64_t width, int64_t length, Placed stats) {
-  if (!out || !stats.layout || weight.has_value() != weight_cols.has_value() || bias.has_value() != bias_cols.has_value()) {
+                      int64_t width, int64_t length, Placed stats, std::optional<double> rms_eps) {
+  if (!out || !stats.layout || weight.has_value() != weight_cols.has_value() || bias.has_value() != bias_cols.has_value() ||
+      (rms_eps && bias)) {
     return false;
   }
   auto r = std::make_shared<LayerNorm>();
@@ -156,18 +168,21 @@ bool offer_layer_norm(const at::Tensor& input, const std::optional<at::Tensor>& 
   r->width = width;
   r->length = length;
   r->stats = std::move(stats);
+  r->rms = rms_eps.has_value();
+  r->default_eps = rms_eps.value_or(0);
   std::vector<std::pair<int64_t, at::Tensor>> own{{0, input}};
   if (weight) own.emplace_back(2, *weight);
   if (bias) own.emplace_back(3, *bias);
-  return offer_replay(std::move(r), "aten::native_layer_norm", own);
+  const char* op = r->rms ? "aten::_fused_rms_norm" : "aten::native_layer_norm";
+  return offer_replay(std::move(r), op, own);
 }
 
 bool offer_layer_norm_backward(const std::vector<std::pair<int64_t, at::Tensor>>& own, BufferView grad_rows,
-                               BufferView input_rows, BufferView mean_values, BufferView rstd_values,
+                               BufferView input_rows, std::optional<BufferView> mean_values, BufferView rstd_values,
                                std::optional<BufferView> weight_cols, LayoutPtr grad_input,
                                std::optional<BufferView> grad_input_rows, std::optional<Placed> grad_weight,
                                std::optional<Placed> grad_bias, int64_t length, int64_t width) {
-  if (static_cast<bool>(grad_input) != grad_input_rows.has_value()) return false;
+  if (static_cast<bool>(grad_input) != grad_input_rows.has_value() || (!mean_values && grad_bias)) return false;
   auto r = std::make_shared<LayerNormBackward>();
   r->grad_rows = std::move(grad_rows);
   r->input_rows = std::move(input_rows);
@@ -180,7 +195,8 @@ bool offer_layer_norm_backward(const std::vector<std::pair<int64_t, at::Tensor>>
   r->grad_bias = std::move(grad_bias);
   r->length = length;
   r->width = width;
-  return offer_replay(std::move(r), "aten::native_layer_norm_backward", own);
+  const bool rms = !r->mean_values;
+  return offer_replay(std::move(r), rms ? "aten::_fused_rms_norm_backward" : "aten::native_layer_norm_backward", own);
 }
 
 }  // namespace torch_layouts

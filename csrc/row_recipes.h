@@ -30,17 +30,20 @@ bool offer_softmax(const std::string& op, const std::vector<std::pair<int64_t, a
 // native_layer_norm(input, normalized_shape, weight?, bias?, eps): the input's row view, the
 // weight's and bias's column views (their values along a row), the result's layout and row view,
 // the number of rows, the row dims and a row's real elements (-1: all), and where mean and rstd go.
+// With `rms_eps` (the eps of a call passing None): _fused_rms_norm(input, normalized_shape,
+// weight?, eps?), no bias, where rstd goes.
 bool offer_layer_norm(const at::Tensor& input, const std::optional<at::Tensor>& weight,
                       const std::optional<at::Tensor>& bias, BufferView input_rows, std::optional<BufferView> weight_cols,
                       std::optional<BufferView> bias_cols, LayoutPtr out, BufferView out_rows, int64_t rows,
-                      int64_t width, int64_t length, Placed stats);
+                      int64_t width, int64_t length, Placed stats, std::optional<double> rms_eps = std::nullopt);
 
 // native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight?, bias?,
 // output_mask): the row views of grad_out and input, mean's and rstd's row-value views, the
 // weight's column view, grad_input's layout and row view (if asked for), and where the weight and
-// bias gradients (per-column sums of `length`, a row's real elements) go (if asked for).
+// bias gradients (per-column sums of `length`, a row's real elements) go (if asked for). No mean
+// view: _fused_rms_norm_backward(grad_out, input, normalized_shape, rstd, weight?, output_mask).
 bool offer_layer_norm_backward(const std::vector<std::pair<int64_t, at::Tensor>>& own, BufferView grad_rows,
-                               BufferView input_rows, BufferView mean_values, BufferView rstd_values,
+                               BufferView input_rows, std::optional<BufferView> mean_values, BufferView rstd_values,
                                std::optional<BufferView> weight_cols, LayoutPtr grad_input,
                                std::optional<BufferView> grad_input_rows, std::optional<Placed> grad_weight,
                                std::optional<Placed> grad_bias, int64_t length, int64_t width);

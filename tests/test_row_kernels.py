@@ -264,29 +264,29 @@ def run_softmax_backward(case: Case, g_values: torch.Tensor, y_values: torch.Ten
 
 
 def run_layer_norm(case: Case, x_values: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
-                   eps: float) -> tuple[torch.Tensor, ...]:
-    """x and out as float64 rows, mean and rstd (float32, filled over a sentinel)."""
+                   eps: float, rms: bool = False) -> tuple[torch.Tensor, ...]:
+    """x and out as float64 rows, mean and rstd (float32, filled over a sentinel); ``rms``: RMS norm."""
     mean, rstd = torch.full((case.rows,), SENTINEL), torch.full((case.rows,), SENTINEL)
     w_before = None if weight is None else weight.clone()
     b_before = None if bias is None else bias.clone()
     x, out = run_views(case, [x_values], 1,
                        lambda x, out: _C._rows_layer_norm(x, out, weight, bias, eps, mean, rstd, case.width,
-                                                          length=case.tail))
+                                                          length=case.tail, rms=rms))
     assert weight is None or torch.equal(weight, w_before)
     assert bias is None or torch.equal(bias, b_before)
     return as_rows(x, case), as_rows(out, case), mean, rstd
 
 
 def run_layer_norm_backward(case: Case, g_values: torch.Tensor, x_values: torch.Tensor, mean: torch.Tensor,
-                            rstd: torch.Tensor, weight: torch.Tensor | None, want: tuple[bool, bool, bool]
-                            ) -> tuple[torch.Tensor | None, ...]:
+                            rstd: torch.Tensor, weight: torch.Tensor | None, want: tuple[bool, bool, bool],
+                            rms: bool = False) -> tuple[torch.Tensor | None, ...]:
     """g and x as float64 rows, then grad_input rows, grad_weight, grad_bias (None where not wanted)."""
     gw = torch.full((case.length,), SENTINEL) if want[1] else None
     gb = torch.full((case.length,), SENTINEL) if want[2] else None
     stats = (mean.clone(), rstd.clone(), None if weight is None else weight.clone())
 
     def call(g, x, gi=None):
-        _C._rows_layer_norm_backward(g, x, mean, rstd, weight, gi, gw, gb, case.width, length=case.tail)
+        _C._rows_layer_norm_backward(g, x, mean, rstd, weight, gi, gw, gb, case.width, length=case.tail, rms=rms)
 
     views = run_views(case, [g_values, x_values], int(want[0]), call)
     assert torch.equal(mean, stats[0]) and torch.equal(rstd, stats[1])
@@ -402,6 +402,37 @@ def check_layer_norm_backward(case: Case, weight: bool, want: tuple[bool, bool, 
         assert_close(gb, ref_gb, 1e-5, column_tol)
 
 
+def check_rms_norm(case: Case, weight: bool, eps: float, scale: float = 1.0, shift: float = 0.0) -> None:
+    """RMS norm (layer norm's kernels with no mean) against float64: out = x * rstd * w with
+    rstd = 1 / sqrt(mean(x ** 2) + eps); the mean comes back 0."""
+    w, _ = affine_params(case, weight, False)
+    x, out, mean, rstd = run_layer_norm(case, random_values(case.shape, case.seed, scale, shift), w, None, eps,
+                                        rms=True)
+    ref_rstd = ((x * x).mean(-1) + eps).rsqrt()
+    ref = x * ref_rstd[:, None] * (1.0 if w is None else w.double())
+    assert_close(out, ref, TOL[case.dtype])
+    assert torch.all(mean == 0)
+    assert_close(rstd, ref_rstd, 1e-5)
+
+
+def check_rms_norm_backward(case: Case, weight: bool, want: tuple[bool, bool], eps: float = 1e-5,
+                            scale: float = 1.0) -> None:
+    """RMS norm's backward against float64: with xhat = x * rstd and gw = g * w, grad_input =
+    rstd * (gw - xhat * mean(gw * xhat)) and grad_weight = the column sums of g * xhat."""
+    x_values = random_values(case.shape, case.seed, scale, 0.5)
+    rows_in_dtype = x_values.to(case.dtype).double().reshape(-1, case.full)[:, :case.length]
+    rstd = ((rows_in_dtype * rows_in_dtype).mean(-1) + eps).rsqrt().float()
+    w, _ = affine_params(case, weight, False)
+    g, x, gi, gw, gb = run_layer_norm_backward(case, random_values(case.shape, case.seed + 3), x_values,
+                                               torch.zeros_like(rstd), rstd, w, (*want, False), rms=True)
+    r = rstd.double()[:, None]
+    xhat, gwt = x * r, g * (1.0 if w is None else w.double())
+    if want[0]:
+        assert_close(gi, r * (gwt - xhat * (gwt * xhat).mean(-1, keepdim=True)), TOL[case.dtype])
+    if want[1]:
+        assert_close(gw, (g * xhat).sum(0), 1e-5, 1e-5 * max(1.0, math.sqrt(case.rows)))
+
+
 def check_sum(case: Case, scale: float = 1.0) -> None:
     x, sums = run_sum(case, random_values(case.shape, case.seed, scale))
     err = (sums.double() - x.sum(-1)).abs()
@@ -456,6 +487,24 @@ def test_layer_norm_backward_matches_aten_on_any_geometry(instructions: str, cas
                                                           want: tuple[bool, bool, bool], scale: float) -> None:
     with row_math(instructions):
         check_layer_norm_backward(case, weight, want, scale=scale)
+
+
+@MODES
+@given(case=cases(2), weight=st.booleans(), eps=st.sampled_from([1e-6, 1e-3, 0.1]),
+       scale=st.sampled_from([0.5, 1.0, 3.0]), shift=st.sampled_from([0.0, 1.0, -2.0]))
+def test_rms_norm_matches_float64_on_any_geometry(instructions: str, case: Case, weight: bool, eps: float,
+                                                  scale: float, shift: float) -> None:
+    with row_math(instructions):
+        check_rms_norm(case, weight, eps, scale, shift)
+
+
+@MODES
+@given(case=cases(3), weight=st.booleans(), want=st.tuples(st.booleans(), st.booleans()),
+       scale=st.sampled_from([0.5, 1.0, 3.0]))
+def test_rms_norm_backward_matches_float64_on_any_geometry(instructions: str, case: Case, weight: bool,
+                                                           want: tuple[bool, bool], scale: float) -> None:
+    with row_math(instructions):
+        check_rms_norm_backward(case, weight, want, scale=scale)
 
 
 @MODES

@@ -10,6 +10,7 @@ so PyTorch's own autograd formulas run above them:
   the stick dim is reduced);
 * ``softmax`` -- ``softmax``/``log_softmax``/``_safe_softmax`` (and backward);
 * ``layer_norm`` -- ``native_layer_norm`` and its backward;
+* ``rms_norm`` -- ``_fused_rms_norm`` (which ``rms_norm`` calls on the device) and its backward;
 * ``matmul`` -- ``mm``, ``bmm``, ``mv``, ``addmm`` (``matmul``/``linear`` decompose into them;
   half precision through the CPU's GEMM on the operands' views);
 * ``rnn`` -- the fused LSTM/GRU cells ``nn.LSTM``/``nn.GRU`` call on accelerators (and backward);
@@ -36,7 +37,7 @@ counted per op in ``stats()``.
 from __future__ import annotations
 
 from . import (attention, concat, dropout, elementwise, foreach, indexing, layer_norm, losses, matmul, on_views,
-               reductions, rnn, softmax, view_backward, view_copy)
+               reductions, rms_norm, rnn, softmax, view_backward, view_copy)
 from .registry import register_out_variants
 from .rules import LayoutError, restickify, strict_layouts
 from .stats import reset_stats, stats, warn_on_fallback
@@ -45,6 +46,7 @@ elementwise.register_all()
 reductions.register_all()
 softmax.register_all()
 layer_norm.register_all()
+rms_norm.register_all()
 matmul.register_all()
 rnn.register_all()
 attention.register_all()
