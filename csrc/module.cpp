@@ -254,6 +254,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     for (const auto& v : rows) views.push_back(buffer_view(v));
     return offer_softmax(op, own, std::move(views), std::move(out), width, length, log, safe);
   });
+  m.def("_offer_cumsum", [](const at::Tensor& input, const py::object& input_rows, std::shared_ptr<BoundLayout> out,
+                            const py::object& out_rows, int64_t width, int64_t length) {
+    return offer_cumsum(input, buffer_view(input_rows), std::move(out), buffer_view(out_rows), width, length);
+  });
   m.def("_offer_layer_norm", [](const at::Tensor& input, const std::optional<at::Tensor>& weight,
                                 const std::optional<at::Tensor>& bias, const py::object& input_rows,
                                 const py::object& weight_cols, const py::object& bias_cols,
@@ -485,6 +489,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("_rows_layer_norm_backward", &rows_layer_norm_backward, py::arg("grad"), py::arg("x"), py::arg("mean"),
         py::arg("rstd"), py::arg("weight"), py::arg("grad_input"), py::arg("grad_weight"), py::arg("grad_bias"),
         py::arg("width"), py::arg("length") = -1, py::arg("rms") = false, nogil);
+  m.def("_rows_cumsum", &rows_cumsum, py::arg("x"), py::arg("out"), py::arg("width"), py::arg("length") = -1, nogil);
   m.def("_rows_sum", &rows_sum, py::arg("x"), py::arg("out"), py::arg("width"), py::arg("divisor") = 1, nogil);
   m.def("_rows_extreme", &rows_extreme, nogil);
   m.def("_scaled_product", &scaled_product, nogil);

@@ -387,7 +387,53 @@ const float* optional_vector(const std::optional<at::Tensor>& t, int64_t n, cons
   return t.has_value() && t->defined() ? float_vector(*t, n, name) : nullptr;
 }
 
+// out := the running sums of each row of x (the block's count rows, Acc accumulating): ATen's
+// cumsum, which adds each element in order into an accumulator of its acc_type (double for
+// float32, float for float16 and bfloat16) and rounds each sum to the dtype. Eight rows run side
+// by side, their accumulators in registers, so that their additions do not wait on each other
+// (1024x256 float32: 144 us with every row of a block side by side through memory, ATen 68).
+template <typename Acc, int64_t G>
+void scan_group(RowShape s, int64_t first, Row x, Row out) {
+  Acc acc[G] = {};
+  for (int64_t j = 0; j < s.runs; ++j) {
+    const float* xs[G];
+    float* os[G];
+    for (int64_t q = 0; q < G; ++q) {
+      xs[q] = x.base[first + q] + x.off[j];
+      os[q] = out.base[first + q] + out.off[j];
+    }
+    for (int64_t i = 0; i < run_length(s, j); ++i) {
+      for (int64_t q = 0; q < G; ++q) {
+        acc[q] += xs[q][i];
+        os[q][i] = static_cast<float>(acc[q]);
+      }
+    }
+  }
+}
+
+template <typename Acc>
+void scan_rows(RowShape s, int64_t count, Row x, Row out) {
+  int64_t k = 0;
+  for (; k + 8 <= count; k += 8) scan_group<Acc, 8>(s, k, x, out);
+  for (; k < count; ++k) scan_group<Acc, 1>(s, k, x, out);
+}
+
 }  // namespace
+
+void rows_cumsum(const at::Tensor& x, const at::Tensor& out, int64_t width, int64_t length) {
+  const Rows g = make_rows({x, out}, {"input", "out"}, width, length);
+  TORCH_CHECK_VALUE(x.scalar_type() == out.scalar_type(), "out must be of the input's dtype ", x.scalar_type(),
+                    ", got ", out.scalar_type());
+  const Plan p = plan(g);
+  const RowMath& m = math();
+  const bool wide = x.scalar_type() == at::kFloat;
+  for_blocks(g, p, [&](int64_t, int64_t first, int64_t count, float* const* bufs) {
+    gather_inputs(g, p, {0}, first, count, bufs, m);
+    const BlockRows xs(g, p, 0, first, count, bufs), os(g, p, 1, first, count, bufs);
+    wide ? scan_rows<double>(p.shape, count, xs.row, os.row) : scan_rows<float>(p.shape, count, xs.row, os.row);
+    scatter_output(g, p, 1, first, count, bufs, m);
+  });
+}
 
 void rows_softmax(const at::Tensor& x, const at::Tensor& out, int64_t width, bool log, bool safe, int64_t length) {
   const Rows g = make_rows({x, out}, {"input", "out"}, width, length);

@@ -40,6 +40,10 @@ void rows_sum(const at::Tensor& x, const at::Tensor& out, int64_t width, int64_t
 // NaN where the row holds one, as ATen's amax and amin.
 void rows_extreme(const at::Tensor& x, const at::Tensor& out, int64_t width, bool max);
 
+// out := each row's running sums (ATen's cumsum along the row: float32 accumulated in double,
+// float16 and bfloat16 in float32, each sum rounded to the dtype); out may be x.
+void rows_cumsum(const at::Tensor& x, const at::Tensor& out, int64_t width, int64_t length = -1);
+
 // Runs the row math in one of row_math_sets() (tests run each); returns the old set's name.
 std::string rows_set_math(const std::string& set);
 

@@ -64,6 +64,22 @@ class SoftmaxBackward final : public Replay {
   }
 };
 
+// cumsum(input, dim, dtype=None) along rows of the input's buffer: its row view, the result's
+// layout and row view.
+class Cumsum final : public Replay {
+ public:
+  BufferView input_rows, out_rows;
+  LayoutPtr out;
+  int64_t width = 0, length = -1;
+
+  void run(c10::ArrayRef<c10::IValue> args, int64_t, std::vector<c10::IValue>& results) const override {
+    const at::Tensor& x = args[0].toTensor();
+    at::Tensor result = new_device_tensor(out, x.device());
+    rows_cumsum(borrowed_view_of(x, input_rows), borrowed_view_of(result, out_rows), width, length);
+    results.emplace_back(std::move(result));
+  }
+};
+
 // native_layer_norm(input, normalized_shape, weight?, bias?, eps) -> (out, mean, rstd), or with
 // `rms` _fused_rms_norm(input, normalized_shape, weight?, eps?) -> (out, rstd).
 class LayerNorm final : public Replay {
@@ -148,6 +164,18 @@ bool offer_softmax(const std::string& op, const std::vector<std::pair<int64_t, a
   r->log = log;
   r->safe = safe;
   return offer_replay(std::move(r), op, own);
+}
+
+bool offer_cumsum(const at::Tensor& input, BufferView input_rows, LayoutPtr out, BufferView out_rows, int64_t width,
+                  int64_t length) {
+  if (!out) return false;
+  auto r = std::make_shared<Cumsum>();
+  r->input_rows = std::move(input_rows);
+  r->out_rows = std::move(out_rows);
+  r->out = std::move(out);
+  r->width = width;
+  r->length = length;
+  return offer_replay(std::move(r), "aten::cumsum", {{0, input}});
 }
 
 bool offer_layer_norm(const at::Tensor& input, const std::optional<at::Tensor>& weight,

@@ -27,6 +27,11 @@ struct Placed {
 bool offer_softmax(const std::string& op, const std::vector<std::pair<int64_t, at::Tensor>>& own,
                    std::vector<BufferView> rows, LayoutPtr out, int64_t width, int64_t length, bool log, bool safe);
 
+// cumsum(input, dim, dtype=None) along the rows: the input's row view, the result's layout and
+// row view, the row dims and a row's real elements (-1: all).
+bool offer_cumsum(const at::Tensor& input, BufferView input_rows, LayoutPtr out, BufferView out_rows, int64_t width,
+                  int64_t length);
+
 // native_layer_norm(input, normalized_shape, weight?, bias?, eps): the input's row view, the
 // weight's and bias's column views (their values along a row), the result's layout and row view,
 // the number of rows, the row dims and a row's real elements (-1: all), and where mean and rstd go.

@@ -11,6 +11,7 @@ so PyTorch's own autograd formulas run above them:
 * ``softmax`` -- ``softmax``/``log_softmax``/``_safe_softmax`` (and backward);
 * ``layer_norm`` -- ``native_layer_norm`` and its backward;
 * ``rms_norm`` -- ``_fused_rms_norm`` (which ``rms_norm`` calls on the device) and its backward;
+* ``scans`` -- ``cumsum`` along rows of the buffer (the row kernel), else as ``on_views`` does;
 * ``matmul`` -- ``mm``, ``bmm``, ``mv``, ``addmm`` (``matmul``/``linear`` decompose into them;
   half precision through the CPU's GEMM on the operands' views);
 * ``rnn`` -- the fused LSTM/GRU cells ``nn.LSTM``/``nn.GRU`` call on accelerators (and backward);
@@ -18,7 +19,7 @@ so PyTorch's own autograd formulas run above them:
 * ``losses`` -- ``mse_loss``, ``nll_loss`` (and backward);
 * ``on_views`` -- an op's CPU kernel on strided views of the buffers (or dense copies), offered to
   the runtime's front (the losses, ``logsumexp``; ``argmax``, ``max``/``min`` over a dim, ``topk``,
-  ``sort``, ``cumsum``, ``var``, ``std``, ``linalg_vector_norm``, ``index_select``, ``gather``,
+  ``sort``, ``var``, ``std``, ``linalg_vector_norm``, ``index_select``, ``gather``,
   ``scatter``, ``prod``, ``tril``, ``flip``, ...: ``on_views.CPU_KERNELS``);
 * ``view_backward`` -- ``select_backward``, ``slice_backward``;
 * ``concat`` -- ``cat``, ``stack``, each input copied into its part of one new buffer;
@@ -37,7 +38,7 @@ counted per op in ``stats()``.
 from __future__ import annotations
 
 from . import (attention, concat, dropout, elementwise, foreach, indexing, layer_norm, losses, matmul, on_views,
-               reductions, rms_norm, rnn, softmax, view_backward, view_copy)
+               reductions, rms_norm, rnn, scans, softmax, view_backward, view_copy)
 from .registry import register_out_variants
 from .rules import LayoutError, restickify, strict_layouts
 from .stats import reset_stats, stats, warn_on_fallback
@@ -57,6 +58,7 @@ indexing.register_all()
 foreach.register_all()
 concat.register_all()
 on_views.register_all()
+scans.register_all()
 view_copy.register_all()
 register_out_variants()
 
