@@ -121,6 +121,23 @@ class ReduceReplay final : public Replay {
     return v;
   }
 
+  // reduce(v) written into `out`, the result's view, by ATen's out= overload, where that gives the
+  // bits reduce() does: a sum, amax or amin over one dim (after merging) in v's own dtype into a
+  // contiguous view (ATen then walks it as it walks a fresh tensor). No result tensor to copy in:
+  // a bias gradient's column sum of 8x128x256 float32 12.3 -> 9.5 us (ATen's own sum 7-7.7).
+  bool reduce_into(const at::Tensor& v, at::Tensor out) const {
+    if (row_kernels || order.size() != 1 || out.scalar_type() != v.scalar_type() ||
+        (dtype && *dtype != v.scalar_type()) || !out.is_contiguous()) {
+      return false;
+    }
+    switch (kind) {
+      case Kind::kSum: at::sum_out(out, v, {order[0]}, true); return true;
+      case Kind::kAmax: at::amax_out(out, v, {order[0]}, true); return true;
+      case Kind::kAmin: at::amin_out(out, v, {order[0]}, true); return true;
+      default: return false;
+    }
+  }
+
   void combine(at::Tensor& region, const at::Tensor& v) const {
     switch (kind) {
       case Kind::kAmax: at::maximum_out(region, region, v); break;
@@ -142,7 +159,9 @@ class ReduceReplay final : public Replay {
       } else if (direct_rows) {  // the row kernels' values straight into the result
         reduce_rows(borrowed_view_of(x, input), borrowed_view_of(r, *direct_rows));
       } else {
-        borrowed_view_of(r, result).copy_(reduce(borrowed_view_of(x, input)));
+        const at::Tensor v = borrowed_view_of(x, input);
+        at::Tensor out_view = borrowed_view_of(r, result);
+        if (!reduce_into(v, out_view)) out_view.copy_(reduce(v));
       }
       results.emplace_back(std::move(r));
       return;
