@@ -10,6 +10,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "row_math.h"
@@ -392,6 +393,24 @@ const float* optional_vector(const std::optional<at::Tensor>& t, int64_t n, cons
 // float32, float for float16 and bfloat16) and rounds each sum to the dtype. Eight rows run side
 // by side, their accumulators in registers, so that their additions do not wait on each other
 // (1024x256 float32: 144 us with every row of a block side by side through memory, ATen 68).
+// acc + x with acc the first operand, as ATen's `cum_number += x` compiles: where both are NaN,
+// x86's addition returns the first one's, so the order fixes the bits; a compiler may commute a
+// plain `+` (the ASan build did: +NaN where ATen gives -NaN), so on x86 the instruction is written
+// out (elsewhere a NaN sum is kept as it is, as that order gives).
+template <typename Acc>
+inline Acc add_in_order(Acc acc, Acc x) {
+#if defined(__x86_64__)
+  if constexpr (std::is_same_v<Acc, double>) {
+    asm("addsd %1, %0" : "+x"(acc) : "x"(x));
+  } else {
+    asm("addss %1, %0" : "+x"(acc) : "x"(x));
+  }
+  return acc;
+#else
+  return acc != acc ? acc : acc + x;
+#endif
+}
+
 template <typename Acc, int64_t G>
 void scan_group(RowShape s, int64_t first, Row x, Row out) {
   Acc acc[G] = {};
@@ -404,7 +423,7 @@ void scan_group(RowShape s, int64_t first, Row x, Row out) {
     }
     for (int64_t i = 0; i < run_length(s, j); ++i) {
       for (int64_t q = 0; q < G; ++q) {
-        acc[q] += xs[q][i];
+        acc[q] = add_in_order(acc[q], static_cast<Acc>(xs[q][i]));
         os[q][i] = static_cast<float>(acc[q]);
       }
     }
