@@ -363,7 +363,8 @@ void copy_nest(char* dst, const char* src, const Transfer& nest, int64_t esize, 
       });
     };
     if (!stream) return copy(false);
-    const TileShape one{1, 1};  // tuned only whether it streams (a 32 MiB D2H of oneDNN's nchw: 1.24 -> 0.92x memcpy plain)
+    // Tuned only whether it streams (a 32 MiB D2H of oneDNN's nchw: 1.24 -> 0.92x memcpy plain).
+    const TileShape one{1, 1};
     return run_tuned(plan, TileKind::kTiles, bytes, stream, split, one, one, &one,
                      [&](TileShape t) { copy(!t.plain); });
   }

@@ -16,10 +16,12 @@ constexpr int64_t kAheadBytes = 4096;
 std::vector<int64_t> entries_of(const at::Tensor& index, int64_t size) {
   const int64_t n = index.numel();
   const int64_t step = index.dim() ? index.stride(0) : 0;
+  const bool wide = index.scalar_type() == at::kLong;
+  const int64_t* longs = wide ? index.const_data_ptr<int64_t>() : nullptr;
+  const int32_t* ints = wide ? nullptr : index.const_data_ptr<int32_t>();
   std::vector<int64_t> got(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
-    const int64_t j = index.scalar_type() == at::kLong ? index.const_data_ptr<int64_t>()[i * step]
-                                                       : index.const_data_ptr<int32_t>()[i * step];
+    const int64_t j = wide ? longs[i * step] : ints[i * step];
     if (j < 0 || j >= size) return {};
     got[static_cast<size_t>(i)] = j;
   }

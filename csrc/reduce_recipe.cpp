@@ -47,7 +47,6 @@ void write_sparse_rows(const at::Tensor& r, const BufferView& rows, const at::Te
   }
 }
 
-
 enum class Kind { kSum, kAmax, kAmin, kMean, kAll, kAny };
 
 class ReduceReplay final : public Replay {
@@ -69,7 +68,7 @@ class ReduceReplay final : public Replay {
   // Where the result's padding is every other element of its buffer (Spyre's sparse result, a
   // value per stick), the replay writes the buffer whole, each value and the padding after it in
   // one pass (write_sparse_rows), instead of filling the buffer and then writing the values into
-  // it: amax(-1) of 1024x256 float32, a 128 KiB result, 14.8 -> 13 us (CPU 13).
+  // it: sum(-1) of 1024x256 float32, a 128 KiB result, 13.2 -> 12.7 us (CPU 8.6).
   bool sparse_rows = false;
 
   // The row kernels' sweep of v (as ops/reductions._row_reduce): the kept dims in order are the
