@@ -388,11 +388,6 @@ const float* optional_vector(const std::optional<at::Tensor>& t, int64_t n, cons
   return t.has_value() && t->defined() ? float_vector(*t, n, name) : nullptr;
 }
 
-// out := the running sums of each row of x (the block's count rows, Acc accumulating): ATen's
-// cumsum, which adds each element in order into an accumulator of its acc_type (double for
-// float32, float for float16 and bfloat16) and rounds each sum to the dtype. Eight rows run side
-// by side, their accumulators in registers, so that their additions do not wait on each other
-// (1024x256 float32: 144 us with every row of a block side by side through memory, ATen 68).
 // acc + x with acc the first operand, as ATen's `cum_number += x` compiles: where both are NaN,
 // x86's addition returns the first one's, so the order fixes the bits; a compiler may commute a
 // plain `+` (the ASan build did: +NaN where ATen gives -NaN), so on x86 the instruction is written
@@ -411,6 +406,11 @@ inline Acc add_in_order(Acc acc, Acc x) {
 #endif
 }
 
+// out := the running sums of rows [first, first + G) of x (Acc accumulating): ATen's cumsum,
+// which adds each element in order into an accumulator of its acc_type (double for float32,
+// float for float16 and bfloat16) and rounds each sum to the dtype. The G rows run side by side,
+// their accumulators in registers, so that their additions do not wait on each other (1024x256
+// float32: 144 us with every row of a block side by side through memory, 59 in groups of 8, ATen 68).
 template <typename Acc, int64_t G>
 void scan_group(RowShape s, int64_t first, Row x, Row out) {
   Acc acc[G] = {};

@@ -336,7 +336,6 @@ void write_c(const Problem& P, const Call& X, int64_t bi, int64_t i0, int64_t mr
   }
 }
 
-// One task: a batch entry, a block of mc rows from i0 and panels [jp0, jp1).
 // Panel jp's rows [p0, p0 + kc) of B: where they lie (a direct panel), packed by this task into
 // `bpack` ([kc][16]), or packed beforehand; and their row step.
 std::pair<const float*, int64_t> b_rows(const Problem& P, const Call& X, int64_t bi, int64_t jp, int64_t p0,
