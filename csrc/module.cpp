@@ -490,8 +490,31 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("rstd"), py::arg("weight"), py::arg("grad_input"), py::arg("grad_weight"), py::arg("grad_bias"),
         py::arg("width"), py::arg("length") = -1, py::arg("rms") = false, nogil);
   m.def("_rows_cumsum", &rows_cumsum, py::arg("x"), py::arg("out"), py::arg("width"), py::arg("length") = -1, nogil);
-  m.def("_rows_sum", &rows_sum, py::arg("x"), py::arg("out"), py::arg("width"), py::arg("divisor") = 1, nogil);
-  m.def("_rows_extreme", &rows_extreme, nogil);
+  // sparse: (a contiguous float32 CPU buffer, offset, step, pad) written whole instead of out.
+  using Sparse = std::optional<std::tuple<at::Tensor, int64_t, int64_t, double>>;
+  const auto sparse_rows = [](const Sparse& s) -> std::optional<SparseRows> {
+    if (!s) return std::nullopt;
+    const at::Tensor& buffer = std::get<0>(*s);
+    TORCH_CHECK_VALUE(buffer.device().is_cpu() && buffer.scalar_type() == at::kFloat && buffer.is_contiguous(),
+                      "a sparse result must be a contiguous float32 CPU buffer, got ", buffer.scalar_type(), " on ",
+                      buffer.device());
+    return SparseRows{buffer.data_ptr<float>(), buffer.numel(), std::get<1>(*s), std::get<2>(*s),
+                      static_cast<float>(std::get<3>(*s))};
+  };
+  m.def(
+      "_rows_sum",
+      [sparse_rows](const at::Tensor& x, const at::Tensor& out, int64_t width, int64_t divisor, const Sparse& sparse) {
+        const std::optional<SparseRows> s = sparse_rows(sparse);
+        rows_sum(x, out, width, divisor, s ? &*s : nullptr);
+      },
+      py::arg("x"), py::arg("out"), py::arg("width"), py::arg("divisor") = 1, py::arg("sparse") = py::none(), nogil);
+  m.def(
+      "_rows_extreme",
+      [sparse_rows](const at::Tensor& x, const at::Tensor& out, int64_t width, bool max, const Sparse& sparse) {
+        const std::optional<SparseRows> s = sparse_rows(sparse);
+        rows_extreme(x, out, width, max, s ? &*s : nullptr);
+      },
+      py::arg("x"), py::arg("out"), py::arg("width"), py::arg("max"), py::arg("sparse") = py::none(), nogil);
   m.def("_scaled_product", &scaled_product, nogil);
   m.def("_dropout_apply", &dropout_apply, nogil);
   m.def("_rows_set_math", &rows_set_math);

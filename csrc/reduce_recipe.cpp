@@ -30,23 +30,6 @@ bool pads_all_but(const BoundLayout& layout, const BufferView& rows) {
   return std::find(map.begin(), map.end(), uint8_t(0)) == map.end();
 }
 
-// r's float32 buffer written whole: values[i] at rows' i-th position, `pad` everywhere else, a
-// block of kSparseBlock floats at a time, filled and then its values written while it is in L1.
-constexpr int64_t kSparseBlock = 4096;
-void write_sparse_rows(const at::Tensor& r, const BufferView& rows, const at::Tensor& values, float pad) {
-  float* buffer = static_cast<float*>(r.storage().mutable_data());
-  const int64_t numel = device_nbytes(r.storage()) / static_cast<int64_t>(sizeof(float));
-  const float* v = values.const_data_ptr<float>();
-  int64_t i = 0;
-  for (int64_t begin = 0; begin < numel; begin += kSparseBlock) {
-    const int64_t end = std::min(numel, begin + kSparseBlock);
-    std::fill(buffer + begin, buffer + end, pad);
-    for (; i < rows.sizes[0] && rows.offset + i * rows.strides[0] < end; ++i) {
-      buffer[rows.offset + i * rows.strides[0]] = v[i];
-    }
-  }
-}
-
 enum class Kind { kSum, kAmax, kAmin, kMean, kAll, kAny };
 
 class ReduceReplay final : public Replay {
@@ -66,14 +49,15 @@ class ReduceReplay final : public Replay {
   // result's view as one strided dim over the rows, which the kernels write in place.
   std::optional<BufferView> direct_rows;
   // Where the result's padding is every other element of its buffer (Spyre's sparse result, a
-  // value per stick), the replay writes the buffer whole, each value and the padding after it in
-  // one pass (write_sparse_rows), instead of filling the buffer and then writing the values into
-  // it: sum(-1) of 1024x256 float32, a 128 KiB result, 13.2 -> 12.7 us (CPU 8.6).
+  // value per stick), the row kernels write the buffer whole, each thread its rows' values and the
+  // padding after them in one pass (row_kernels.h, SparseRows), instead of filling the buffer and
+  // then writing the values into it: sum(-1) of 1024x256 float32, a 128 KiB result, 13.2 -> 11.4 us
+  // (CPU 8.6).
   bool sparse_rows = false;
 
   // The row kernels' sweep of v (as ops/reductions._row_reduce): the kept dims in order are the
   // rows, the reduced ones ascending a row; one float32 value per row into `rows_out`.
-  void reduce_rows(const at::Tensor& v, const at::Tensor& rows_out) const {
+  void reduce_rows(const at::Tensor& v, const at::Tensor& rows_out, const SparseRows* sparse = nullptr) const {
     std::vector<int64_t> perm;
     for (int64_t d = 0; d < v.dim(); ++d) {
       if (!std::binary_search(reduced.begin(), reduced.end(), d)) perm.push_back(d);
@@ -81,9 +65,9 @@ class ReduceReplay final : public Replay {
     perm.insert(perm.end(), reduced.begin(), reduced.end());
     const int64_t width = static_cast<int64_t>(reduced.size());
     if (kind == Kind::kAmax || kind == Kind::kAmin) {
-      rows_extreme(v.permute(perm), rows_out, width, kind == Kind::kAmax);
+      rows_extreme(v.permute(perm), rows_out, width, kind == Kind::kAmax, sparse);
     } else {
-      rows_sum(v.permute(perm), rows_out, width, kind == Kind::kMean ? count : 1);
+      rows_sum(v.permute(perm), rows_out, width, kind == Kind::kMean ? count : 1, sparse);
     }
   }
 
@@ -152,9 +136,10 @@ class ReduceReplay final : public Replay {
     at::Tensor r = new_device_tensor(out, x.device(), /*fill=*/!sparse_rows);
     if (pieces.empty()) {
       if (sparse_rows) {
-        at::Tensor values = at::empty({direct_rows->sizes[0]}, x.options().device(at::kCPU).dtype(at::kFloat));
-        reduce_rows(borrowed_view_of(x, input), values);
-        write_sparse_rows(r, *direct_rows, values, out->pad_value.toFloat());
+        const SparseRows sparse{static_cast<float*>(r.storage().mutable_data()),
+                                device_nbytes(r.storage()) / static_cast<int64_t>(sizeof(float)), direct_rows->offset,
+                                direct_rows->strides[0], out->pad_value.toFloat()};
+        reduce_rows(borrowed_view_of(x, input), at::Tensor(), &sparse);
       } else if (direct_rows) {  // the row kernels' values straight into the result
         reduce_rows(borrowed_view_of(x, input), borrowed_view_of(r, *direct_rows));
       } else {

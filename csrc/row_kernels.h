@@ -33,12 +33,23 @@ void rows_layer_norm_backward(const at::Tensor& grad, const at::Tensor& x, const
                               const std::optional<at::Tensor>& grad_weight,
                               const std::optional<at::Tensor>& grad_bias, int64_t width, int64_t length,
                               bool rms = false);
+// A float32 buffer that holds one value per row and padding everywhere else (Spyre's sparse result
+// of a reduction over the sticks): row i's value at offset + i * step, `pad` at every other element.
+struct SparseRows {
+  float* buffer;
+  int64_t numel, offset, step;
+  float pad;
+};
+
 // Each row's sum into out, float32, divided by `divisor` (a mean's count: the bits of ATen's sum
-// and then its division in float32).
-void rows_sum(const at::Tensor& x, const at::Tensor& out, int64_t width, int64_t divisor = 1);
+// and then its division in float32). With `sparse`, into that buffer instead (out unused): every
+// element of it written, each thread its rows' part.
+void rows_sum(const at::Tensor& x, const at::Tensor& out, int64_t width, int64_t divisor = 1,
+              const SparseRows* sparse = nullptr);
 // Each row's maximum (max false: minimum) into out, float32 (exact for float16 and bfloat16 rows);
-// NaN where the row holds one, as ATen's amax and amin.
-void rows_extreme(const at::Tensor& x, const at::Tensor& out, int64_t width, bool max);
+// NaN where the row holds one, as ATen's amax and amin. `sparse` as rows_sum's.
+void rows_extreme(const at::Tensor& x, const at::Tensor& out, int64_t width, bool max,
+                  const SparseRows* sparse = nullptr);
 
 // out := each row's running sums (ATen's cumsum along the row: float32 accumulated in double,
 // float16 and bfloat16 in float32, each sum rounded to the dtype); out may be x.

@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from ops_support import kernels_in
@@ -796,6 +796,50 @@ def test_divided_sums_are_the_sums_divided_in_float32(instructions: str, divisor
         assert torch.all(buffer.view(case.rows, step)[:, 1:] == SENTINEL)
 
 
+SPARSE_TABLE = ["two threads' chunks", "two threads' chunks over stick tiles",
+                "batch rows adjacent over two threads' chunks", "stick tiles with a batch dim", "row of length 1"]
+
+
+def check_sparse(case: Case, offset: int, step: int, pad: float, kind: str) -> None:
+    """A sparse result (a value per row at offset + i * step, ``pad`` everywhere else) holds, bit
+    for bit, the values the kernel writes into a dense out, and the padding in every other element
+    of the buffer, the head before row 0 and the tail after the last row included."""
+    values = random_values(case.shape, case.seed, 30.0)
+    (x,) = run_views(case, [values], 0, lambda x: None)
+    dense = torch.full((case.rows,), SENTINEL)
+    buffer = torch.full((offset + case.rows * step + 5,), SENTINEL)
+    calls = {"sum": lambda out, sparse=None: _C._rows_sum(x, out, case.width, sparse=sparse),
+             "mean": lambda out, sparse=None: _C._rows_sum(x, out, case.width, 7, sparse=sparse),
+             "max": lambda out, sparse=None: _C._rows_extreme(x, out, case.width, True, sparse=sparse),
+             "min": lambda out, sparse=None: _C._rows_extreme(x, out, case.width, False, sparse=sparse)}
+    calls[kind](dense)
+    calls[kind](torch.empty(0), (buffer, offset, step, pad))
+    at = offset + torch.arange(case.rows) * step
+    assert torch.equal(bits(buffer[at]), bits(dense)), "a row's value differs from the dense result's"
+    padding = torch.ones(buffer.numel(), dtype=torch.bool)
+    padding[at] = False
+    assert torch.all(bits(buffer[padding]) == bits(torch.tensor([pad]))), "an element of the padding is not pad"
+
+
+@MODES
+@pytest.mark.parametrize("name", SPARSE_TABLE)
+@pytest.mark.parametrize("kind", ["sum", "mean", "max", "min"])
+def test_sparse_results_hold_the_values_and_padding_everywhere_else(instructions: str, name: str, kind: str) -> None:
+    with row_math(instructions):
+        check_sparse(table_case(name, torch.float32, 1, seed=len(name)), 3, 32, 0.0, kind)
+
+
+@MODES
+@given(case=cases(1, dtypes=(torch.float32, torch.float16), tails=False), offset=st.integers(0, 40),
+       step=st.integers(1, 40), pad=st.sampled_from([0.0, -1.5, math.inf]),
+       kind=st.sampled_from(["sum", "mean", "max", "min"]))
+def test_sparse_results_on_any_geometry(instructions: str, case: Case, offset: int, step: int, pad: float,
+                                        kind: str) -> None:
+    assume(case.rows > 0)
+    with row_math(instructions):
+        check_sparse(case, offset, step, pad, kind)
+
+
 # ---- contract: dtypes, shapes, widths, per-row and per-column operands ----------------------------
 
 
@@ -829,6 +873,12 @@ ERRORS = [
     ("width past the dims", lambda: _C._rows_softmax(_views(), _views(), 4, False, False), "width 4"),
     ("negative width", lambda: _C._rows_sum(_views(), _f32(4), -1), "width -1"),
     ("negative divisor", lambda: _C._rows_sum(_views(), _f32(4), 2, -3), "divisor.*-3"),
+    ("sparse result too small", lambda: _C._rows_sum(_views(), _f32(0), 2, sparse=(_f32(3), 0, 1, 0.0)),
+     "3 floats cannot hold 4 rows"),
+    ("sparse result of step 0", lambda: _C._rows_extreme(_views(), _f32(0), 2, True, sparse=(_f32(9), 0, 0, 0.0)),
+     "step 0"),
+    ("sparse result float16", lambda: _C._rows_sum(_views(), _f32(0), 2, sparse=(_f32(9, torch.float16), 0, 1, 0.0)),
+     "float32"),
     ("width 5 in backward", lambda: _C._rows_softmax_backward(_views(), _views(), _views(), 5, True), "width 5"),
     ("width 0 in layer norm", lambda: _C._rows_layer_norm(_views(), _views(), None, None, 1e-5, _f32(4), _f32(4), 0),
      "width 0"),
