@@ -944,13 +944,17 @@ ZERO_LENGTH_SCRIPT = textwrap.dedent("""
     sums = torch.full((3,), 7.0)
     _C._rows_sum(x, sums, 1)
     assert sums.tolist() == [0.0, 0.0, 0.0], sums
+    print("sparse sum", flush=True)
+    buffer = torch.full((10,), 7.0)
+    _C._rows_sum(x, torch.empty(0), 1, sparse=(buffer, 1, 3, -1.0))
+    assert buffer.tolist() == [-1.0, 0.0, -1.0, -1.0, 0.0, -1.0, -1.0, 0.0, -1.0, -1.0], buffer
     print("done", flush=True)
 """)
 
 
 def test_rows_of_length_zero() -> None:
     """A row dim of size 0 (3 rows of nothing) is a valid shape: softmax has nothing to write and the
-    row sums are 0, like torch.sum over an empty dim. Run in a child process: a crash must fail this
+    row sums are 0, like torch.sum over an empty dim (a sparse result too, its padding written). Run in a child process: a crash must fail this
     test, not the session."""
     assert torch.equal(torch.randn(3, 0).sum(-1), torch.zeros(3))
     proc = subprocess.run([sys.executable, "-c", ZERO_LENGTH_SCRIPT], capture_output=True, text=True, timeout=120)
