@@ -364,6 +364,32 @@ def test_contiguous_clone_keeps_the_buffer_order(_, shape, arrange, view_of):
     torch.testing.assert_close((z * 2).cpu(), hv.contiguous() * 2, rtol=1e-5, atol=1e-5)
 
 
+# Views of part of a buffer whose elements run along a dim other than their last (the base's
+# stick dim moved by a transpose): the result keeps the stick on that dim, as the CPU's result
+# keeps its input's strides, and nothing is restickified.
+TRANSPOSED_PARTS = [
+    # attention's k.transpose(-2, -1) of the packed projection (tokens, batch, 3 * E) viewed as heads
+    ("packed-k-transposed", (16, 4, 192), lambda t: t[..., 64:128].unflatten(-1, (2, 32)).permute(1, 2, 3, 0)),
+    ("slice-transposed", (3, 40, 70), lambda t: t[1].t()),
+    ("batch-slice-transposed", (5, 24, 64), lambda t: t[1:4].transpose(1, 2)),
+]
+
+
+@pytest.mark.parametrize("_, shape, view_of", TRANSPOSED_PARTS, ids=[v[0] for v in TRANSPOSED_PARTS])
+@pytest.mark.parametrize("op", ["mul-scalar", "neg", "add-self"])
+def test_transposed_parts_compute_with_their_stick(_, shape, view_of, op):
+    fn = {"mul-scalar": lambda t: t * 0.35, "neg": torch.neg, "add-self": lambda t: t + t}[op]
+    x = torch.randn(shape)
+    v, hv = view_of(x.to("spyre")), view_of(x)
+    inner = hv.stride().index(1)
+    assert inner != hv.dim() - 1  # the view's elements run along another dim than its last
+    torch_layouts.reset_stats()
+    out = fn(v)
+    check(out, fn(hv), exact=True)
+    assert torch_layouts.stats()["restickify_count"] == 0
+    assert out.device_tensor_layout().dim_order[-1] == inner, "the result keeps its input's stick dim"
+
+
 def test_empty_and_zero_dim_tensors():
     x = torch.randn(0, 70)
     out = x.to("spyre") + 1
