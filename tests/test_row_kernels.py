@@ -954,8 +954,8 @@ ZERO_LENGTH_SCRIPT = textwrap.dedent("""
 
 def test_rows_of_length_zero() -> None:
     """A row dim of size 0 (3 rows of nothing) is a valid shape: softmax has nothing to write and the
-    row sums are 0, like torch.sum over an empty dim (a sparse result too, its padding written). Run in a child process: a crash must fail this
-    test, not the session."""
+    row sums are 0, like torch.sum over an empty dim (a sparse result too, its padding written). Run
+    in a child process: a crash must fail this test, not the session."""
     assert torch.equal(torch.randn(3, 0).sum(-1), torch.zeros(3))
     proc = subprocess.run([sys.executable, "-c", ZERO_LENGTH_SCRIPT], capture_output=True, text=True, timeout=120)
     reached = proc.stdout.split()

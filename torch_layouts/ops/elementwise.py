@@ -5,8 +5,9 @@ An op computes in the coordinates of its first full-rank operand of the promoted
 (``operands.coords_for``: that operand's own buffer when it is a whole tensor, so the
 result gets its layout and strides; for a part of a buffer whose elements run along a dim
 other than its last, a layout sticked on that dim, as the CPU's result keeps its input's
-strides: no restickify); without one, in the default layout of the broadcast shape. Every operand is read in those coordinates as a strided view of its
-own buffer (a lower-rank operand that shares the stick broadcasts with stride 0). The
+strides: no restickify); without one, in the default layout of the broadcast shape.
+Every operand is read in those coordinates as a strided view of its own buffer (a
+lower-rank operand that shares the stick broadcasts with stride 0). The
 CPU out-variant of the op writes the result's real positions box by box (a box per
 partial tile, the first element of each sparse stick), so the padding keeps the pad
 value it got at allocation (``exp`` leaves no 1s in padding); a layout with too many
