@@ -214,10 +214,9 @@ inline void copy_floats(const float* src, int64_t n, float* dst) {
 
 // The rows a pack copies lie far apart (a tile's rows, or a batch dim between them), which the
 // hardware prefetchers do not follow: each copy first asks for the row kPrefetchAhead further on.
-static const int64_t kPrefetchAhead = getenv("PFA") ? atoi(getenv("PFA")) : 8;
-static const int kHint = getenv("PFH") ? atoi(getenv("PFH")) : 0;
+constexpr int64_t kPrefetchAhead = 8;
 inline void prefetch_floats(const float* p, int64_t n) {
-  for (int64_t i = 0; i < n; i += 16) { if (kHint == 0) _mm_prefetch(reinterpret_cast<const char*>(p + i), _MM_HINT_T0); else if (kHint == 1) _mm_prefetch(reinterpret_cast<const char*>(p + i), _MM_HINT_T1); else if (kHint == 2) _mm_prefetch(reinterpret_cast<const char*>(p + i), _MM_HINT_NTA);}
+  for (int64_t i = 0; i < n; i += 16) _mm_prefetch(reinterpret_cast<const char*>(p + i), _MM_HINT_T0);
 }
 
 // Rows [p0, p0 + kc) of B's panel jp as [kc][16] (columns past n are zero).
