@@ -37,6 +37,7 @@ struct Operand {
   std::vector<int64_t> outer_stride;  // per coalesced outer dim (elements)
   std::vector<int64_t> run_offset;    // each run's offset within a row (elements)
   int64_t run_stride;                 // between elements of a run
+  bool per_row = false;               // one value per row (stride 0 along the row): read, never blocked
 };
 
 // The rows of one or more views of one shape (see row_kernels.h), in the order the kernels
@@ -125,8 +126,11 @@ std::vector<Dim> coalesce(const std::vector<at::Tensor>& views, int64_t begin, i
   return dims;
 }
 
+// The last `per_row` views hold one value per row (a row view of layer norm's mean: stride 0 along
+// the row dims): float32, read by their row offsets, and no part of the blocking or of the choice of
+// the innermost outer dim.
 Rows make_rows(const std::vector<at::Tensor>& views, const std::vector<const char*>& names, int64_t width,
-               int64_t length) {
+               int64_t length, size_t per_row = 0) {
   const at::Tensor& first = views[0];
   TORCH_CHECK_VALUE(width >= 1 && width <= first.dim(), "row width ", width, " is outside [1, ", first.dim(),
                     "] for a ", first.dim(), "-dim view");
@@ -138,6 +142,13 @@ Rows make_rows(const std::vector<at::Tensor>& views, const std::vector<const cha
     TORCH_CHECK_VALUE(t == at::kFloat || t == at::kHalf || t == at::kBFloat16,
                       "row kernels take float32, float16 or bfloat16; ", names[k], " is ", t);
     TORCH_CHECK_VALUE(v.sizes() == first.sizes(), names[k], " has shape ", v.sizes(), ", expected ", first.sizes());
+    if (k + per_row >= views.size()) {
+      TORCH_CHECK_VALUE(t == at::kFloat, names[k], " must be float32, got ", t);
+      for (int64_t d = first.dim() - width; d < first.dim(); ++d) {
+        TORCH_CHECK_VALUE(v.size(d) <= 1 || v.stride(d) == 0, names[k],
+                          " must hold one value per row (stride 0 along the row dims), got strides ", v.strides());
+      }
+    }
   }
   Rows g;
   std::vector<Dim> outer = coalesce(views, 0, first.dim() - width);
@@ -150,7 +161,7 @@ Rows make_rows(const std::vector<at::Tensor>& views, const std::vector<const cha
   }
   // The dim whose rows continue each other's runs in every view goes innermost.
   auto adjacent_rows = [&](const Dim& d) {
-    for (size_t k = 0; k < views.size(); ++k) {
+    for (size_t k = 0; k + per_row < views.size(); ++k) {
       if (d.strides[k] != row.back().size * row.back().strides[k]) return false;
     }
     return true;
@@ -178,7 +189,8 @@ Rows make_rows(const std::vector<at::Tensor>& views, const std::vector<const cha
   g.span = runs * g.run_len;
   for (size_t k = 0; k < views.size(); ++k) {
     Operand op{static_cast<char*>(views[k].data_ptr()), views[k].scalar_type(),
-               static_cast<int64_t>(views[k].element_size()), {}, {}, row.back().strides[k]};
+               static_cast<int64_t>(views[k].element_size()), {}, {}, row.back().strides[k],
+               k + per_row >= views.size()};
     for (const Dim& d : outer) op.outer_stride.push_back(d.strides[k]);
     op.run_offset.resize(runs);
     for (int64_t j = 0; j < runs; ++j) {  // j as a multi-index over the row dims but the last
@@ -310,18 +322,19 @@ struct Plan {
 
 Plan plan(const Rows& g) {
   Plan p{{static_cast<int64_t>(g.ops[0].run_offset.size()), g.run_len, g.last}};
+  int64_t blocked = 0;  // operands whose rows a block holds (per-row ones are read a value a row)
   for (const Operand& op : g.ops) {
-    p.direct.push_back(op.dtype == at::kFloat && op.run_stride == 1);
+    p.direct.push_back(op.per_row || (op.dtype == at::kFloat && op.run_stride == 1));
     p.buffers += !p.direct.back();
+    blocked += !op.per_row;
   }
   const int64_t budget = p.buffers == 0 ? kDirectBlockFloats : kBlockFloats;
-  p.block = std::clamp<int64_t>(budget / (std::max<int64_t>(g.len, 1) * static_cast<int64_t>(g.ops.size())), 1,
-                                kMaxBlockRows);
+  p.block = std::clamp<int64_t>(budget / (std::max<int64_t>(g.len, 1) * blocked), 1, kMaxBlockRows);
   // Where the innermost outer dim's rows continue each other's runs in every operand (a stick
   // tile's rows), a block is one such group when fewer than a block: each pass then reads the
   // tile in storage order (8 rows: 23 -> 17 us for a softmax backward over 8x64x128 float32).
   bool grouped = !g.outer_size.empty();
-  for (const Operand& op : g.ops) grouped = grouped && op.outer_stride.back() == g.run_len * op.run_stride;
+  for (const Operand& op : g.ops) grouped = grouped && (op.per_row || op.outer_stride.back() == g.run_len * op.run_stride);
   if (grouped && g.outer_size.back() >= 4 && g.outer_size.back() < p.block) p.block = g.outer_size.back();
   for (size_t j = 0; j < g.ops[0].run_offset.size(); ++j) p.dense.push_back(static_cast<int64_t>(j) * p.block * g.run_len);
   return p;
@@ -510,10 +523,19 @@ void rows_layer_norm_backward(const at::Tensor& grad, const at::Tensor& x, const
   const bool dx = grad_input.has_value() && grad_input->defined();
   std::vector<at::Tensor> views{grad, x};
   if (dx) views.push_back(*grad_input);
-  const Rows g = make_rows(views, {"grad_out", "input", "grad_input"}, width, length);
+  // mean and rstd as row views of grad's shape (one value per row, where the forward left them),
+  // or as contiguous vectors in host row order
+  const bool row_views = mean.sizes() == grad.sizes();
+  if (row_views) {
+    views.push_back(mean);
+    views.push_back(rstd);
+  }
+  const size_t stats = views.size() - 2;  // mean's operand, rstd's after it (row views)
+  const Rows g = make_rows(views, {"grad_out", "input", dx ? "grad_input" : "mean", dx ? "mean" : "rstd", "rstd"},
+                           width, length, row_views ? 2 : 0);
   const float* w = optional_vector(weight, g.len, "weight");
-  const float* mu = float_vector(mean, g.rows, "mean");
-  const float* rs = float_vector(rstd, g.rows, "rstd");
+  const float* mu = row_views ? reinterpret_cast<const float*>(g.ops[stats].data) : float_vector(mean, g.rows, "mean");
+  const float* rs = row_views ? reinterpret_cast<const float*>(g.ops[stats + 1].data) : float_vector(rstd, g.rows, "rstd");
   float* dgamma = grad_weight.has_value() && grad_weight->defined() ? float_vector(*grad_weight, g.len, "grad_weight")
                                                                     : nullptr;
   float* dbeta = grad_bias.has_value() && grad_bias->defined() ? float_vector(*grad_bias, g.len, "grad_bias")
@@ -528,10 +550,16 @@ void rows_layer_norm_backward(const at::Tensor& grad, const at::Tensor& x, const
   for_blocks(g, p, [&](int64_t c, int64_t first, int64_t count, float* const* bufs) {
     gather_inputs(g, p, {0, 1}, first, count, bufs, m);
     float mean_rows[kMaxBlockRows], rstd_rows[kMaxBlockRows];
-    g.host_rows(first, count, [&](int64_t r, int64_t row) {
-      mean_rows[r] = mu[row];
-      rstd_rows[r] = rs[row];
-    });
+    if (row_views) {
+      g.row_offsets(g.ops[stats], first, count, [&](int64_t r, int64_t off) { mean_rows[r] = mu[off]; });
+      g.row_offsets(g.ops[stats + 1], first, count, [&](int64_t r, int64_t off) { rstd_rows[r] = rs[off]; });
+    } else {
+      g.host_rows(first, count, [&](int64_t r, int64_t row) {
+        mean_rows[r] = mu[row];
+        rstd_rows[r] = rs[row];
+      });
+    }
+    if (rms) std::fill(mean_rows, mean_rows + count, 0.0f);  // RMS norm: no mean, whatever `mean` holds
     m.layer_norm_backward(p.shape, count, BlockRows(g, p, 0, first, count, bufs).row,
                           BlockRows(g, p, 1, first, count, bufs).row,
                           dx ? BlockRows(g, p, 2, first, count, bufs).row : Row{nullptr, nullptr}, mean_rows,

@@ -27,6 +27,9 @@ void rows_softmax_backward(const at::Tensor& grad, const at::Tensor& output, con
 void rows_layer_norm(const at::Tensor& x, const at::Tensor& out, const std::optional<at::Tensor>& weight,
                      const std::optional<at::Tensor>& bias, double eps, const at::Tensor& mean,
                      const at::Tensor& rstd, int64_t width, int64_t length, bool rms = false);
+// The backward's mean and rstd are (rows,) vectors or row views of grad's shape (one float32 value
+// per row, stride 0 along the row dims: where the forward's results lie, read in place); with rms
+// the mean is not read (0).
 void rows_layer_norm_backward(const at::Tensor& grad, const at::Tensor& x, const at::Tensor& mean,
                               const at::Tensor& rstd, const std::optional<at::Tensor>& weight,
                               const std::optional<at::Tensor>& grad_input,

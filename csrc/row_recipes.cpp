@@ -127,9 +127,18 @@ class LayerNormBackward final : public Replay {
     if (grad_bias) dbeta = at::empty({length}, at::kFloat);
     const std::optional<at::Tensor> dx_rows =
         dx.defined() ? std::optional<at::Tensor>(borrowed_view_of(dx, *grad_input_rows)) : std::nullopt;
-    const at::Tensor rstd = values_of(args[rms ? 3 : 4].toTensor(), rstd_values);
+    // mean and rstd read where they lie, as row views of grad's rows (one value a row): no copy of
+    // a Spyre sparse result's values (layer norm backward of 8x128x256 float32: 57 -> 46-50 us)
+    const auto row_view = [&](const at::Tensor& t, const BufferView& values) {
+      if (t.scalar_type() != at::kFloat) return values_of(t, values);  // a float16 forward's, converted
+      BufferView v = values;
+      v.sizes = grad_rows.sizes;
+      v.strides.resize(grad_rows.sizes.size(), 0);
+      return borrowed_view_of(t, v);
+    };
+    const at::Tensor rstd = row_view(args[rms ? 3 : 4].toTensor(), rstd_values);
     rows_layer_norm_backward(borrowed_view_of(grad, grad_rows), borrowed_view_of(x, input_rows),
-                             rms ? at::zeros_like(rstd) : values_of(args[3].toTensor(), *mean_values), rstd,
+                             rms ? rstd : row_view(args[3].toTensor(), *mean_values), rstd,
                              values_of(args[rms ? 4 : 5], weight_cols, length), dx_rows, dgamma, dbeta, width, length,
                              rms);
     results.emplace_back(std::move(dx));

@@ -796,6 +796,65 @@ def test_divided_sums_are_the_sums_divided_in_float32(instructions: str, divisor
         assert torch.all(buffer.view(case.rows, step)[:, 1:] == SENTINEL)
 
 
+def row_view_of(values: torch.Tensor, case: Case, step: int, offset: int) -> torch.Tensor:
+    """``values`` (one per row, host row order) placed ``step`` floats apart after ``offset`` in a
+    sentinel buffer, as a row view of the case's shape: stride 0 along the row dims (how the
+    runtime's front hands over layer norm's mean and rstd where the forward left them)."""
+    width, outer = case.width, case.shape[:len(case.shape) - case.width]
+    buffer = torch.full((offset + max(case.rows, 1) * step + 3,), SENTINEL)
+    buffer[offset:offset + case.rows * step:step] = values.to(torch.float32)
+    strides, acc = [], step
+    for n in reversed(outer):
+        strides.insert(0, acc)
+        acc *= n
+    return buffer.as_strided(case.shape, tuple(strides) + (0,) * width, offset)
+
+
+def check_backward_row_views(case: Case, weight: bool, rms: bool, step: int, offset: int) -> None:
+    """Layer norm's (and RMS norm's) backward given mean and rstd as row views gives the bits it
+    gives them as (rows,) vectors: every grad_input element, grad_weight and grad_bias."""
+    case = replace(case, tail=-1, dtype=torch.float32)
+    x_values = random_values(case.shape, case.seed, 1.0, 0.5)
+    rows = x_values.reshape(-1, case.full)
+    mean, rstd = layer_norm_stats(rows, 1e-5)
+    if rms:
+        mean = torch.zeros_like(mean)
+    w, _ = affine_params(case, weight, False)
+    results = []
+    for as_views in (False, True):
+        gw = torch.full((case.length,), SENTINEL) if weight else None
+        gb = torch.full((case.length,), SENTINEL) if weight and not rms else None
+        m32, r32 = mean.to(torch.float32), rstd.to(torch.float32)
+        if as_views:  # rms: the mean's view holds rstd, which the kernel must not read as a mean
+            m32, r32 = row_view_of(rstd if rms else mean, case, step, offset), row_view_of(rstd, case, step + 1, 0)
+
+        def call(g, x, gi, m32=m32, r32=r32, gw=gw, gb=gb):
+            _C._rows_layer_norm_backward(g, x, m32, r32, w, gi, gw, gb, case.width, rms=rms)
+
+        views = run_views(case, [random_values(case.shape, case.seed + 3), x_values], 1, call)
+        results.append([bits(as_rows(views[2], case).float())] + [bits(t) for t in (gw, gb) if t is not None])
+    for vectors, row_views in zip(*results):
+        assert torch.equal(vectors, row_views)
+
+
+@MODES
+@given(case=cases(3, dtypes=(torch.float32,), tails=False), weight=st.booleans(), rms=st.booleans(),
+       step=st.integers(1, 40), offset=st.integers(0, 9))
+def test_backward_reads_mean_and_rstd_as_row_views(instructions: str, case: Case, weight: bool, rms: bool, step: int,
+                                                   offset: int) -> None:
+    with row_math(instructions):
+        check_backward_row_views(case, weight, rms, step, offset)
+
+
+@MODES
+@pytest.mark.parametrize("name", ["two threads' chunks over stick tiles", "batch rows adjacent over two threads' chunks",
+                                  "batch rows adjacent under two outer dims", "contiguous rows"])
+def test_backward_row_views_on_table_geometries(instructions: str, name: str) -> None:
+    with row_math(instructions):
+        for rms in (False, True):
+            check_backward_row_views(table_case(name, torch.float32, 3, seed=3), True, rms, 32, 5)
+
+
 SPARSE_TABLE = ["two threads' chunks", "two threads' chunks over stick tiles",
                 "batch rows adjacent over two threads' chunks", "stick tiles with a batch dim", "row of length 1"]
 
@@ -877,6 +936,11 @@ ERRORS = [
      "3 floats cannot hold 4 rows"),
     ("sparse result of step 0", lambda: _C._rows_extreme(_views(), _f32(0), 2, True, sparse=(_f32(9), 0, 0, 0.0)),
      "step 0"),
+    ("mean row view float16", lambda: _C._rows_layer_norm_backward(
+        _views(), _views(), _views(torch.float16, (4, 1, 1)).expand(4, 3, 8), _views(shape=(4, 1, 1)).expand(4, 3, 8),
+        None, None, None, None, 2), "mean must be float32"),
+    ("mean row view varying along the row", lambda: _C._rows_layer_norm_backward(
+        _views(), _views(), _views(), _views(), None, None, None, None, 2), "one value per row"),
     ("sparse result float16", lambda: _C._rows_sum(_views(), _f32(0), 2, sparse=(_f32(9, torch.float16), 0, 1, 0.0)),
      "float32"),
     ("width 5 in backward", lambda: _C._rows_softmax_backward(_views(), _views(), _views(), 5, True), "width 5"),
