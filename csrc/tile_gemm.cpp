@@ -232,7 +232,7 @@ struct Call {
   const float* bias;  // null, or n floats: C(i, j) starts from beta * bias[j]
   float beta;
   bool avx512 = false;             // kernel_12x16_avx512 (else two kernel_6x16 halves)
-  std::vector<float> packed_b;     // [batch][panel][k][16] for panels that are not direct ...
+  float* packed_b = nullptr;       // [batch][panel][k][16] for panels that are not direct ...
   bool pack_b_in_task = false;     // ... unless each task packs its own (one row block per batch entry)
 };
 
@@ -399,7 +399,7 @@ std::pair<const float*, int64_t> b_rows(const Problem& P, const Call& X, int64_t
     pack_b(P, X, bi, jp, p0, kc, bpack);
     return {bpack, kNR};
   }
-  return {X.packed_b.data() + ((bi * P.panels + jp) * P.k + p0) * kNR, kNR};
+  return {X.packed_b + ((bi * P.panels + jp) * P.k + p0) * kNR, kNR};
 }
 
 // C's rows [i0, i0 + mc) and panels [jp0, jp1) of batch entry bi, kKC of depth a pass. On AVX-512
@@ -501,29 +501,38 @@ void run(const Problem& P, Call& X) {
   // when there are few tasks, their strips spread evenly (sizes differing by one strip at most),
   // so that every thread gets the same work: 1024 rows in 8 blocks of 10-11 strips, where blocks of
   // 11 left the last one 9 (a thread idle 5% of a 1024x256 @ 256x1024 product).
-  const int64_t threads = at::get_num_threads();
+  // Small problems run on one thread: there, more tasks than blocks would only pack A again.
+  const int64_t flops = 2 * P.batch * P.m * P.n * P.k;
+  const bool single = flops < (int64_t{1} << 22);
+  const int64_t threads = single ? 1 : at::get_num_threads();
   int64_t blocks = (P.m + kMC - 1) / kMC;
   if (P.batch * blocks % threads != 0 && P.batch * blocks < 8 * threads && P.m >= threads * kMR)
     blocks = (blocks + threads - 1) / threads * threads;
   const int64_t strips = (P.m + kMR - 1) / kMR;
   blocks = std::min(blocks, strips);
   const auto block_row = [&](int64_t b) { return std::min(P.m, b * strips / blocks * kMR); };
-  const int64_t split = std::clamp<int64_t>((2 * threads + P.batch * blocks - 1) / (P.batch * blocks), 1, P.panels);
+  const int64_t split =
+      single ? 1 : std::clamp<int64_t>((2 * threads + P.batch * blocks - 1) / (P.batch * blocks), 1, P.panels);
   const int64_t per = (P.panels + split - 1) / split;
   const int64_t tasks = P.batch * blocks * split;
   X.pack_b_in_task = blocks == 1;  // no two tasks read the same panel of one batch entry
   if (!to_pack.empty() && !X.pack_b_in_task) {
-    X.packed_b.resize(static_cast<size_t>(P.batch * P.panels * P.k * kNR));
+    // The calling thread's buffer, kept from call to call: a fresh one of a few MiB costs its page
+    // faults on every call (given back when a call needed more than 16 MiB).
+    thread_local std::vector<float> packed;
+    const size_t floats = static_cast<size_t>(P.batch * P.panels * P.k * kNR);
+    if (packed.size() > (size_t{4} << 20) && floats <= (size_t{4} << 20)) std::vector<float>().swap(packed);
+    if (packed.size() < floats) packed.resize(floats);
+    X.packed_b = packed.data();
     const int64_t jobs = P.batch * static_cast<int64_t>(to_pack.size());
     at::parallel_for(0, jobs, std::max<int64_t>(1, 4096 / std::max<int64_t>(P.k, 1)), [&](int64_t b0, int64_t b1) {
       for (int64_t t = b0; t < b1; ++t) {
         const int64_t bi = t / to_pack.size(), jp = to_pack[t % to_pack.size()];
-        pack_b(P, X, bi, jp, 0, P.k, X.packed_b.data() + (bi * P.panels + jp) * P.k * kNR);
+        pack_b(P, X, bi, jp, 0, P.k, X.packed_b + (bi * P.panels + jp) * P.k * kNR);
       }
     });
   }
-  const int64_t flops = 2 * P.batch * P.m * P.n * P.k;
-  const int64_t grain = flops < (int64_t{1} << 22) ? tasks : 1;  // small problems on one thread
+  const int64_t grain = single ? tasks : 1;
   at::parallel_for(0, tasks, grain, [&](int64_t t0, int64_t t1) {
     // Each thread's packing buffers, kept across calls (pack_a and pack_b write every float they
     // read back): a small GEMM does not clear 150 KB each call.
