@@ -334,7 +334,9 @@ Plan plan(const Rows& g) {
   // tile's rows), a block is one such group when fewer than a block: each pass then reads the
   // tile in storage order (8 rows: 23 -> 17 us for a softmax backward over 8x64x128 float32).
   bool grouped = !g.outer_size.empty();
-  for (const Operand& op : g.ops) grouped = grouped && (op.per_row || op.outer_stride.back() == g.run_len * op.run_stride);
+  for (const Operand& op : g.ops) {
+    grouped = grouped && (op.per_row || op.outer_stride.back() == g.run_len * op.run_stride);
+  }
   if (grouped && g.outer_size.back() >= 4 && g.outer_size.back() < p.block) p.block = g.outer_size.back();
   for (size_t j = 0; j < g.ops[0].run_offset.size(); ++j) p.dense.push_back(static_cast<int64_t>(j) * p.block * g.run_len);
   return p;
@@ -534,8 +536,11 @@ void rows_layer_norm_backward(const at::Tensor& grad, const at::Tensor& x, const
   const Rows g = make_rows(views, {"grad_out", "input", dx ? "grad_input" : "mean", dx ? "mean" : "rstd", "rstd"},
                            width, length, row_views ? 2 : 0);
   const float* w = optional_vector(weight, g.len, "weight");
-  const float* mu = row_views ? reinterpret_cast<const float*>(g.ops[stats].data) : float_vector(mean, g.rows, "mean");
-  const float* rs = row_views ? reinterpret_cast<const float*>(g.ops[stats + 1].data) : float_vector(rstd, g.rows, "rstd");
+  const auto stat = [&](const at::Tensor& t, size_t k, const char* name) -> const float* {
+    return row_views ? reinterpret_cast<const float*>(g.ops[k].data) : float_vector(t, g.rows, name);
+  };
+  const float* mu = stat(mean, stats, "mean");
+  const float* rs = stat(rstd, stats + 1, "rstd");
   float* dgamma = grad_weight.has_value() && grad_weight->defined() ? float_vector(*grad_weight, g.len, "grad_weight")
                                                                     : nullptr;
   float* dbeta = grad_bias.has_value() && grad_bias->defined() ? float_vector(*grad_bias, g.len, "grad_bias")
@@ -578,12 +583,6 @@ void rows_layer_norm_backward(const at::Tensor& grad, const at::Tensor& x, const
 
 namespace {
 
-// Per-row folds of x's rows into out (rows_sum, rows_extreme): run by run into per-row values,
-// kSumRows of a thread's rows at once, starting from `init`: no gather, and the buffer is read in
-// storage order where rows are adjacent within a tile. `strided(acc, first, step, count, n, half)`
-// and `runs(acc, ptrs, count, n, half)` fold float32 or float16 runs in place (the row math's);
-// `gathered(acc, floats, n)` one row's run gathered into float32 (bfloat16, strided runs). Each
-// value is divided by `divisor` as it is written (a mean's count; 1: as it is).
 // Rows [first, first + count) of a sparse result written whole: each row's part of the buffer
 // (its value and the padding after it; the buffer's head before row 0 and its tail after the last
 // row with those rows), a block of kSparseBlock floats at a time, filled and then its values
@@ -600,6 +599,12 @@ void write_sparse(const SparseRows& s, int64_t rows, int64_t first, int64_t coun
   }
 }
 
+// Per-row folds of x's rows into out (rows_sum, rows_extreme): run by run into per-row values,
+// kSumRows of a thread's rows at once, starting from `init`: no gather, and the buffer is read in
+// storage order where rows are adjacent within a tile. `strided(acc, first, step, count, n, half)`
+// and `runs(acc, ptrs, count, n, half)` fold float32 or float16 runs in place (the row math's);
+// `gathered(acc, floats, n)` one row's run gathered into float32 (bfloat16, strided runs). Each
+// value is divided by `divisor` as it is written (a mean's count; 1: as it is).
 template <typename Strided, typename Runs, typename Gathered>
 void fold_rows(const at::Tensor& x, const at::Tensor& out, int64_t width, float init, float divisor,
                const SparseRows* sparse, const Strided& strided, const Runs& runs_of, const Gathered& gathered) {

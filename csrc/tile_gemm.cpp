@@ -119,11 +119,6 @@ void kernel_12x16_avx512(int64_t kc, const float* a, const float* b, int64_t ldb
   for (int q = 0; q < 12; ++q) _mm512_storeu_ps(acc + kNR * q, r[q]);
 }
 
-// Two panels at once: acc (two 12x16 blocks, the first panel's then the second's) := the strip x
-// B rows of each panel (16 floats at b0 and at b1, both `ldb` apart). Each B row's two registers
-// share one broadcast of A per row: 14 loads to 24 FMAs where a 12x16 block takes 13 to 12 (a
-// 1024x256 @ 256x256 product: 177 -> 200 GFLOP/s a core). The same sums in the same order as
-// kernel_12x16_avx512's: the same bits.
 // Where a 12x32 block's result goes when both its panels' columns are contiguous in C: each row's
 // two 16-float runs (null past m), written as write_c writes them (alpha times the sums, plus C's
 // value after the first pass, plus beta times the bias row in the first), straight from the
@@ -136,6 +131,11 @@ struct BlockOut {
   float beta;
 };
 
+// Two panels at once: acc (two 12x16 blocks, the first panel's then the second's) := the strip x
+// B rows of each panel (16 floats at b0 and at b1, both `ldb` apart). Each B row's two registers
+// share one broadcast of A per row: 14 loads to 24 FMAs where a 12x16 block takes 13 to 12 (a
+// 1024x256 @ 256x256 product: 177 -> 200 GFLOP/s a core). The same sums in the same order as
+// kernel_12x16_avx512's: the same bits. With `out`, the block goes to C from the registers instead.
 template <int64_t kStep>
 void kernel_12x32_avx512(int64_t kc, const float* a, const float* b0, const float* b1, int64_t ldb, float* acc,
                          const BlockOut* out = nullptr) {
@@ -339,9 +339,9 @@ void pack_a(const Problem& P, const Call& X, int64_t bi, int64_t i0, int64_t mc,
       const float* ahead = base + P.a.cols[p0 + p + kPrefetchAhead];
       for (int64_t t = 0; t < strips; ++t) {
         for (int64_t j = first_run[t]; j < first_run[t + 1]; ++j) {
-          const float* at = ahead + rows[t * kMR + runs[j].row];
-          _mm_prefetch(reinterpret_cast<const char*>(at), _MM_HINT_T0);
-          _mm_prefetch(reinterpret_cast<const char*>(at + runs[j].len - 1), _MM_HINT_T0);
+          const float* run = ahead + rows[t * kMR + runs[j].row];
+          _mm_prefetch(reinterpret_cast<const char*>(run), _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(run + runs[j].len - 1), _MM_HINT_T0);
         }
       }
     }
@@ -423,7 +423,7 @@ void run_task(const Problem& P, const Call& X, int64_t bi, int64_t i0, int64_t m
       for (int64_t s = 0; s < mc; s += kMR) {
         const float* strip = apack + s * kc;
         const int64_t rows = std::min(kMR, mc - s);
-        if (pair && direct_out) {
+        if (direct_out) {
           BlockOut o{{}, X.alpha, add, X.bias && !add ? X.bias + jp * kNR : nullptr, X.beta};
           float* c_base = X.c + P.c.batch[bi];
           for (int64_t q = 0; q < kMR; ++q) {
