@@ -368,7 +368,7 @@ void copy_nest(char* dst, const char* src, const Transfer& nest, int64_t esize, 
     return run_tuned(plan, TileKind::kTiles, bytes, stream, split, one, one, &one,
                      [&](TileShape t) { copy(!t.plain); });
   }
-  const TileShape plain_rules = rule_tile(plan, false);
+  const TileShape plain_rules = stream ? rule_tile(plan, false) : TileShape{};  // what tuning tries unstreamed
   run_tuned(plan, TileKind::kTiles, bytes, stream, split, rule_tile(plan, stream), {plan.a.size, plan.b.size},
             stream ? &plain_rules : nullptr,
             [&](TileShape tile) { run_tiles(d0, s0, plan, tile, stream && !tile.plain, split); });

@@ -518,7 +518,7 @@ void run(const Problem& P, Call& X) {
   X.pack_b_in_task = blocks == 1;  // no two tasks read the same panel of one batch entry
   if (!to_pack.empty() && !X.pack_b_in_task) {
     // The calling thread's buffer, kept from call to call: a fresh one of a few MiB costs its page
-    // faults on every call (given back when a call needed more than 16 MiB).
+    // faults on every call (one grown past 16 MiB is given back at the next call that needs less).
     thread_local std::vector<float> packed;
     const size_t floats = static_cast<size_t>(P.batch * P.panels * P.k * kNR);
     if (packed.size() > (size_t{4} << 20) && floats <= (size_t{4} << 20)) std::vector<float>().swap(packed);

@@ -173,7 +173,8 @@ def _fused_backward(coords: BoundLayout, shape: Rows, views: list[torch.Tensor],
     rstd = shape.per_row(views[2])
     w = None if weight is None else shape.per_column(views[3])
     dgamma = torch.empty(shape.length(coords)) if output_mask[1] and weight is not None else None
-    _C._rows_layer_norm_backward(views[0], views[1], torch.zeros_like(rstd), rstd, w,
+    # in RMS mode the kernels take no mean (the argument is not read)
+    _C._rows_layer_norm_backward(views[0], views[1], rstd, rstd, w,
                                  views[-1] if grad_input is not None else None, dgamma, None, shape.width, shape.real,
                                  rms=True)
     grad_weight = None if dgamma is None else _write_columns(coords, others, shape, dgamma, weight.dtype, device)
