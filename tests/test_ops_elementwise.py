@@ -8,7 +8,7 @@ import math
 
 import pytest
 import torch
-from hypothesis import example, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 import torch_layouts
@@ -388,6 +388,34 @@ def test_transposed_parts_compute_with_their_stick(_, shape, view_of, op):
     check(out, fn(hv), exact=True)
     assert torch_layouts.stats()["restickify_count"] == 0
     assert out.device_tensor_layout().dim_order[-1] == inner, "the result keeps its input's stick dim"
+
+
+@st.composite
+def transposed_parts(draw: st.DrawFn) -> tuple[tuple[int, ...], torch.dtype, int, list[int]]:
+    """A 2-4-dim base shape, a dtype, where dim 0 is sliced (a part of the buffer), and a
+    permutation of the slice's dims that moves its last (contiguous) dim elsewhere."""
+    rank = draw(st.integers(2, 4))
+    shape = tuple(draw(st.sampled_from([3, 5, 8, 17, 32, 40, 64])) for _ in range(rank))
+    start = draw(st.integers(0, shape[0] - 1))
+    perm = draw(st.permutations(range(rank)))
+    assume(perm[-1] != rank - 1)
+    return shape, draw(st.sampled_from([F32, F16])), start, list(perm)
+
+
+@given(case=transposed_parts(), op=st.sampled_from(["mul-scalar", "neg", "add-self"]))
+@settings(max_examples=40)
+def test_transposed_parts_match_the_cpu_bit_for_bit(case, op):
+    """Pointwise ops on any transposed part of a buffer: the CPU's values, bit for bit, and the
+    result keeps its input's stick dim where it computes in place."""
+    shape, dtype, start, perm = case
+    fn = {"mul-scalar": lambda t: t * 0.35, "neg": torch.neg, "add-self": lambda t: t + t}[op]
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(sum(shape) + start)).to(dtype)
+    view = lambda t: t[start:].permute(perm)  # noqa: E731
+    out, ref = fn(view(x.to("spyre"))), fn(view(x))
+    assert out.dtype == ref.dtype and out.shape == ref.shape
+    assert torch.equal(out.cpu().view(torch.int16 if dtype == F16 else torch.int32),
+                       ref.contiguous().view(torch.int16 if dtype == F16 else torch.int32))
+    assert padding_holds_pad_value(out)
 
 
 def test_empty_and_zero_dim_tensors():
