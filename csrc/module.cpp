@@ -7,6 +7,7 @@
 #include <torch/extension.h>
 
 #include "backend_meta.h"
+#include "column_sums.h"
 #include "device_guard.h"
 #include "device_memory.h"
 #include "dma_executor.h"
@@ -515,6 +516,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         rows_extreme(x, out, width, max, s ? &*s : nullptr);
       },
       py::arg("x"), py::arg("out"), py::arg("width"), py::arg("max"), py::arg("sparse") = py::none(), nogil);
+  m.def(
+      "_columns_sum",
+      [](const at::Tensor& v, const std::vector<int64_t>& reduced, const at::Tensor& out) {
+        return columns_sum(v, reduced, out);
+      },
+      py::arg("v"), py::arg("reduced"), py::arg("out"), nogil);
   m.def("_scaled_product", &scaled_product, nogil);
   m.def("_dropout_apply", &dropout_apply, nogil);
   m.def("_rows_set_math", &rows_set_math);

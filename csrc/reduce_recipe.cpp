@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "column_sums.h"
 #include "device_memory.h"
 #include "dma_executor.h"
 #include "row_kernels.h"
@@ -71,7 +72,8 @@ class ReduceReplay final : public Replay {
     }
   }
 
-  // The per-dim reductions of v, as ops/reductions.reduce_view and _values make them (row kernels:
+  // The per-dim reductions of v, as ops/reductions.reduce_view and _values make them (a float32
+  // sum over two or more dims: the column-sum kernel where it applies; row kernels:
   // reduce_rows; `order` most contiguous first, the exact kinds walk it backwards); offer_reduce
   // merged the input view's end-to-end reduced dims once (the pieces' kinds, amax, amin, all and
   // any, give the same bits merged or not) and put a column sum's outermost dim first (sum_order).
@@ -87,6 +89,15 @@ class ReduceReplay final : public Replay {
       at::Tensor rows_out = at::empty({rows}, v.options().dtype(at::kFloat));
       reduce_rows(v, rows_out);  // a mean's sums divided by its count
       return rows_out.view(shape).to(out_dtype);
+    }
+    if ((kind == Kind::kSum || kind == Kind::kMean) && order.size() > 1 && v.scalar_type() == at::kFloat &&
+        (!dtype || *dtype == at::kFloat)) {  // as reduce_view: the column sums where they apply
+      std::vector<int64_t> shape = v.sizes().vec();
+      for (int64_t d : order) shape[static_cast<size_t>(d)] = 1;
+      at::Tensor sums = at::empty(shape, v.options());
+      if (columns_sum(v, order, sums)) {
+        return kind == Kind::kMean ? sums.div(count).to(out_dtype) : sums;
+      }
     }
     const bool exact = kind != Kind::kSum && kind != Kind::kMean;  // as reduce_view: outermost dim first
     for (size_t k = 0; k < order.size(); ++k) {
@@ -145,7 +156,9 @@ class ReduceReplay final : public Replay {
       } else {
         const at::Tensor v = borrowed_view_of(x, input);
         at::Tensor out_view = borrowed_view_of(r, result);
-        if (!reduce_into(v, out_view)) out_view.copy_(reduce(v));
+        const bool columns = kind == Kind::kSum && order.size() > 1 && v.scalar_type() == at::kFloat &&
+                             (!dtype || *dtype == at::kFloat) && columns_sum(v, order, out_view);
+        if (!columns && !reduce_into(v, out_view)) out_view.copy_(reduce(v));
       }
       results.emplace_back(std::move(r));
       return;

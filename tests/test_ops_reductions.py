@@ -256,9 +256,9 @@ def test_whole_tensor_reductions_read_the_buffer_in_place(_, shape, dtype, make,
         torch.testing.assert_close(out.cpu(), ref, **tolerance(dtype, math.prod(shape)))
 
 
-# Column sums (the contiguous dim kept, several dims reduced: a bias gradient over batch and tokens)
-# reduce their least contiguous dim first (``reductions.sum_order``). id, shape, dtype, the view,
-# dims, keepdim, kind.
+# Column sums (the contiguous dim kept, several dims reduced: a bias gradient over batch and tokens):
+# float32 ones take the column-sum kernel (csrc/column_sums.cpp), the others reduce their least
+# contiguous dim first (``reductions.sum_order``). id, shape, dtype, the view, dims, keepdim, kind.
 COLUMN_SUMS = [
     ("bias-grad-3d", (8, 128, 256), F32, lambda t: t, (0, 1), False, "sum"),
     ("bias-grad-view", (8, 128, 256), F32, lambda t: t.view(1024, 256), (0,), False, "sum"),
@@ -269,12 +269,15 @@ COLUMN_SUMS = [
 
 
 @pytest.mark.parametrize("_, shape, dtype, view, dims, keepdim, kind", COLUMN_SUMS, ids=[c[0] for c in COLUMN_SUMS])
-def test_column_sums_reduce_their_outermost_dim_first(_, shape, dtype, view, dims, keepdim, kind, monkeypatch):
-    """Replayed calls give the planning path's bits (both order the dims alike) and the CPU's
-    values to rounding; reduce_view reduces the least contiguous dim first."""
+def test_column_sums_take_the_kernel_or_reduce_their_outermost_dim_first(_, shape, dtype, view, dims, keepdim, kind,
+                                                                         monkeypatch):
+    """Replayed calls give the planning path's bits (both take the same kernel, or order the dims
+    alike) and the CPU's values to rounding."""
     from torch_layouts.ops import reductions
     orders, real = [], reductions.sum_order
     monkeypatch.setattr(reductions, "sum_order", lambda v, d: orders.append((v, d)) or real(v, d))
+    taken, kernel = [], torch_layouts._C._columns_sum
+    monkeypatch.setattr(torch_layouts._C, "_columns_sum", lambda v, d, out: taken.append(kernel(v, d, out)) or taken[-1])
     fn = lambda t: getattr(view(t), kind)(dim=dims, keepdim=keepdim)  # noqa: E731
     bits = torch.int16 if dtype == F16 else torch.int32
     for out, ref, x in _in_place_calls(shape, dtype, lambda t: t, fn, monkeypatch):
@@ -282,8 +285,11 @@ def test_column_sums_reduce_their_outermost_dim_first(_, shape, dtype, view, dim
             planned = fn(x.to("spyre"))
         assert torch.equal(out.cpu().view(bits), planned.cpu().view(bits))
         torch.testing.assert_close(out.cpu(), ref, **tolerance(dtype, math.prod(view(x).shape[d] for d in dims)))
-    columns = [(v, d) for v, d in orders if len(d) > 1]
-    assert columns and all(real(v, d)[0] == max(d, key=v.stride) for v, d in columns)
+    if dtype == F32:
+        assert taken and all(taken) and not orders
+    else:
+        columns = [(v, d) for v, d in orders if len(d) > 1]
+        assert not taken and columns and all(real(v, d)[0] == max(d, key=v.stride) for v, d in columns)
 
 
 # Exact reductions over the sticks of unpadded inputs, whose results alone are padded (one value per
