@@ -15,35 +15,44 @@
 namespace torch_layouts {
 namespace {
 
-// count runs of n elements, run c from s + c * sstep to d + c * dstep (elements of each side).
-using ConvertRuns = void (*)(void* d, const void* s, int64_t count, int64_t dstep, int64_t sstep, int64_t n);
+// count x parts runs of n elements, run (c, q) from s + c * sstep + q * part.strides[1] to
+// d + c * dstep + q * part.strides[0] (elements of each side).
+using ConvertRuns = void (*)(void* d, const void* s, int64_t count, int64_t dstep, int64_t sstep, int64_t n,
+                             const StridedLoop<2>& part);
 
 #if defined(__x86_64__)
 // F16C's conversions (round to nearest even; NaNs as ATen's vectorized kernels convert them),
 // 8 elements a step with AVX2, 16 with AVX-512.
 #pragma GCC push_options
 #pragma GCC target("avx2,f16c")
-void to_half_avx2(void* d, const void* s, int64_t count, int64_t dstep, int64_t sstep, int64_t n) {
+void to_half_avx2(void* d, const void* s, int64_t count, int64_t dstep, int64_t sstep, int64_t n,
+                  const StridedLoop<2>& part) {
   for (int64_t c = 0; c < count; ++c) {
-    uint16_t* to = static_cast<uint16_t*>(d) + c * dstep;
-    const float* from = static_cast<const float*>(s) + c * sstep;
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(to + i), _mm256_cvtps_ph(_mm256_loadu_ps(from + i), _MM_FROUND_TO_NEAREST_INT));
+    for (int64_t q = 0; q < part.size; ++q) {
+      uint16_t* to = static_cast<uint16_t*>(d) + c * dstep + q * part.strides[0];
+      const float* from = static_cast<const float*>(s) + c * sstep + q * part.strides[1];
+      int64_t i = 0;
+      for (; i + 8 <= n; i += 8) {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(to + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(from + i), _MM_FROUND_TO_NEAREST_INT));
+      }
+      for (; i < n; ++i) to[i] = _cvtss_sh(from[i], _MM_FROUND_TO_NEAREST_INT);
     }
-    for (; i < n; ++i) to[i] = _cvtss_sh(from[i], _MM_FROUND_TO_NEAREST_INT);
   }
 }
 
-void to_float_avx2(void* d, const void* s, int64_t count, int64_t dstep, int64_t sstep, int64_t n) {
+void to_float_avx2(void* d, const void* s, int64_t count, int64_t dstep, int64_t sstep, int64_t n,
+                   const StridedLoop<2>& part) {
   for (int64_t c = 0; c < count; ++c) {
-    float* to = static_cast<float*>(d) + c * dstep;
-    const uint16_t* from = static_cast<const uint16_t*>(s) + c * sstep;
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-      _mm256_storeu_ps(to + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(from + i))));
+    for (int64_t q = 0; q < part.size; ++q) {
+      float* to = static_cast<float*>(d) + c * dstep + q * part.strides[0];
+      const uint16_t* from = static_cast<const uint16_t*>(s) + c * sstep + q * part.strides[1];
+      int64_t i = 0;
+      for (; i + 8 <= n; i += 8) {
+        _mm256_storeu_ps(to + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(from + i))));
+      }
+      for (; i < n; ++i) to[i] = _cvtsh_ss(from[i]);
     }
-    for (; i < n; ++i) to[i] = _cvtsh_ss(from[i]);
   }
 }
 #pragma GCC pop_options
@@ -55,27 +64,34 @@ void to_float_avx2(void* d, const void* s, int64_t count, int64_t dstep, int64_t
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-void to_half_avx512(void* d, const void* s, int64_t count, int64_t dstep, int64_t sstep, int64_t n) {
+void to_half_avx512(void* d, const void* s, int64_t count, int64_t dstep, int64_t sstep, int64_t n,
+                    const StridedLoop<2>& part) {
   for (int64_t c = 0; c < count; ++c) {
-    uint16_t* to = static_cast<uint16_t*>(d) + c * dstep;
-    const float* from = static_cast<const float*>(s) + c * sstep;
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(to + i), _mm512_cvtps_ph(_mm512_loadu_ps(from + i), _MM_FROUND_TO_NEAREST_INT));
+    for (int64_t q = 0; q < part.size; ++q) {
+      uint16_t* to = static_cast<uint16_t*>(d) + c * dstep + q * part.strides[0];
+      const float* from = static_cast<const float*>(s) + c * sstep + q * part.strides[1];
+      int64_t i = 0;
+      for (; i + 16 <= n; i += 16) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(to + i),
+                            _mm512_cvtps_ph(_mm512_loadu_ps(from + i), _MM_FROUND_TO_NEAREST_INT));
+      }
+      for (; i < n; ++i) to[i] = _cvtss_sh(from[i], _MM_FROUND_TO_NEAREST_INT);
     }
-    for (; i < n; ++i) to[i] = _cvtss_sh(from[i], _MM_FROUND_TO_NEAREST_INT);
   }
 }
 
-void to_float_avx512(void* d, const void* s, int64_t count, int64_t dstep, int64_t sstep, int64_t n) {
+void to_float_avx512(void* d, const void* s, int64_t count, int64_t dstep, int64_t sstep, int64_t n,
+                     const StridedLoop<2>& part) {
   for (int64_t c = 0; c < count; ++c) {
-    float* to = static_cast<float*>(d) + c * dstep;
-    const uint16_t* from = static_cast<const uint16_t*>(s) + c * sstep;
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-      _mm512_storeu_ps(to + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(from + i))));
+    for (int64_t q = 0; q < part.size; ++q) {
+      float* to = static_cast<float*>(d) + c * dstep + q * part.strides[0];
+      const uint16_t* from = static_cast<const uint16_t*>(s) + c * sstep + q * part.strides[1];
+      int64_t i = 0;
+      for (; i + 16 <= n; i += 16) {
+        _mm512_storeu_ps(to + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(from + i))));
+      }
+      for (; i < n; ++i) to[i] = _cvtsh_ss(from[i]);
     }
-    for (; i < n; ++i) to[i] = _cvtsh_ss(from[i]);
   }
 }
 #pragma GCC diagnostic pop
@@ -108,6 +124,29 @@ int64_t outer_loops(const Transfer& nest, std::vector<StridedLoop<2>>& loops) {
   return length;
 }
 
+// The longest a loop's runs together may be, on the side where they continue each other, to be
+// taken as one call's parts (adjacent_runs): a stick or two, not a whole column of rows.
+constexpr int64_t kPartBytes = 256;
+
+// The loop (taken out of `loops`) whose runs continue each other on the destination (the two
+// float32 sticks of one float16 stick), or failing that on the source (a float16 stick into two
+// float32 ones), within kPartBytes there: its runs go together in each call, each destination
+// stick written whole (or each source stick read whole) instead of one half in one pass and the
+// other in the next. 1024x256 float32 -> float16 in Spyre's default layout, 2 threads, in one
+// process: 11.7 -> 10.3 us a call (CPU 8.4); float16 -> float32 14.1 -> 13.9 (CPU 13.1). A loop of
+// size 1 where there is none.
+StridedLoop<2> adjacent_runs(std::vector<StridedLoop<2>>& loops, int64_t run, const std::array<int64_t, 2>& esize) {
+  for (int side = 0; side < 2; ++side) {
+    for (auto l = loops.begin(); l != loops.end(); ++l) {
+      if (l->strides[side] != run || l->size * run * esize[side] > kPartBytes) continue;
+      const StridedLoop<2> part = *l;
+      loops.erase(l);
+      return part;
+    }
+  }
+  return {1, {0, 0}};
+}
+
 }  // namespace
 
 bool run_converting_nests(const std::vector<Transfer>& nests, void* dst, int64_t dst_numel, c10::ScalarType dst_type,
@@ -118,9 +157,11 @@ bool run_converting_nests(const std::vector<Transfer>& nests, void* dst, int64_t
   if (convert == nullptr) return false;
   std::vector<std::vector<StridedLoop<2>>> loops(nests.size());
   std::vector<int64_t> runs(nests.size());
+  std::vector<StridedLoop<2>> parts(nests.size());
   for (size_t k = 0; k < nests.size(); ++k) {
     runs[k] = outer_loops(nests[k], loops[k]);
     if (runs[k] == 0) return false;
+    parts[k] = adjacent_runs(loops[k], runs[k], {c10::elementSize(dst_type), c10::elementSize(src_type)});
   }
   check_nests(nests, dst_numel, src_numel);
   const int64_t dsize = c10::elementSize(dst_type), ssize = c10::elementSize(src_type);
@@ -128,12 +169,14 @@ bool run_converting_nests(const std::vector<Transfer>& nests, void* dst, int64_t
     bool empty = false;
     for (int64_t r : nests[k].ranges) empty |= r == 0;
     if (empty) continue;
-    // a stretch of the largest loop's runs per call (float32 sticks into float16 ones: the runs
-    // of one source stick column, rows in order)
-    for_stretches<2>(loops[k], {nests[k].dst_offset, nests[k].src_offset}, runs[k], std::max(dsize, ssize),
+    // a stretch of the largest loop's runs per call, each with its parts (float32 sticks into
+    // float16 ones: a float16 stick column's rows in order, each from its two float32 sticks)
+    const StridedLoop<2>& part = parts[k];
+    for_stretches<2>(loops[k], {nests[k].dst_offset, nests[k].src_offset}, runs[k] * part.size,
+                     std::max(dsize, ssize),
                      [&](const std::array<int64_t, 2>& at, int64_t count, const StridedLoop<2>& inner) {
                        convert(static_cast<char*>(dst) + at[0] * dsize, static_cast<const char*>(src) + at[1] * ssize,
-                               count, inner.strides[0], inner.strides[1], runs[k]);
+                               count, inner.strides[0], inner.strides[1], runs[k], part);
                      });
   }
   return true;
