@@ -22,7 +22,7 @@ struct Block {
   void* ptr = nullptr;
   int64_t nbytes = 0;      // bytes requested
   int64_t reserved = 0;    // bytes counted against the capacity (rounded up to 128)
-  int64_t backing = 0;     // host bytes behind it (large blocks: whole 2 MiB pages, reused by size)
+  int64_t backing = 0;     // host bytes behind it (from 1 MiB: whole 2 MiB pages; from 64 KiB: 16 KiB steps)
   c10::DeviceIndex device = 0;
   std::shared_ptr<const BoundLayout> layout;
 };

@@ -23,7 +23,7 @@ import torch_layouts
 from torch_layouts import DeviceLayout, SpyreTensorLayout, _C
 
 REPO = Path(__file__).resolve().parents[1]
-GiB, MiB = 2**30, 2**20
+GiB, MiB, KiB = 2**30, 2**20, 2**10
 
 PRELUDE = "import json\nout = {}\n"
 IMPORTS = "import torch, torch_layouts\nfrom torch_layouts import SpyreTensorLayout\n"
@@ -331,6 +331,35 @@ def test_freed_large_blocks_are_cached_and_reused(no_gc):
     assert torch.spyre.max_memory_reserved() >= reserved0 + 4 * MiB
     torch.spyre.empty_cache()
     assert torch.spyre.memory_reserved() == torch.spyre.memory_allocated() == allocated0
+
+
+# Freed blocks the allocator keeps, by size: (bytes asked, bytes kept after the free, another size
+# that gets the same block). Below 64 KiB nothing is kept; from there sizes round up to 16 KiB
+# steps, from 1 MiB to whole 2 MiB pages.
+KEPT_BLOCKS = [
+    (1000, 0, None),
+    (64 * KiB - 128, 0, None),
+    (64 * KiB, 64 * KiB, 64 * KiB - 100),
+    (100 * KiB, 112 * KiB, 112 * KiB),
+    (1 * MiB - 128, 1 * MiB, 1 * MiB - 16 * KiB + 1),
+    (3 * MiB, 4 * MiB, 3 * MiB + 5),
+]
+
+
+@pytest.mark.parametrize("nbytes, kept, other", KEPT_BLOCKS, ids=[str(c[0]) for c in KEPT_BLOCKS])
+def test_freed_blocks_are_kept_by_rounded_size(nbytes, kept, other, no_gc):
+    torch.spyre.empty_cache()
+    reserved0 = torch.spyre.memory_reserved()
+    a = torch.empty(nbytes, dtype=torch.uint8, device="spyre")
+    ptr = a.data_ptr()
+    del a
+    assert torch.spyre.memory_reserved() == reserved0 + kept
+    if other is not None:
+        b = torch.empty(other, dtype=torch.uint8, device="spyre")
+        assert b.data_ptr() == ptr and torch.spyre.memory_reserved() == torch.spyre.memory_allocated()
+        del b
+    torch.spyre.empty_cache()
+    assert torch.spyre.memory_reserved() == reserved0
 
 
 def test_the_block_freed_last_is_reused_first(no_gc):
