@@ -292,6 +292,37 @@ def test_column_sums_take_the_kernel_or_reduce_their_outermost_dim_first(_, shap
         assert not taken and columns and all(real(v, d)[0] == max(d, key=v.stride) for v, d in columns)
 
 
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.integers(2, 9), st.integers(2, 40), st.sampled_from([16, 32, 48, 64, 100]), st.sampled_from(["sum", "mean"]),
+       st.booleans(), st.sampled_from([0, -3.0]), st.integers(0, 2**16))
+def test_column_sums_replay_the_planning_paths_bits(monkeypatch, batch, tokens, features, kind, keepdim, pad, seed):
+    """A bias gradient's sum (or mean) over batch and tokens of a 3-D float32 tensor in Spyre's
+    default layout, any sizes (a stick padded or not, a pad value that is not the sum's identity):
+    the column-sum kernel takes it where there are several stick columns, the replays give the
+    planning path's bits on fresh data, the result's padding holds the pad value, and the values
+    are the CPU's to rounding."""
+    from torch_layouts.ops import elementwise, reductions
+    elementwise.forget_recipes()  # the first call plans
+    reductions.PLANS.clear()
+    taken, kernel = [], torch_layouts._C._columns_sum
+    monkeypatch.setattr(torch_layouts._C, "_columns_sum", lambda v, d, out: taken.append(kernel(v, d, out)) or taken[-1])
+    shape = (batch, tokens, features)
+    layout = SpyreTensorLayout(shape, F32, pad_value=pad)
+    first, second = (torch.randn(shape, generator=torch.Generator().manual_seed(seed + k)) for k in (0, 1))
+    getattr(first.to("spyre", device_layout=layout), kind)(dim=(0, 1), keepdim=keepdim)  # plans (and keeps it)
+    # one stick column: batch and tokens lie end to end, one dim to sum, ATen's reduction
+    assert any(taken) == (features > 32)
+    y = second.to("spyre", device_layout=layout)
+    replayed = getattr(y, kind)(dim=(0, 1), keepdim=keepdim)
+    reductions.PLANS.clear()
+    with torch_layouts.strict_layouts():
+        planned = getattr(y, kind)(dim=(0, 1), keepdim=keepdim)
+    assert torch.equal(replayed.cpu().view(torch.int32), planned.cpu().view(torch.int32))
+    assert padding_holds_pad_value(replayed) and padding_holds_pad_value(planned)
+    torch.testing.assert_close(replayed.cpu(), getattr(second, kind)(dim=(0, 1), keepdim=keepdim),
+                               **tolerance(F32, batch * tokens))
+
+
 # Exact reductions over the sticks of unpadded inputs, whose results alone are padded (one value per
 # stick): replayed by the runtime's front, which reduces the outermost dims first (``reduce_view``).
 # id, shape, dtype, dims, keepdim, kind (``any``/``all`` of ``x > 0``).
