@@ -4,7 +4,10 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
+#include <string>
+#include <utility>
 #include <vector>
 
 namespace torch_layouts {
@@ -15,7 +18,7 @@ constexpr int64_t kMaxResults = int64_t(1) << 14;     // at most this many resul
 constexpr int64_t kChunkBytes = int64_t(128) << 10;   // about this much of the input per partial sum
 constexpr int64_t kMaxChunks = 16;
 constexpr int64_t kMaxPartials = int64_t(1) << 16;    // chunks * results at most
-constexpr int64_t kBlock = 64;                        // sums kept in registers over a reduced loop
+constexpr int64_t kTail = 8;                          // a run's last sums, under 8, take arrays this long
 
 // n2 x n1 runs of `len` floats, run (i, k) at x + i * step2 + k * step1, added into acc + i * acc2
 // (acc2 0: all into the same sums). Each block of up to 64 sums is kept in registers over the runs
@@ -31,7 +34,7 @@ template <int64_t W>
 [[gnu::always_inline]] inline void add_block(float* acc, const float* x, int64_t n2, int64_t step2, int64_t n1,
                                              int64_t step1, int64_t w) {
   const int64_t width = W > 0 ? W : w;
-  float a[W > 0 ? W : kBlock], b[W > 0 ? W : kBlock], c[W > 0 ? W : kBlock], d[W > 0 ? W : kBlock];
+  float a[W > 0 ? W : kTail], b[W > 0 ? W : kTail], c[W > 0 ? W : kTail], d[W > 0 ? W : kTail];
   for (int64_t j = 0; j < width; ++j) {
     a[j] = acc[j];
     b[j] = 0.0f;
@@ -58,54 +61,66 @@ template <int64_t W>
   for (int64_t j = 0; j < width; ++j) acc[j] = (a[j] + c[j]) + (b[j] + d[j]);
 }
 
+// Blocks of up to kWidth sums: the instruction set's registers hold four sets of them (AVX-512's
+// 32 of 64 floats, AVX2's 16 of 32, SSE2's 16 of 16: 64, 16 and 8 sums). Each sum's terms are
+// added in the same order whatever the block width, so every width gives the same bits.
+template <int64_t kWidth>
 [[gnu::always_inline]] inline void add_runs_loop(float* acc, const float* x, int64_t n2, int64_t step2, int64_t acc2,
                                                  int64_t n1, int64_t step1, int64_t len) {
   const int64_t rows = acc2 != 0 ? n2 : 1, inner = acc2 != 0 ? 1 : n2;
   for (int64_t i = 0; i < rows; ++i) {
     float* to = acc + i * acc2;
     const float* from = x + i * step2;
-    for (int64_t j = 0; j < len; j += kBlock) {
-      const int64_t w = std::min(kBlock, len - j);
-      if (w == 64) {
-        add_block<64>(to + j, from + j, inner, step2, n1, step1, w);
-      } else if (w == 32) {
-        add_block<32>(to + j, from + j, inner, step2, n1, step1, w);
-      } else if (w == 16) {
-        add_block<16>(to + j, from + j, inner, step2, n1, step1, w);
-      } else {
-        add_block<0>(to + j, from + j, inner, step2, n1, step1, w);
+    for (int64_t j = 0; j < len;) {
+      const int64_t w = std::min(kWidth, len - j);
+      const int64_t b = w >= 64 ? 64 : w >= 32 ? 32 : w >= 16 ? 16 : w >= 8 ? 8 : w;
+      switch (b) {
+        case 64: add_block<64>(to + j, from + j, inner, step2, n1, step1, b); break;
+        case 32: add_block<32>(to + j, from + j, inner, step2, n1, step1, b); break;
+        case 16: add_block<16>(to + j, from + j, inner, step2, n1, step1, b); break;
+        case 8: add_block<8>(to + j, from + j, inner, step2, n1, step1, b); break;
+        default: add_block<0>(to + j, from + j, inner, step2, n1, step1, b);  // under 8: the run's end
       }
+      j += b;
     }
   }
 }
 
-#define TORCH_LAYOUTS_ADD_RUNS(name)                                                                      \
+#define TORCH_LAYOUTS_ADD_RUNS(name, width)                                                               \
   void name##_add_runs(float* acc, const float* x, int64_t n2, int64_t step2, int64_t acc2, int64_t n1,     \
                        int64_t step1, int64_t len) {                                                        \
-    add_runs_loop(acc, x, n2, step2, acc2, n1, step1, len);                                                 \
+    add_runs_loop<width>(acc, x, n2, step2, acc2, n1, step1, len);                                          \
   }
 
-TORCH_LAYOUTS_ADD_RUNS(base)
+TORCH_LAYOUTS_ADD_RUNS(base, 8)
 #if defined(__x86_64__)
 #pragma GCC push_options
 #pragma GCC target("avx2")
-TORCH_LAYOUTS_ADD_RUNS(avx2)
+TORCH_LAYOUTS_ADD_RUNS(avx2, 16)
 #pragma GCC pop_options
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx2")
-TORCH_LAYOUTS_ADD_RUNS(avx512)
+TORCH_LAYOUTS_ADD_RUNS(avx512, 64)
 #pragma GCC pop_options
 #endif
 #undef TORCH_LAYOUTS_ADD_RUNS
 
-AddRuns best_add_runs() {
+// The instruction sets this CPU runs the column sums in, best first, and the one in use.
+const std::vector<std::pair<std::string, AddRuns>>& add_runs_sets() {
+  static const std::vector<std::pair<std::string, AddRuns>> sets = [] {
+    std::vector<std::pair<std::string, AddRuns>> found;
 #if defined(__x86_64__)
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f")) return avx512_add_runs;
-  if (__builtin_cpu_supports("avx2")) return avx2_add_runs;
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) found.emplace_back("avx512", avx512_add_runs);
+    if (__builtin_cpu_supports("avx2")) found.emplace_back("avx2", avx2_add_runs);
 #endif
-  return base_add_runs;
+    found.emplace_back("portable", base_add_runs);
+    return found;
+  }();
+  return sets;
 }
+
+std::atomic<AddRuns> g_add_runs{add_runs_sets().front().second};
 
 // A dim of v (size > 1) and its place in the merged loops.
 struct Dim {
@@ -202,7 +217,7 @@ bool columns_sum(const at::Tensor& v, c10::IntArrayRef reduced, const at::Tensor
   int64_t chunks = std::clamp<int64_t>(v.numel() * 4 / kChunkBytes, 1, kMaxChunks);
   chunks = std::min({chunks, loops[split].size, std::max<int64_t>(1, kMaxPartials / results)});
   std::vector<float> partials(static_cast<size_t>(chunks * results));
-  static const AddRuns add_runs = best_add_runs();
+  const AddRuns add_runs = g_add_runs.load(std::memory_order_relaxed);
   const float* base = v.const_data_ptr<float>();
   const int64_t len = run.size;
   // The loops outside the run: the innermost one or two go to add_runs, the rest are walked here.
@@ -293,6 +308,24 @@ bool columns_sum(const at::Tensor& v, c10::IntArrayRef reduced, const at::Tensor
     out.copy_(dense.as_strided(out.sizes(), strides));
   }
   return true;
+}
+
+std::vector<std::string> columns_sum_sets() {
+  std::vector<std::string> names;
+  for (const auto& [name, f] : add_runs_sets()) names.push_back(name);
+  return names;
+}
+
+std::string columns_sum_set(const std::string& set) {
+  for (const auto& [name, f] : add_runs_sets()) {
+    if (name != set) continue;
+    const AddRuns old = g_add_runs.exchange(f);
+    for (const auto& [old_name, g] : add_runs_sets()) {
+      if (g == old) return old_name;
+    }
+  }
+  TORCH_CHECK_VALUE(false, "column sums instruction set ", set, " is not one this CPU runs (",
+                    c10::Join(", ", columns_sum_sets()), ")");
 }
 
 }  // namespace torch_layouts

@@ -522,6 +522,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         return columns_sum(v, reduced, out);
       },
       py::arg("v"), py::arg("reduced"), py::arg("out"), nogil);
+  m.def("_columns_sum_sets", &columns_sum_sets);
+  m.def("_columns_sum_set", &columns_sum_set);
   m.def("_scaled_product", &scaled_product, nogil);
   m.def("_dropout_apply", &dropout_apply, nogil);
   m.def("_rows_set_math", &rows_set_math);

@@ -2,10 +2,11 @@
 
 Each property draws a buffer's geometry: a shape, the order its dims lie in memory, padding after
 the contiguous dim (NaN, which a read outside the view would spread) and the dims to sum; the
-kernel's result is checked against the same sum in float64, its bits against the same sum taken
-on other views of the same memory (dims split or merged, listed in another order), at other thread
-counts, and into an output of other strides. Where the kernel declines a call, it returns False
-and leaves the output as it was.
+kernel's result is checked against the same sum in float64 under each instruction set, its bits
+against the same sum taken on other views of the same memory (dims split or merged, listed in
+another order), at other thread counts, into an output of other strides, and under the other
+instruction sets. Where the kernel declines a call, it returns False and leaves the output as it
+was.
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ops_support import kernels_in
 from torch_layouts import _C
 
 SENTINEL = -96.0
+SETS = _C._columns_sum_sets()  # the instruction sets this CPU runs the column sums in, best first
 
 
 def strided(shape: tuple[int, ...], order: list[int], pad: int, seed: int) -> torch.Tensor:
@@ -60,13 +63,33 @@ def geometries(draw) -> tuple[torch.Tensor, list[int]]:
 
 
 @settings(max_examples=80, deadline=None)
-@given(geometries())
-def test_column_sums_match_float64_and_read_only_the_view(case):
+@given(geometries(), st.sampled_from(SETS))
+def test_column_sums_match_float64_and_read_only_the_view(case, instructions):
     v, dims = case
     out = torch.full(kept_shape(v, dims), SENTINEL)
-    assert _C._columns_sum(v, dims, out)
+    with kernels_in(_C._columns_sum_set, instructions):
+        assert _C._columns_sum(v, dims, out)
     count = math.prod(v.shape[d] for d in dims)
     torch.testing.assert_close(out.double(), reference(v, dims), rtol=1e-5, atol=1e-6 * count)
+
+
+@settings(max_examples=30, deadline=None)
+@given(geometries())
+def test_every_instruction_set_gives_the_same_bits(case):
+    """Blocks of sums as wide as each instruction set's registers hold: each sum's terms are added
+    in the same order whatever the width."""
+    v, dims = case
+    outs = []
+    for instructions in SETS:
+        outs.append(torch.empty(kept_shape(v, dims)))
+        with kernels_in(_C._columns_sum_set, instructions):
+            assert _C._columns_sum(v, dims, outs[-1])
+    assert all(torch.equal(o.view(torch.int32), outs[0].view(torch.int32)) for o in outs[1:])
+
+
+def test_an_unknown_instruction_set_is_refused():
+    with pytest.raises(ValueError, match="column sums instruction set neon is not one this CPU runs"):
+        _C._columns_sum_set("neon")
 
 
 @settings(max_examples=40, deadline=None)
