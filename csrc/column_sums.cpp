@@ -138,9 +138,26 @@ struct Loop {
 }  // namespace
 
 bool columns_sum(const at::Tensor& v, c10::IntArrayRef reduced, const at::Tensor& out) {
-  if (v.scalar_type() != at::kFloat || out.scalar_type() != at::kFloat || !v.device().is_cpu() ||
-      !out.device().is_cpu() || out.dim() != v.dim() || v.numel() == 0) {
+  const c10::ScalarType t = v.scalar_type();
+  if ((t != at::kFloat && t != at::kHalf && t != at::kBFloat16) ||
+      (out.scalar_type() != t && out.scalar_type() != at::kFloat) || !v.device().is_cpu() || !out.device().is_cpu() ||
+      out.dim() != v.dim() || v.numel() == 0) {
     return false;
+  }
+  if (t != at::kFloat || out.scalar_type() != at::kFloat) {
+    // float16 or bfloat16: summed in float32 on a float32 copy laid out as v (the same walk: the
+    // bits of float32 values in v's places), into a float32 copy of out's layout, rounded once.
+    for (int64_t d = 0; d < v.dim(); ++d) {
+      if (v.size(d) > 1 && v.stride(d) <= 0) return false;  // as below; the copy could not hold it
+    }
+    const at::Tensor f =
+        t == at::kFloat ? v : at::empty_strided(v.sizes(), v.strides(), v.options().dtype(at::kFloat)).copy_(v);
+    const at::Tensor sums = out.scalar_type() == at::kFloat
+                                ? out
+                                : at::empty_strided(out.sizes(), out.strides(), out.options().dtype(at::kFloat));
+    if (!columns_sum(f, reduced, sums)) return false;
+    if (!sums.is_same(out)) out.copy_(sums);
+    return true;
   }
   std::vector<bool> is_reduced(static_cast<size_t>(v.dim()), false);
   for (int64_t d : reduced) {

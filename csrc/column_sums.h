@@ -11,10 +11,12 @@
 
 namespace torch_layouts {
 
-// out := v summed over the dims `reduced`, where the kernel takes it: v and out float32 CPU
-// tensors, out of v's shape with the reduced dims of size 1 (any strides), v's stride-1 dim kept
-// and, merged with the kept dims that continue it in memory, at least 16 elements long, at most
-// 16384 results. Returns false, out untouched, where it does not take it.
+// out := v summed over the dims `reduced`, where the kernel takes it: v a float32, float16 or
+// bfloat16 CPU tensor, out one of v's dtype or float32, of v's shape with the reduced dims of size
+// 1 (any strides), v's stride-1 dim kept and, merged with the kept dims that continue it in memory,
+// at least 16 elements long, at most 16384 results. Returns false, out untouched, where it does
+// not take it. float16 and bfloat16 are summed in float32 (a float32 copy of v laid out as v) and
+// rounded once: the CPU's sum of the same elements is within an ulp.
 //
 // The sum walks v in memory order: its dims, those that continue each other in memory merged
 // (reduced with reduced, kept with kept), least contiguous first, each result's terms added in that

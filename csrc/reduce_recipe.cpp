@@ -72,8 +72,16 @@ class ReduceReplay final : public Replay {
     }
   }
 
-  // The per-dim reductions of v, as ops/reductions.reduce_view and _values make them (a float32
-  // sum over two or more dims: the column-sum kernel where it applies; row kernels:
+  // Whether reduce_view would offer v to the column-sum kernel: a sum (a mean's sums) over two or
+  // more dims (after merging) of float32, float16 or bfloat16, in its own dtype or float32.
+  bool columns_apply(const at::Tensor& v) const {
+    const c10::ScalarType t = v.scalar_type();
+    return order.size() > 1 && (t == at::kFloat || t == at::kHalf || t == at::kBFloat16) &&
+           (!dtype || *dtype == at::kFloat);
+  }
+
+  // The per-dim reductions of v, as ops/reductions.reduce_view and _values make them (a sum over
+  // two or more dims: the column-sum kernel where it applies; row kernels:
   // reduce_rows; `order` most contiguous first, the exact kinds walk it backwards); offer_reduce
   // merged the input view's end-to-end reduced dims once (the pieces' kinds, amax, amin, all and
   // any, give the same bits merged or not) and put a column sum's outermost dim first (sum_order).
@@ -90,13 +98,12 @@ class ReduceReplay final : public Replay {
       reduce_rows(v, rows_out);  // a mean's sums divided by its count
       return rows_out.view(shape).to(out_dtype);
     }
-    if ((kind == Kind::kSum || kind == Kind::kMean) && order.size() > 1 && v.scalar_type() == at::kFloat &&
-        (!dtype || *dtype == at::kFloat)) {  // as reduce_view: the column sums where they apply
+    if ((kind == Kind::kSum || kind == Kind::kMean) && columns_apply(v)) {  // as reduce_view, where it applies
       std::vector<int64_t> shape = v.sizes().vec();
       for (int64_t d : order) shape[static_cast<size_t>(d)] = 1;
-      at::Tensor sums = at::empty(shape, v.options());
+      at::Tensor sums = at::empty(shape, v.options().dtype(dtype.value_or(v.scalar_type())));
       if (columns_sum(v, order, sums)) {
-        return kind == Kind::kMean ? sums.div(count).to(out_dtype) : sums;
+        return kind == Kind::kMean ? sums.to(at::kFloat).div(count).to(out_dtype) : sums;
       }
     }
     const bool exact = kind != Kind::kSum && kind != Kind::kMean;  // as reduce_view: outermost dim first
@@ -156,8 +163,7 @@ class ReduceReplay final : public Replay {
       } else {
         const at::Tensor v = borrowed_view_of(x, input);
         at::Tensor out_view = borrowed_view_of(r, result);
-        const bool columns = kind == Kind::kSum && order.size() > 1 && v.scalar_type() == at::kFloat &&
-                             (!dtype || *dtype == at::kFloat) && columns_sum(v, order, out_view);
+        const bool columns = kind == Kind::kSum && columns_apply(v) && columns_sum(v, order, out_view);
         if (!columns && !reduce_into(v, out_view)) out_view.copy_(reduce(v));
       }
       results.emplace_back(std::move(r));

@@ -73,6 +73,29 @@ def test_column_sums_match_float64_and_read_only_the_view(case, instructions):
     torch.testing.assert_close(out.double(), reference(v, dims), rtol=1e-5, atol=1e-6 * count)
 
 
+@settings(max_examples=40, deadline=None)
+@given(geometries(), st.sampled_from([torch.float16, torch.bfloat16]), st.booleans())
+def test_half_precision_sums_round_once(case, dtype, float_out):
+    """float16 and bfloat16 inputs summed in float32 and rounded once into the input's dtype (or
+    kept in float32): within an ulp of the exact sum (float32's rounding on top: a relative 1e-6),
+    the float32 sums those of the same values in float32, bit for bit."""
+    v32, dims = case
+    v = v32.to(dtype)  # the same view's values, rounded, laid out contiguous
+    v = torch.empty_strided(v32.shape, v32.stride(), dtype=dtype).copy_(v)  # ... and as the float32 view
+    out = torch.full(kept_shape(v, dims), SENTINEL, dtype=torch.float32 if float_out else dtype)
+    assert _C._columns_sum(v, dims, out)
+    exact = reference(v, dims)
+    as_float = torch.empty_strided(v.shape, v.stride(), dtype=torch.float32).copy_(v)
+    sums = torch.empty(kept_shape(v, dims))
+    assert _C._columns_sum(as_float, dims, sums)
+    if float_out:
+        assert torch.equal(out.view(torch.int32), sums.view(torch.int32))
+    else:
+        assert torch.equal(out, sums.to(dtype))  # rounded once
+        ulp = (torch.nextafter(out, torch.tensor(math.inf, dtype=dtype)).double() - out.double()).abs()
+        assert ((out.double() - exact).abs() <= ulp + 1e-6 * v.double().abs().sum(dims, keepdim=True)).all()
+
+
 @settings(max_examples=30, deadline=None)
 @given(geometries())
 def test_every_instruction_set_gives_the_same_bits(case):
@@ -147,7 +170,8 @@ def test_a_large_column_sum_gives_the_same_bits_at_any_thread_count(threads):
 # Calls the kernel declines: id, the view, the summed dims, the output's shape (None: the kept shape).
 DECLINED = [
     ("contiguous-dim-summed", torch.zeros(64, 32), [1], None),
-    ("float16", torch.zeros(64, 32, dtype=torch.float16), [0], None),
+    ("float64", torch.zeros(64, 32, dtype=torch.float64), [0], None),
+    ("int32", torch.zeros(64, 32, dtype=torch.int32), [0], None),
     ("broadcast-dim", torch.zeros(1, 32).expand(64, 32), [0], None),
     ("run-shorter-than-16", torch.zeros(64, 8), [0], None),
     ("no-contiguous-dim", torch.zeros(64, 64)[:, ::2], [0], None),

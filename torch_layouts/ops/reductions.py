@@ -36,6 +36,7 @@ from . import strided_reductions
 from .rows import ROW_DTYPES, Rows
 
 LOW_PRECISION = (torch.float16, torch.bfloat16)
+COLUMN_DTYPES = (torch.float32, *LOW_PRECISION)  # the column-sum kernel's
 
 
 def normalize_dims(dim: int | Sequence[int] | None, rank: int) -> tuple[int, ...]:
@@ -240,15 +241,15 @@ def reduce_view(v: torch.Tensor, red: tuple[int, ...], kind: str, device: torch.
     bfloat16 sums without a ``dtype`` (their result is low precision anyway) use the CPU's own
     kernels, which accumulate in float32 and round each stage's result; asking them for float32
     instead first copies the whole input to float32, which an explicit ``dtype`` pays for its
-    precision. A float32 sum over two or more dims (after merging) whose contiguous dim is kept
-    takes the column-sum kernel instead (``_C._columns_sum``: one pass, docs/design.md, "Column
-    sums"), where it applies."""
+    precision. A sum over two or more dims (after merging) whose contiguous dim is kept takes the
+    column-sum kernel instead (``_C._columns_sum``: one pass, float16 and bfloat16 summed in
+    float32 and rounded once; docs/design.md, "Column sums"), where it applies."""
     if not red:
         return v if dtype is None else v.to(dtype)
     native = kind == "sum" and v.dtype in LOW_PRECISION and dtype is None
     v, dims = merge_reduced(v, sorted(red, key=lambda d: (v.stride(d), d)))
-    if kind == "sum" and len(dims) > 1 and v.dtype == torch.float32 and dtype in (None, torch.float32):
-        out = v.new_empty([1 if d in dims else n for d, n in enumerate(v.shape)])
+    if kind == "sum" and len(dims) > 1 and v.dtype in COLUMN_DTYPES and dtype in (None, torch.float32):
+        out = v.new_empty([1 if d in dims else n for d, n in enumerate(v.shape)], dtype=dtype or v.dtype)
         if _C._columns_sum(v, dims, out):
             return out
     for d in (sum_order(v, dims) if kind == "sum" else reversed(dims)):
