@@ -2,13 +2,20 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
 
 #include <algorithm>
 #include <atomic>
+#include <type_traits>
 #include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 namespace torch_layouts {
 namespace {
@@ -25,102 +32,104 @@ constexpr int64_t kTail = 8;                          // a run's last sums, unde
 // it takes, in four interleaved sets (k modulo 4; the last n1 % 4 runs of each i in the first), added at
 // the end as (s0 + s2) + (s1 + s3), s0 starting from acc. Four sets: sum((0, 1)) of 8x128x256 float32 at
 // one thread 11.6 -> 9.2 us (two sets; ATen's 10.9).
-using AddRuns = void (*)(float* acc, const float* x, int64_t n2, int64_t step2, int64_t acc2, int64_t n1,
+// x's elements are float32, float16 or bfloat16 (each function takes one), read as float32.
+using AddRuns = void (*)(float* acc, const void* x, int64_t n2, int64_t step2, int64_t acc2, int64_t n1,
                          int64_t step1, int64_t len);
 
-// The loops written once; GCC vectorizes them along the run for the target each instantiation is
-// compiled for (no reassociation: each sum's terms are added in the same order by every one).
-template <int64_t W>
-[[gnu::always_inline]] inline void add_block(float* acc, const float* x, int64_t n2, int64_t step2, int64_t n1,
-                                             int64_t step1, int64_t w) {
-  const int64_t width = W > 0 ? W : w;
-  float a[W > 0 ? W : kTail], b[W > 0 ? W : kTail], c[W > 0 ? W : kTail], d[W > 0 ? W : kTail];
-  for (int64_t j = 0; j < width; ++j) {
-    a[j] = acc[j];
-    b[j] = 0.0f;
-    c[j] = 0.0f;
-    d[j] = 0.0f;
-  }
-  for (int64_t i = 0; i < n2; ++i) {
-    const float* row = x + i * step2;
-    int64_t k = 0;
-    for (; k + 4 <= n1; k += 4) {
-      const float* p = row + k * step1;
-      for (int64_t j = 0; j < width; ++j) {
-        a[j] += p[j];
-        b[j] += p[j + step1];
-        c[j] += p[j + 2 * step1];
-        d[j] += p[j + 3 * step1];
-      }
-    }
-    for (; k < n1; ++k) {
-      const float* p = row + k * step1;
-      for (int64_t j = 0; j < width; ++j) a[j] += p[j];
-    }
-  }
-  for (int64_t j = 0; j < width; ++j) acc[j] = (a[j] + c[j]) + (b[j] + d[j]);
-}
+// The three dtypes' functions of one instruction set.
+struct AddRunsTable {
+  AddRuns f32, f16, bf16;
+};
 
-// Blocks of up to kWidth sums: the instruction set's registers hold four sets of them (AVX-512's
-// 32 of 64 floats, AVX2's 16 of 32, SSE2's 16 of 16: 64, 16 and 8 sums). Each sum's terms are
-// added in the same order whatever the block width, so every width gives the same bits.
-template <int64_t kWidth>
-[[gnu::always_inline]] inline void add_runs_loop(float* acc, const float* x, int64_t n2, int64_t step2, int64_t acc2,
-                                                 int64_t n1, int64_t step1, int64_t len) {
-  const int64_t rows = acc2 != 0 ? n2 : 1, inner = acc2 != 0 ? 1 : n2;
-  for (int64_t i = 0; i < rows; ++i) {
-    float* to = acc + i * acc2;
-    const float* from = x + i * step2;
-    for (int64_t j = 0; j < len;) {
-      const int64_t w = std::min(kWidth, len - j);
-      const int64_t b = w >= 64 ? 64 : w >= 32 ? 32 : w >= 16 ? 16 : w >= 8 ? 8 : w;
-      switch (b) {
-        case 64: add_block<64>(to + j, from + j, inner, step2, n1, step1, b); break;
-        case 32: add_block<32>(to + j, from + j, inner, step2, n1, step1, b); break;
-        case 16: add_block<16>(to + j, from + j, inner, step2, n1, step1, b); break;
-        case 8: add_block<8>(to + j, from + j, inner, step2, n1, step1, b); break;
-        default: add_block<0>(to + j, from + j, inner, step2, n1, step1, b);  // under 8: the run's end
-      }
-      j += b;
-    }
+namespace portable {
+constexpr int64_t kWidth = 8;
+struct ToFloat {
+  [[gnu::always_inline]] static void half(float* d, const c10::Half* s, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) d[i] = c10::detail::fp16_ieee_to_fp32_value(s[i].x);
   }
-}
-
-#define TORCH_LAYOUTS_ADD_RUNS(name, width)                                                               \
-  void name##_add_runs(float* acc, const float* x, int64_t n2, int64_t step2, int64_t acc2, int64_t n1,     \
-                       int64_t step1, int64_t len) {                                                        \
-    add_runs_loop<width>(acc, x, n2, step2, acc2, n1, step1, len);                                          \
+  [[gnu::always_inline]] static void bf16(float* d, const c10::BFloat16* s, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) d[i] = c10::detail::f32_from_bits(s[i].x);
   }
+};
+#include "column_sums_kernels.h"
+}  // namespace portable
 
-TORCH_LAYOUTS_ADD_RUNS(base, 8)
 #if defined(__x86_64__)
 #pragma GCC push_options
-#pragma GCC target("avx2")
-TORCH_LAYOUTS_ADD_RUNS(avx2, 16)
+#pragma GCC target("avx2,f16c")
+namespace avx2 {
+constexpr int64_t kWidth = 16;
+struct ToFloat {  // 8 at a time: F16C's conversion, bfloat16's bits widened and shifted
+  [[gnu::always_inline]] static void half(float* d, const c10::Half* s, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i))));
+    }
+    for (; i < n; ++i) d[i] = _cvtsh_ss(s[i].x);
+  }
+  [[gnu::always_inline]] static void bf16(float* d, const c10::BFloat16* s, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i)));
+      _mm256_storeu_ps(d + i, _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
+    }
+    for (; i < n; ++i) d[i] = c10::detail::f32_from_bits(s[i].x);
+  }
+};
+#include "column_sums_kernels.h"
+}  // namespace avx2
 #pragma GCC pop_options
+
 #pragma GCC push_options
-#pragma GCC target("avx512f,avx2")
-TORCH_LAYOUTS_ADD_RUNS(avx512, 64)
+#pragma GCC target("avx512f,avx2,f16c")
+// GCC 12's AVX-512 headers fill unmasked lanes from a self-initialised "undefined" vector, which
+// -Wmaybe-uninitialized reports at each use (row_math.cpp says the same).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+namespace avx512 {
+constexpr int64_t kWidth = 64;
+struct ToFloat {  // 16 at a time
+  [[gnu::always_inline]] static void half(float* d, const c10::Half* s, int64_t n) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+      _mm512_storeu_ps(d + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i))));
+    }
+    for (; i < n; ++i) d[i] = _cvtsh_ss(s[i].x);
+  }
+  [[gnu::always_inline]] static void bf16(float* d, const c10::BFloat16* s, int64_t n) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+      const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i)));
+      _mm512_storeu_ps(d + i, _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)));
+    }
+    for (; i < n; ++i) d[i] = c10::detail::f32_from_bits(s[i].x);
+  }
+};
+#include "column_sums_kernels.h"
+}  // namespace avx512
+#pragma GCC diagnostic pop
 #pragma GCC pop_options
 #endif
-#undef TORCH_LAYOUTS_ADD_RUNS
 
 // The instruction sets this CPU runs the column sums in, best first, and the one in use.
-const std::vector<std::pair<std::string, AddRuns>>& add_runs_sets() {
-  static const std::vector<std::pair<std::string, AddRuns>> sets = [] {
-    std::vector<std::pair<std::string, AddRuns>> found;
+const std::vector<std::pair<std::string, const AddRunsTable*>>& add_runs_sets() {
+  static const std::vector<std::pair<std::string, const AddRunsTable*>> sets = [] {
+    std::vector<std::pair<std::string, const AddRunsTable*>> found;
 #if defined(__x86_64__)
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f")) found.emplace_back("avx512", avx512_add_runs);
-    if (__builtin_cpu_supports("avx2")) found.emplace_back("avx2", avx2_add_runs);
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("f16c")) {
+      found.emplace_back("avx512", &avx512::kTable);
+    }
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c")) found.emplace_back("avx2", &avx2::kTable);
 #endif
-    found.emplace_back("portable", base_add_runs);
+    found.emplace_back("portable", &portable::kTable);
     return found;
   }();
   return sets;
 }
 
-std::atomic<AddRuns> g_add_runs{add_runs_sets().front().second};
+std::atomic<const AddRunsTable*> g_add_runs{add_runs_sets().front().second};
 
 // A dim of v (size > 1) and its place in the merged loops.
 struct Dim {
@@ -144,19 +153,10 @@ bool columns_sum(const at::Tensor& v, c10::IntArrayRef reduced, const at::Tensor
       out.dim() != v.dim() || v.numel() == 0) {
     return false;
   }
-  if (t != at::kFloat || out.scalar_type() != at::kFloat) {
-    // float16 or bfloat16: summed in float32 on a float32 copy laid out as v (the same walk: the
-    // bits of float32 values in v's places), into a float32 copy of out's layout, rounded once.
-    for (int64_t d = 0; d < v.dim(); ++d) {
-      if (v.size(d) > 1 && v.stride(d) <= 0) return false;  // as below; the copy could not hold it
-    }
-    const at::Tensor f =
-        t == at::kFloat ? v : at::empty_strided(v.sizes(), v.strides(), v.options().dtype(at::kFloat)).copy_(v);
-    const at::Tensor sums = out.scalar_type() == at::kFloat
-                                ? out
-                                : at::empty_strided(out.sizes(), out.strides(), out.options().dtype(at::kFloat));
-    if (!columns_sum(f, reduced, sums)) return false;
-    if (!sums.is_same(out)) out.copy_(sums);
+  if (out.scalar_type() != at::kFloat) {  // float16 or bfloat16 sums: in float32, rounded once into out
+    const at::Tensor sums = at::empty_strided(out.sizes(), out.strides(), out.options().dtype(at::kFloat));
+    if (!columns_sum(v, reduced, sums)) return false;
+    out.copy_(sums);
     return true;
   }
   std::vector<bool> is_reduced(static_cast<size_t>(v.dim()), false);
@@ -234,8 +234,10 @@ bool columns_sum(const at::Tensor& v, c10::IntArrayRef reduced, const at::Tensor
   int64_t chunks = std::clamp<int64_t>(v.numel() * 4 / kChunkBytes, 1, kMaxChunks);
   chunks = std::min({chunks, loops[split].size, std::max<int64_t>(1, kMaxPartials / results)});
   std::vector<float> partials(static_cast<size_t>(chunks * results));
-  const AddRuns add_runs = g_add_runs.load(std::memory_order_relaxed);
-  const float* base = v.const_data_ptr<float>();
+  const AddRunsTable& table = *g_add_runs.load(std::memory_order_relaxed);
+  const AddRuns add_runs = t == at::kFloat ? table.f32 : t == at::kHalf ? table.f16 : table.bf16;
+  const char* base = static_cast<const char*>(v.const_data_ptr());
+  const int64_t esize = static_cast<int64_t>(v.element_size());
   const int64_t len = run.size;
   // The loops outside the run: the innermost one or two go to add_runs, the rest are walked here.
   const size_t inner1 = n_loops - 2;
@@ -264,9 +266,9 @@ bool columns_sum(const at::Tensor& v, c10::IntArrayRef reduced, const at::Tensor
         const Loop& l2 = loops[inner1 - 1];
         xo += first[inner1 - 1] * l2.stride;
         ao += first[inner1 - 1] * l2.acc;
-        add_runs(acc + ao, base + xo, count[inner1 - 1], l2.stride, l2.acc, count[inner1], l1.stride, len);
+        add_runs(acc + ao, base + xo * esize, count[inner1 - 1], l2.stride, l2.acc, count[inner1], l1.stride, len);
       } else {
-        add_runs(acc + ao, base + xo, 1, 0, 0, count[inner1], l1.stride, len);
+        add_runs(acc + ao, base + xo * esize, 1, 0, 0, count[inner1], l1.stride, len);
       }
       size_t k = walked;
       while (k > 0 && ++idx[k - 1] == count[k - 1]) idx[--k] = 0;
@@ -336,7 +338,7 @@ std::vector<std::string> columns_sum_sets() {
 std::string columns_sum_set(const std::string& set) {
   for (const auto& [name, f] : add_runs_sets()) {
     if (name != set) continue;
-    const AddRuns old = g_add_runs.exchange(f);
+    const AddRunsTable* old = g_add_runs.exchange(f);
     for (const auto& [old_name, g] : add_runs_sets()) {
       if (g == old) return old_name;
     }

@@ -15,8 +15,9 @@ namespace torch_layouts {
 // bfloat16 CPU tensor, out one of v's dtype or float32, of v's shape with the reduced dims of size
 // 1 (any strides), v's stride-1 dim kept and, merged with the kept dims that continue it in memory,
 // at least 16 elements long, at most 16384 results. Returns false, out untouched, where it does
-// not take it. float16 and bfloat16 are summed in float32 (a float32 copy of v laid out as v) and
-// rounded once: the CPU's sum of the same elements is within an ulp.
+// not take it. float16 and bfloat16 are summed in float32 (each run converted as it is read: the
+// bits of the same values in float32) and rounded once: the CPU's sum of the same elements is
+// within an ulp.
 //
 // The sum walks v in memory order: its dims, those that continue each other in memory merged
 // (reduced with reduced, kept with kept), least contiguous first, each result's terms added in that

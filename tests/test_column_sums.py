@@ -73,17 +73,18 @@ def test_column_sums_match_float64_and_read_only_the_view(case, instructions):
     torch.testing.assert_close(out.double(), reference(v, dims), rtol=1e-5, atol=1e-6 * count)
 
 
-@settings(max_examples=40, deadline=None)
-@given(geometries(), st.sampled_from([torch.float16, torch.bfloat16]), st.booleans())
-def test_half_precision_sums_round_once(case, dtype, float_out):
+@settings(max_examples=60, deadline=None)
+@given(geometries(), st.sampled_from([torch.float16, torch.bfloat16]), st.booleans(), st.sampled_from(SETS))
+def test_half_precision_sums_round_once(case, dtype, float_out, instructions):
     """float16 and bfloat16 inputs summed in float32 and rounded once into the input's dtype (or
-    kept in float32): within an ulp of the exact sum (float32's rounding on top: a relative 1e-6),
-    the float32 sums those of the same values in float32, bit for bit."""
+    kept in float32), under each instruction set's conversions: within an ulp of the exact sum
+    (float32's rounding on top: a relative 1e-6), the float32 sums those of the same values in
+    float32, bit for bit."""
     v32, dims = case
-    v = v32.to(dtype)  # the same view's values, rounded, laid out contiguous
-    v = torch.empty_strided(v32.shape, v32.stride(), dtype=dtype).copy_(v)  # ... and as the float32 view
+    v = torch.empty_strided(v32.shape, v32.stride(), dtype=dtype).copy_(v32)  # laid out as the float32 view
     out = torch.full(kept_shape(v, dims), SENTINEL, dtype=torch.float32 if float_out else dtype)
-    assert _C._columns_sum(v, dims, out)
+    with kernels_in(_C._columns_sum_set, instructions):
+        assert _C._columns_sum(v, dims, out)
     exact = reference(v, dims)
     as_float = torch.empty_strided(v.shape, v.stride(), dtype=torch.float32).copy_(v)
     sums = torch.empty(kept_shape(v, dims))
