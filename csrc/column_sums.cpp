@@ -7,9 +7,8 @@
 
 #include <algorithm>
 #include <atomic>
-#include <type_traits>
-#include <cstring>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -27,12 +26,12 @@ constexpr int64_t kMaxChunks = 16;
 constexpr int64_t kMaxPartials = int64_t(1) << 16;    // chunks * results at most
 constexpr int64_t kTail = 8;                          // a run's last sums, under 8, take arrays this long
 
-// n2 x n1 runs of `len` floats, run (i, k) at x + i * step2 + k * step1, added into acc + i * acc2
-// (acc2 0: all into the same sums). Each block of up to 64 sums is kept in registers over the runs
-// it takes, in four interleaved sets (k modulo 4; the last n1 % 4 runs of each i in the first), added at
-// the end as (s0 + s2) + (s1 + s3), s0 starting from acc. Four sets: sum((0, 1)) of 8x128x256 float32 at
-// one thread 11.6 -> 9.2 us (two sets; ATen's 10.9).
-// x's elements are float32, float16 or bfloat16 (each function takes one), read as float32.
+// n2 x n1 runs of `len` elements, run (i, k) at x + i * step2 + k * step1, added into acc + i * acc2
+// (acc2 0: all into the same sums). x's elements are float32, float16 or bfloat16 (a function per
+// dtype), read as float32. Each block of up to 64 sums is kept in registers over the runs it takes,
+// in four interleaved sets (k modulo 4; the last n1 % 4 runs of each i in the first), added at the
+// end as (s0 + s2) + (s1 + s3), s0 starting from acc. Four sets: sum((0, 1)) of 8x128x256 float32
+// at one thread 11.6 -> 9.2 us (two sets; ATen's 10.9). The loops are column_sums_kernels.h's.
 using AddRuns = void (*)(float* acc, const void* x, int64_t n2, int64_t step2, int64_t acc2, int64_t n1,
                          int64_t step1, int64_t len);
 
