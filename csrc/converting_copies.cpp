@@ -133,8 +133,9 @@ constexpr int64_t kPartBytes = 256;
 // float32 ones), within kPartBytes there: its runs go together in each call, each destination
 // stick written whole (or each source stick read whole) instead of one half in one pass and the
 // other in the next. 1024x256 float32 -> float16 in Spyre's default layout, 2 threads, in one
-// process: 11.7 -> 10.3 us a call (CPU 8.4); float16 -> float32 14.1 -> 13.9 (CPU 13.1). A loop of
-// size 1 where there is none.
+// process: 11.7 -> 10.3 us a call in a loop (CPU 8.4), 15.8 -> 13.6 in the benchmark's interleaved
+// calls (CPU 11.8); float16 -> float32 17.5 -> 15.9 interleaved (CPU 17.4), as fast in a loop. A
+// loop of size 1 where there is none.
 StridedLoop<2> adjacent_runs(std::vector<StridedLoop<2>>& loops, int64_t run, const std::array<int64_t, 2>& esize) {
   for (int side = 0; side < 2; ++side) {
     for (auto l = loops.begin(); l != loops.end(); ++l) {
