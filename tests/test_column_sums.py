@@ -1,12 +1,13 @@
-"""The column-sum kernel (``_C._columns_sum``, csrc/column_sums.cpp) on strided float32 views.
+"""The column-sum kernel (``_C._columns_sum``, csrc/column_sums.cpp) on strided float32, float16
+and bfloat16 views.
 
 Each property draws a buffer's geometry: a shape, the order its dims lie in memory, padding after
 the contiguous dim (NaN, which a read outside the view would spread) and the dims to sum; the
 kernel's result is checked against the same sum in float64 under each instruction set, its bits
 against the same sum taken on other views of the same memory (dims split or merged, listed in
 another order), at other thread counts, into an output of other strides, and under the other
-instruction sets. Where the kernel declines a call, it returns False and leaves the output as it
-was.
+instruction sets; half-precision sums against the float32 sums of the same values, rounded once.
+Where the kernel declines a call, it returns False and leaves the output as it was.
 """
 
 from __future__ import annotations
