@@ -1,7 +1,7 @@
-// Column sums: a float32 sum over strided dims of a CPU view of a device buffer whose contiguous
-// dim is kept (a bias gradient's sum over batch and tokens, whose batch dim lies between a Spyre
-// 3-D layout's stick columns and its sticks; a sum(0) over a 2-D layout's rows), in one pass over
-// the buffer in memory order (docs/design.md, "Column sums").
+// Column sums: a float32, float16 or bfloat16 sum over strided dims of a CPU view of a device
+// buffer whose contiguous dim is kept (a bias gradient's sum over batch and tokens, whose batch dim
+// lies between a Spyre 3-D layout's stick columns and its sticks), in one pass over the buffer in
+// memory order (docs/design.md, "Column sums").
 #pragma once
 
 #include <ATen/core/Tensor.h>

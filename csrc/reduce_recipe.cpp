@@ -85,7 +85,8 @@ class ReduceReplay final : public Replay {
   // reduce_rows; `order` most contiguous first, the exact kinds walk it backwards); offer_reduce
   // merged the input view's end-to-end reduced dims once (the pieces' kinds, amax, amin, all and
   // any, give the same bits merged or not) and put a column sum's outermost dim first (sum_order).
-  at::Tensor reduce(at::Tensor v) const {
+  // `columns_declined`: the column-sum kernel already declined v (its geometry), not asked again.
+  at::Tensor reduce(at::Tensor v, bool columns_declined = false) const {
     if (row_kernels) {
       std::vector<int64_t> shape;
       int64_t rows = 1;
@@ -98,7 +99,7 @@ class ReduceReplay final : public Replay {
       reduce_rows(v, rows_out);  // a mean's sums divided by its count
       return rows_out.view(shape).to(out_dtype);
     }
-    if ((kind == Kind::kSum || kind == Kind::kMean) && columns_apply(v)) {  // as reduce_view, where it applies
+    if ((kind == Kind::kSum || kind == Kind::kMean) && !columns_declined && columns_apply(v)) {  // as reduce_view
       std::vector<int64_t> shape = v.sizes().vec();
       for (int64_t d : order) shape[static_cast<size_t>(d)] = 1;
       at::Tensor sums = at::empty(shape, v.options().dtype(dtype.value_or(v.scalar_type())));
@@ -163,8 +164,10 @@ class ReduceReplay final : public Replay {
       } else {
         const at::Tensor v = borrowed_view_of(x, input);
         at::Tensor out_view = borrowed_view_of(r, result);
-        const bool columns = kind == Kind::kSum && columns_apply(v) && columns_sum(v, order, out_view);
-        if (!columns && !reduce_into(v, out_view)) out_view.copy_(reduce(v));
+        const bool asked = kind == Kind::kSum && columns_apply(v);  // straight into the result
+        if (!(asked && columns_sum(v, order, out_view)) && !reduce_into(v, out_view)) {
+          out_view.copy_(reduce(v, asked));
+        }
       }
       results.emplace_back(std::move(r));
       return;
