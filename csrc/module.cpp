@@ -6,6 +6,7 @@
 #include <torch/csrc/utils/pybind.h>
 #include <torch/extension.h>
 
+#include "arithmetic_runs.h"
 #include "backend_meta.h"
 #include "column_sums.h"
 #include "device_guard.h"
@@ -524,6 +525,15 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       py::arg("v"), py::arg("reduced"), py::arg("out"), nogil);
   m.def("_columns_sum_sets", &columns_sum_sets);
   m.def("_columns_sum_set", &columns_sum_set);
+  m.def(
+      "_arithmetic_runs",
+      [](const std::string& op, const at::Tensor& self, const at::Tensor& other, const at::Tensor& out,
+         std::optional<double> alpha) {
+        const std::optional<Arithmetic> a = arithmetic_of("aten::" + op + ".out");
+        TORCH_CHECK_VALUE(a, "op='", op, "' is not one of add, sub, mul, div");
+        return arithmetic_runs(*a, self, other, out, alpha ? c10::IValue(*alpha) : c10::IValue());
+      },
+      py::arg("op"), py::arg("self"), py::arg("other"), py::arg("out"), py::arg("alpha") = py::none(), nogil);
   m.def("_scaled_product", &scaled_product, nogil);
   m.def("_dropout_apply", &dropout_apply, nogil);
   m.def("_rows_set_math", &rows_set_math);

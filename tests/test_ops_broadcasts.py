@@ -63,6 +63,13 @@ OPS = [
     ("where-mask", [(8, 64, 64), (64,), (8, 64, 64)], lambda x, m, y: torch.where(m > 0, x, y)),
     ("padded-bias", [(8, 40, 70), (70,)], lambda x, w: x * w),
     ("4d-bias", [(4, 8, 16, 64), (64,)], lambda x, w: x + w),
+    # float32 add, sub, mul and div replay run by run (csrc/arithmetic_runs.cpp), the bias on either side
+    ("div-bias", [(8, 128, 256), (256,)], lambda x, w: x / w),
+    ("bias-minus-x", [(8, 128, 256), (256,)], lambda x, w: w - x),
+    ("bias-times-x", [(8, 64, 128), (128,)], lambda x, w: w * x),
+    ("add-alpha", [(8, 128, 256), (256,)], lambda x, w: torch.add(x, w, alpha=0.5)),  # not 1: ATen's loop
+    ("sub-alpha-1", [(8, 128, 256), (256,)], lambda x, w: torch.sub(x, w, alpha=1)),
+    ("add-out", [(8, 128, 256), (256,)], lambda x, w: torch.add(x, w, out=torch.empty_like(x))),
 ]
 
 
@@ -83,7 +90,7 @@ def test_broadcast_ops_give_the_cpus_bits_every_call(_, shapes, fn):
         assert torch.equal(fn(*[h.to("spyre") for h in host]).cpu(), expected)
 
 
-@pytest.mark.parametrize("op", ["add_", "mul_", "sub_"])
+@pytest.mark.parametrize("op", ["add_", "mul_", "sub_", "div_"])
 def test_in_place_ops_read_the_broadcast_operand_densified_and_write_the_target(op):
     """An in-place op whose other operand is broadcast: the target gets the CPU's bits, call after
     call (the target itself is never read from a copy)."""
@@ -96,8 +103,8 @@ def test_in_place_ops_read_the_broadcast_operand_densified_and_write_the_target(
         assert torch.equal(dx.cpu(), x)
 
 
-BROADCAST_OPS = {"add": torch.add, "mul": torch.mul, "sub": torch.sub, "maximum": torch.maximum,
-                 "where": lambda x, w: torch.where(w > 0, x, w)}
+BROADCAST_OPS = {"add": torch.add, "mul": torch.mul, "sub": torch.sub, "div": torch.div, "maximum": torch.maximum,
+                 "where": lambda x, w: torch.where(w > 0, x, w), "rsub": lambda x, w: w - x}
 
 
 @settings(max_examples=40, deadline=None)

@@ -7,7 +7,9 @@ the CPU kernel's inner loop is one stick (32 elements) long. Its values over the
 from the outermost one it varies along are copied into a small contiguous tensor first and read
 from there: the block's strides then match the result's and the kernel runs along whole blocks
 (``x + bias`` of 8x128x256 float32: 30 -> 21 us, the CPU's 16). The replays make the same copy per
-call (``csrc/kernel_front.cpp``'s ``densified``).
+call (``csrc/kernel_front.cpp``'s ``densified``), except float32 ``add``, ``sub``, ``mul`` and
+``div``, which they run without it (``csrc/arithmetic_runs.cpp``; docs/design.md, "Broadcast
+operands").
 """
 
 from __future__ import annotations

@@ -1,0 +1,218 @@
+#include "arithmetic_runs.h"
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <cstdlib>
+#include <functional>
+#include <vector>
+
+#include "run_stretches.h"
+
+namespace torch_layouts {
+namespace {
+
+// Two loops of runs of `run` elements: for i1 < n1, i0 < n0, the runs of out, self and other at
+// i1 * s1[k] + i0 * s0[k] (k = 0, 1, 2) from the pointers passed.
+struct RunNest {
+  int64_t n1, n0, run;
+  std::array<int64_t, 3> s1, s0;
+};
+
+using ArithmeticRuns = void (*)(float* o, const float* a, const float* b, const RunNest& nest);
+
+// The loops written once; GCC vectorizes them for the target each instantiation is compiled for.
+// An operand that does not vary along the run (AVaries, BVaries false) is one number a run. out may
+// be self itself (in place): each element is read before its own place is written, no other.
+template <typename Op, bool AVaries, bool BVaries>
+inline void arithmetic_loop(float* o, const float* a, const float* b, const RunNest& nest) {
+  const int64_t n = nest.run;
+  for (int64_t i1 = 0; i1 < nest.n1; ++i1) {
+    for (int64_t i0 = 0; i0 < nest.n0; ++i0) {
+      float* to = o + i1 * nest.s1[0] + i0 * nest.s0[0];
+      const float* x = a + i1 * nest.s1[1] + i0 * nest.s0[1];
+      const float* y = b + i1 * nest.s1[2] + i0 * nest.s0[2];
+      if constexpr (AVaries && BVaries) {
+#pragma GCC ivdep
+        for (int64_t i = 0; i < n; ++i) to[i] = Op{}(x[i], y[i]);
+      } else if constexpr (AVaries) {
+        const float v = *y;
+#pragma GCC ivdep
+        for (int64_t i = 0; i < n; ++i) to[i] = Op{}(x[i], v);
+      } else {
+        const float v = *x;
+#pragma GCC ivdep
+        for (int64_t i = 0; i < n; ++i) to[i] = Op{}(v, y[i]);
+      }
+    }
+  }
+}
+
+// The four ops, with both operands varying along the run, self only, other only: one table per
+// instruction set.
+#define TORCH_LAYOUTS_ARITHMETIC_TABLE(name)                                                             \
+  template <typename Op, bool AVaries, bool BVaries>                                                      \
+  void name##_runs(float* o, const float* a, const float* b, const RunNest& nest) {                      \
+    arithmetic_loop<Op, AVaries, BVaries>(o, a, b, nest);                                                 \
+  }                                                                                                       \
+  template <typename Op>                                                                                  \
+  constexpr std::array<ArithmeticRuns, 3> name##_variants = {name##_runs<Op, true, true>,                 \
+                                                             name##_runs<Op, true, false>,                \
+                                                             name##_runs<Op, false, true>};              \
+  const std::array<ArithmeticRuns, 3> name##_table[4] = {                                                 \
+      name##_variants<std::plus<float>>, name##_variants<std::minus<float>>,                              \
+      name##_variants<std::multiplies<float>>, name##_variants<std::divides<float>>};
+
+TORCH_LAYOUTS_ARITHMETIC_TABLE(base)
+#if defined(__x86_64__)
+#pragma GCC push_options
+#pragma GCC target("avx2")
+TORCH_LAYOUTS_ARITHMETIC_TABLE(avx2)
+#pragma GCC pop_options
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx2")
+TORCH_LAYOUTS_ARITHMETIC_TABLE(avx512)
+#pragma GCC pop_options
+#endif
+#undef TORCH_LAYOUTS_ARITHMETIC_TABLE
+
+const std::array<ArithmeticRuns, 3>* best_table() {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl")) {
+    return avx512_table;
+  }
+  if (__builtin_cpu_supports("avx2")) return avx2_table;
+#endif
+  return base_table;
+}
+
+// The bytes a view's elements span: [first, last) from its data pointer.
+std::pair<const char*, const char*> span_of(const at::Tensor& v) {
+  const char* base = static_cast<const char*>(v.const_data_ptr());
+  int64_t low = 0, high = 0;
+  for (int64_t d = 0; d < v.dim(); ++d) {
+    const int64_t reach = (v.size(d) - 1) * v.stride(d);
+    (reach < 0 ? low : high) += reach;
+  }
+  const int64_t esize = static_cast<int64_t>(v.element_size());
+  return {base + low * esize, base + (high + 1) * esize};
+}
+
+bool overlap(const at::Tensor& a, const at::Tensor& b) {
+  const auto [a0, a1] = span_of(a);
+  const auto [b0, b1] = span_of(b);
+  return a0 < b1 && b0 < a1;
+}
+
+bool is_one(const c10::IValue& alpha) {
+  if (alpha.isNone()) return true;
+  if (alpha.isInt()) return alpha.toInt() == 1;
+  if (alpha.isDouble()) return alpha.toDouble() == 1.0;
+  return false;
+}
+
+}  // namespace
+
+std::optional<Arithmetic> arithmetic_of(const std::string& op) {
+  static const std::pair<const char*, Arithmetic> names[] = {{"aten::add.out", Arithmetic::kAdd},
+                                                            {"aten::sub.out", Arithmetic::kSub},
+                                                            {"aten::mul.out", Arithmetic::kMul},
+                                                            {"aten::div.out", Arithmetic::kDiv}};
+  for (const auto& [name, a] : names) {
+    if (op == name) return a;
+  }
+  return std::nullopt;
+}
+
+bool arithmetic_runs(Arithmetic op, const at::Tensor& self, const at::Tensor& other, const at::Tensor& out,
+                     const c10::IValue& alpha) {
+  if (!is_one(alpha) || self.scalar_type() != at::kFloat || other.scalar_type() != at::kFloat ||
+      out.scalar_type() != at::kFloat || !self.device().is_cpu() || !other.device().is_cpu() ||
+      !out.device().is_cpu() || self.sizes() != out.sizes() || other.sizes() != out.sizes() || out.numel() == 0) {
+    return false;
+  }
+  for (int64_t d = 0; d < out.dim(); ++d) {
+    if (out.size(d) > 1 && out.stride(d) <= 0) return false;  // ATen's error: elements written twice
+  }
+  const bool in_place = self.const_data_ptr() == out.const_data_ptr() && self.strides() == out.strides();
+  if (overlap(out, other) || (!in_place && overlap(out, self))) return false;
+  // The run: the dim of stride 1 in out, of stride 1 or 0 in each operand; the other dims' loops,
+  // least contiguous (in out) first, those that continue each other in all three merged.
+  std::vector<StridedLoop<3>> loops;
+  int64_t run = 0;
+  bool a_varies = false, b_varies = false;
+  for (int64_t d = 0; d < out.dim(); ++d) {
+    const int64_t size = out.size(d);
+    if (size == 1) continue;
+    const int64_t so = out.stride(d), sa = self.stride(d), sb = other.stride(d);
+    if (run == 0 && size >= 8 && so == 1 && (sa == 1 || sa == 0) && (sb == 1 || sb == 0) && (sa | sb) != 0) {
+      run = size;
+      a_varies = sa == 1;
+      b_varies = sb == 1;
+      continue;
+    }
+    loops.push_back({size, {so, sa, sb}});
+  }
+  if (run == 0) return false;
+  std::stable_sort(loops.begin(), loops.end(), [](const StridedLoop<3>& x, const StridedLoop<3>& y) {
+    return std::abs(x.strides[0]) > std::abs(y.strides[0]);
+  });
+  std::vector<StridedLoop<3>> merged;
+  for (const StridedLoop<3>& loop : loops) {
+    if (!merged.empty()) {
+      StridedLoop<3>& outer = merged.back();
+      bool continues = true;
+      for (size_t k = 0; k < 3; ++k) continues = continues && outer.strides[k] == loop.size * loop.strides[k];
+      if (continues) {
+        outer = {outer.size * loop.size, loop.strides};
+        continue;
+      }
+    }
+    merged.push_back(loop);
+  }
+  // The innermost loop that continues the run in all three (each operand by its run's length, or
+  // not at all where it does not vary along it) makes it longer.
+  while (!merged.empty()) {
+    const StridedLoop<3>& inner = merged.back();
+    if (inner.strides[0] != run || inner.strides[1] != (a_varies ? run : 0) ||
+        inner.strides[2] != (b_varies ? run : 0)) {
+      break;
+    }
+    run *= inner.size;
+    merged.pop_back();
+  }
+  while (merged.size() < 2) merged.insert(merged.begin(), StridedLoop<3>{1, {0, 0, 0}});
+  // Work items: a position of the outer loops and a stretch of loop n1 of about kParallelBytes.
+  const StridedLoop<3> l0 = merged.back();
+  const StridedLoop<3> l1 = merged[merged.size() - 2];
+  merged.resize(merged.size() - 2);
+  int64_t positions = 1;
+  for (const auto& loop : merged) positions *= loop.size;
+  const int64_t row_bytes = l0.size * run * static_cast<int64_t>(sizeof(float));
+  const int64_t stretch = std::clamp<int64_t>(kParallelBytes / row_bytes, 1, l1.size);
+  const int64_t stretches = (l1.size + stretch - 1) / stretch;
+  static const std::array<ArithmeticRuns, 3>* const table = best_table();
+  const ArithmeticRuns f = table[static_cast<int>(op)][a_varies && b_varies ? 0 : a_varies ? 1 : 2];
+  float* o = out.data_ptr<float>();
+  const float* a = self.const_data_ptr<float>();
+  const float* b = other.const_data_ptr<float>();
+  for_items(positions * stretches, stretch * row_bytes, [&](int64_t begin, int64_t end) {
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t first = (item % stretches) * stretch;
+      std::array<int64_t, 3> at{};
+      for (size_t k = 0; k < 3; ++k) at[k] = first * l1.strides[k];
+      int64_t rest = item / stretches;
+      for (size_t m = merged.size(); m-- > 0;) {
+        const int64_t idx = rest % merged[m].size;
+        rest /= merged[m].size;
+        for (size_t k = 0; k < 3; ++k) at[k] += idx * merged[m].strides[k];
+      }
+      const RunNest nest{std::min(stretch, l1.size - first), l0.size, run, l1.strides, l0.strides};
+      f(o + at[0], a + at[1], b + at[2], nest);
+    }
+  });
+  return true;
+}
+
+}  // namespace torch_layouts

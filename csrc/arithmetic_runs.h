@@ -1,0 +1,30 @@
+// Float32 add, sub, mul and div of CPU views of device buffers where one operand is broadcast
+// inside the others' dims, run by run (a bias added to a (batch, tokens, features) tensor in
+// Spyre's default layout, whose batch dim lies between the stick columns and the stick). ATen's
+// loop runs a stick at a time there, so the replays would read the broadcast operand densified
+// (ops/broadcasts.py): a copy per call, which this kernel does without.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/ivalue.h>
+
+#include <optional>
+#include <string>
+
+namespace torch_layouts {
+
+enum class Arithmetic { kAdd, kSub, kMul, kDiv };
+
+// The arithmetic an op's compute does ("aten::add.out", "aten::div.out", ...), or nullopt (div
+// with a rounding mode is "aten::div.out_mode": nullopt).
+std::optional<Arithmetic> arithmetic_of(const std::string& op);
+
+// out := self `op` other (add and sub: alpha, when given, must be 1), where self, other and out are
+// float32 CPU views of one shape (other's broadcast dims of stride 0), one dim of at least 8
+// elements has stride 1 in out and stride 1 or 0 in self and other (not 0 in both), and out
+// shares no memory with the operands unless it is self itself: true, the elements ATen's op
+// gives; else false, having written nothing.
+bool arithmetic_runs(Arithmetic op, const at::Tensor& self, const at::Tensor& other, const at::Tensor& out,
+                     const c10::IValue& alpha = c10::IValue());
+
+}  // namespace torch_layouts

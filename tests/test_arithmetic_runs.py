@@ -1,0 +1,127 @@
+"""The runtime's run-by-run float32 add, sub, mul and div (``csrc/arithmetic_runs.cpp``, bound as
+``_C._arithmetic_runs``), which the replays use where an operand is broadcast inside the dims it
+varies along: on any strided views it takes, ATen's bits (infinities, NaNs and signed zeros
+included), in place too; the views it declines are left untouched."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from torch_layouts import _C
+
+OPS = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div}
+SPECIAL = [math.nan, math.inf, -math.inf, 0.0, -0.0, 1.0, -1.0, 1e-40, 3.4e38]
+
+
+def values(n: int, gen: torch.Generator) -> torch.Tensor:
+    """n float32 values, a quarter of them special (NaN, infinities, zeros, subnormal, huge)."""
+    pool = torch.tensor(SPECIAL, dtype=torch.float32)
+    special = pool[torch.randint(0, len(SPECIAL), (n,), generator=gen)]
+    return torch.where(torch.rand(n, generator=gen) < 0.25, special, torch.randn(n, generator=gen))
+
+
+def strided(shape: list[int], order: list[int], gen: torch.Generator, broadcast: frozenset = frozenset(),
+            gaps: int = 0) -> torch.Tensor:
+    """A view of ``shape`` whose dims lie in memory in ``order`` (outermost first), of stride 0
+    along the dims in ``broadcast``, with a gap of one element after each dim whose bit is set in
+    ``gaps`` (dims that then do not continue each other)."""
+    strides = [0] * len(shape)
+    step = 1
+    for d in reversed(order):
+        if d in broadcast:
+            continue
+        strides[d] = step
+        step *= shape[d] + (gaps >> d & 1)
+    return values(step, gen).as_strided(shape, strides)
+
+
+def bits(t: torch.Tensor) -> torch.Tensor:
+    return t.contiguous().view(torch.int32)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.integers(1, 12), min_size=1, max_size=4), st.sampled_from(sorted(OPS)), st.data())
+def test_any_views_it_takes_give_atens_bits(shape, name, data):
+    """Random shapes, dim orders and broadcast dims (either operand's, the run's included): where
+    the kernel takes the views it writes ATen's bits into out, in place or not; where it declines
+    out is untouched."""
+    shape[-1] = data.draw(st.sampled_from([8, 16, 32, 37, 64]))  # a run the kernel can take
+    gen = torch.Generator().manual_seed(data.draw(st.integers(0, 2**16)))
+    order = list(data.draw(st.permutations(range(len(shape)))))
+    order.remove(len(shape) - 1)
+    order.append(len(shape) - 1)  # out's stride-1 dim: the last
+    side = data.draw(st.sampled_from(["self", "other"]))
+    broadcast = frozenset(data.draw(st.sets(st.integers(0, len(shape) - 1))))
+    gaps = data.draw(st.integers(0, 15))
+    x = strided(shape, order, gen, broadcast if side == "self" else frozenset(), gaps)
+    y = strided(shape, list(data.draw(st.permutations(range(len(shape))))), gen,
+                broadcast if side == "other" else frozenset(), data.draw(st.integers(0, 15)))
+    in_place = side == "other" and data.draw(st.booleans())  # x has no stride-0 dim then
+    out = x if in_place else strided(shape, order, gen, frozenset(), data.draw(st.integers(0, 15)))
+    before = out.clone()
+    expected = OPS[name](x, y)
+    took = _C._arithmetic_runs(name, x, y, out)
+    if took:
+        assert torch.equal(bits(out), bits(expected))
+    else:
+        assert torch.equal(bits(out), bits(before))
+    assert took == (y.stride(-1) in (0, 1) and 1 in (x.stride(-1), y.stride(-1)))
+
+
+def test_a_bias_over_spyres_3d_layout():
+    """The case it is for: x + bias in the coordinates of Spyre's default (8, 128, 256) float32
+    layout, (tokens, stick columns, batch, stick); and bias - x, and in place."""
+    gen = torch.Generator().manual_seed(0)
+    x = values(128 * 8 * 8 * 32, gen).as_strided((128, 8, 8, 32), (2048, 256, 32, 1))
+    bias = values(256, gen).as_strided((128, 8, 8, 32), (0, 32, 0, 1))
+    for name, op in OPS.items():
+        for a, b in ((x, bias), (bias, x)):
+            out = torch.empty(128 * 8 * 8 * 32).as_strided(x.shape, x.stride())
+            assert _C._arithmetic_runs(name, a, b, out)
+            assert torch.equal(bits(out), bits(op(a, b)))
+    target = x.clone()
+    assert _C._arithmetic_runs("add", target, bias, target, 1.0)
+    assert torch.equal(bits(target), bits(x + bias))
+
+
+def _declined(x, y, out, name="add", alpha=None):
+    before = out.clone()
+    assert not _C._arithmetic_runs(name, x, y, out, alpha)
+    assert torch.equal(bits(out), bits(before))
+
+
+# id, how (x, y, out) are made from a (64, 32) float32 tensor a and a (32,) one b, the alpha.
+DECLINES = [
+    ("alpha-2", lambda a, b: (a, b.expand(64, 32), torch.empty(64, 32)), 2.0),
+    ("alpha-half", lambda a, b: (a, b.expand(64, 32), torch.empty(64, 32)), 0.5),
+    ("float64", lambda a, b: (a.double(), b.double().expand(64, 32), torch.empty(64, 32, dtype=torch.float64)), None),
+    ("float16-out", lambda a, b: (a, b.expand(64, 32), torch.empty(64, 32, dtype=torch.float16)), None),
+    ("shapes-differ", lambda a, b: (a, b, torch.empty(64, 32)), None),
+    ("short-runs", lambda a, b: (a[:, :5], b[:5].expand(64, 5), torch.empty(64, 5)), None),
+    ("out-strided-along-the-run", lambda a, b: (a, b.expand(64, 32), torch.empty(64, 64)[:, ::2]), None),
+    ("other-strided-along-the-run", lambda a, b: (a, torch.empty(64, 64)[:, ::2], torch.empty(64, 32)), None),
+    ("both-broadcast-along-the-run", lambda a, b: (a[:, :1].expand(64, 32), b[:1].expand(64, 32),
+                                                   torch.empty(64, 32)), None),
+    ("out-is-other", lambda a, b: (a, b.expand(64, 32), b.expand(64, 32)), None),
+    ("out-overlaps-self-shifted", lambda a, b: (a[:63], b.expand(63, 32), a[1:]), None),
+    ("out-writes-twice", lambda a, b: (a[:1].expand(64, 32), b.expand(64, 32), torch.empty(32).expand(64, 32)),
+     None),
+    ("empty", lambda a, b: (a[:0], b.expand(0, 32), torch.empty(0, 32)), None),
+]
+
+
+@pytest.mark.parametrize("_, make, alpha", DECLINES, ids=[c[0] for c in DECLINES])
+def test_views_it_declines_are_left_untouched(_, make, alpha):
+    gen = torch.Generator().manual_seed(1)
+    a, b = values(64 * 32, gen).view(64, 32), values(32, gen)
+    _declined(*make(a, b), alpha=alpha)
+
+
+def test_an_unknown_op_is_a_value_error():
+    with pytest.raises(ValueError, match="op='pow'"):
+        _C._arithmetic_runs("pow", torch.ones(8), torch.ones(8), torch.empty(8))
