@@ -7,6 +7,7 @@
 #include <functional>
 #include <vector>
 
+#include "isa_tables.h"
 #include "run_stretches.h"
 
 namespace torch_layouts {
@@ -75,17 +76,6 @@ TORCH_LAYOUTS_ARITHMETIC_TABLE(avx512)
 #pragma GCC pop_options
 #endif
 #undef TORCH_LAYOUTS_ARITHMETIC_TABLE
-
-const std::array<ArithmeticRuns, 3>* best_table() {
-#if defined(__x86_64__)
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl")) {
-    return avx512_table;
-  }
-  if (__builtin_cpu_supports("avx2")) return avx2_table;
-#endif
-  return base_table;
-}
 
 // The bytes a view's elements span: [first, last) from its data pointer.
 std::pair<const char*, const char*> span_of(const at::Tensor& v) {
@@ -192,7 +182,8 @@ bool arithmetic_runs(Arithmetic op, const at::Tensor& self, const at::Tensor& ot
   const int64_t row_bytes = l0.size * run * static_cast<int64_t>(sizeof(float));
   const int64_t stretch = std::clamp<int64_t>(kParallelBytes / row_bytes, 1, l1.size);
   const int64_t stretches = (l1.size + stretch - 1) / stretch;
-  static const std::array<ArithmeticRuns, 3>* const table = best_table();
+  static const std::array<ArithmeticRuns, 3>* const table =
+      TORCH_LAYOUTS_BEST_ISA_TABLE(base_table, avx2_table, avx512_table);
   const ArithmeticRuns f = table[static_cast<int>(op)][a_varies && b_varies ? 0 : a_varies ? 1 : 2];
   float* o = out.data_ptr<float>();
   const float* a = self.const_data_ptr<float>();

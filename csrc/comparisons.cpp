@@ -4,6 +4,7 @@
 #include <functional>
 #include <vector>
 
+#include "isa_tables.h"
 #include "run_stretches.h"
 
 namespace torch_layouts {
@@ -55,17 +56,6 @@ TORCH_LAYOUTS_COMPARE_TABLE(avx512)
 #pragma GCC pop_options
 #endif
 #undef TORCH_LAYOUTS_COMPARE_TABLE
-
-const CompareRuns (*best_table())[6] {
-#if defined(__x86_64__)
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl")) {
-    return avx512_table;
-  }
-  if (__builtin_cpu_supports("avx2")) return avx2_table;
-#endif
-  return base_table;
-}
 
 // A number to compare with as float32 (ATen casts it to the float32 common dtype); nullopt for
 // any other kind (a complex number).
@@ -124,7 +114,7 @@ bool compare_runs(Comparison c, const at::Tensor& self, const c10::IValue& other
     loops.push_back({size, {out.stride(d), self.stride(d), b}});
   }
   if (run == 0) return false;
-  static const CompareRuns (*const table)[6] = best_table();
+  static const CompareRuns (*const table)[6] = TORCH_LAYOUTS_BEST_ISA_TABLE(base_table, avx2_table, avx512_table);
   const CompareRuns f = table[tensor ? 0 : 1][static_cast<int>(c)];
   bool* o = out.data_ptr<bool>();
   const float* a = self.const_data_ptr<float>();
