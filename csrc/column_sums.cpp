@@ -12,9 +12,7 @@
 #include <utility>
 #include <vector>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
+#include "half_runs_x86.h"
 
 namespace torch_layouts {
 namespace {
@@ -42,14 +40,14 @@ struct AddRunsTable {
 
 namespace portable {
 constexpr int64_t kWidth = 8;
-struct ToFloat {
-  [[gnu::always_inline]] static void half(float* d, const c10::Half* s, int64_t n) {
-    for (int64_t i = 0; i < n; ++i) d[i] = c10::detail::fp16_ieee_to_fp32_value(s[i].x);
-  }
-  [[gnu::always_inline]] static void bf16(float* d, const c10::BFloat16* s, int64_t n) {
-    for (int64_t i = 0; i < n; ++i) d[i] = c10::detail::f32_from_bits(s[i].x);
-  }
-};
+namespace half_runs {
+inline void half_to_float(float* d, const uint16_t* s, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) d[i] = c10::detail::fp16_ieee_to_fp32_value(s[i]);
+}
+inline void bf16_to_float(float* d, const uint16_t* s, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) d[i] = c10::detail::f32_from_bits(s[i]);
+}
+}  // namespace half_runs
 #include "column_sums_kernels.h"
 }  // namespace portable
 
@@ -58,56 +56,18 @@ struct ToFloat {
 #pragma GCC target("avx2,f16c")
 namespace avx2 {
 constexpr int64_t kWidth = 16;
-struct ToFloat {  // 8 at a time: F16C's conversion, bfloat16's bits widened and shifted
-  [[gnu::always_inline]] static void half(float* d, const c10::Half* s, int64_t n) {
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-      _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i))));
-    }
-    for (; i < n; ++i) d[i] = _cvtsh_ss(s[i].x);
-  }
-  [[gnu::always_inline]] static void bf16(float* d, const c10::BFloat16* s, int64_t n) {
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-      const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i)));
-      _mm256_storeu_ps(d + i, _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
-    }
-    for (; i < n; ++i) d[i] = c10::detail::f32_from_bits(s[i].x);
-  }
-};
+namespace half_runs = avx2_half;  // 8 at a time
 #include "column_sums_kernels.h"
 }  // namespace avx2
 #pragma GCC pop_options
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx2,f16c")
-// GCC 12's AVX-512 headers fill unmasked lanes from a self-initialised "undefined" vector, which
-// -Wmaybe-uninitialized reports at each use (row_math.cpp says the same).
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 namespace avx512 {
 constexpr int64_t kWidth = 64;
-struct ToFloat {  // 16 at a time
-  [[gnu::always_inline]] static void half(float* d, const c10::Half* s, int64_t n) {
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-      _mm512_storeu_ps(d + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i))));
-    }
-    for (; i < n; ++i) d[i] = _cvtsh_ss(s[i].x);
-  }
-  [[gnu::always_inline]] static void bf16(float* d, const c10::BFloat16* s, int64_t n) {
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-      const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i)));
-      _mm512_storeu_ps(d + i, _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)));
-    }
-    for (; i < n; ++i) d[i] = c10::detail::f32_from_bits(s[i].x);
-  }
-};
+namespace half_runs = avx512_half;  // 16 at a time
 #include "column_sums_kernels.h"
 }  // namespace avx512
-#pragma GCC diagnostic pop
 #pragma GCC pop_options
 #endif
 

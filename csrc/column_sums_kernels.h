@@ -1,10 +1,15 @@
 // The column sums' loops (column_sums.cpp), included once in each instruction set's namespace,
-// after that namespace's kWidth (sums a block holds) and ToFloat (float16 and bfloat16 runs to
-// float32), and compiled for its target, as row_math.cpp includes row_math_kernels.h.
+// after that namespace's kWidth (sums a block holds) and half_runs (float16 and bfloat16 runs to
+// float32: half_runs_x86.h's for the x86 sets), and compiled for its target, as row_math.cpp
+// includes row_math_kernels.h.
 
 // n elements as float32 (exact), through the namespace's converters.
-[[gnu::always_inline]] inline void to_float(float* d, const c10::Half* s, int64_t n) { ToFloat::half(d, s, n); }
-[[gnu::always_inline]] inline void to_float(float* d, const c10::BFloat16* s, int64_t n) { ToFloat::bf16(d, s, n); }
+[[gnu::always_inline]] inline void to_float(float* d, const c10::Half* s, int64_t n) {
+  half_runs::half_to_float(d, reinterpret_cast<const uint16_t*>(s), n);
+}
+[[gnu::always_inline]] inline void to_float(float* d, const c10::BFloat16* s, int64_t n) {
+  half_runs::bf16_to_float(d, reinterpret_cast<const uint16_t*>(s), n);
+}
 
 // The loops written once; GCC vectorizes them along the run for the target (no reassociation:
 // each sum's terms are added in the same order by every instruction set).

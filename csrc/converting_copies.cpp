@@ -4,11 +4,8 @@
 #include <cstdlib>
 #include <string>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
-
 #include "dma_executor.h"
+#include "half_runs_x86.h"
 #include "row_math.h"
 #include "run_stretches.h"
 
@@ -20,82 +17,42 @@ namespace {
 using ConvertRuns = void (*)(void* d, const void* s, int64_t count, int64_t dstep, int64_t sstep, int64_t n,
                              const StridedLoop<2>& part);
 
+// Each run of a work item converted by convert(to, from): count x part.size runs.
+template <typename To, typename From, typename Convert>
+[[gnu::always_inline]] inline void each_run(void* d, const void* s, int64_t count, int64_t dstep, int64_t sstep,
+                                            const StridedLoop<2>& part, const Convert& convert) {
+  for (int64_t c = 0; c < count; ++c) {
+    for (int64_t q = 0; q < part.size; ++q) {
+      convert(static_cast<To*>(d) + c * dstep + q * part.strides[0],
+              static_cast<const From*>(s) + c * sstep + q * part.strides[1]);
+    }
+  }
+}
+
 #if defined(__x86_64__)
-// F16C's conversions (round to nearest even; NaNs as ATen's vectorized kernels convert them),
-// 8 elements a step with AVX2, 16 with AVX-512.
+// half_runs_x86.h's conversions, each compiled for its instruction set.
+#define TORCH_LAYOUTS_CONVERTERS(isa)                                                               \
+  void to_half_##isa(void* d, const void* s, int64_t count, int64_t dstep, int64_t sstep, int64_t n, \
+                     const StridedLoop<2>& part) {                                                   \
+    each_run<uint16_t, float>(d, s, count, dstep, sstep, part, [n](uint16_t* to, const float* from) { \
+      isa##_half::float_to_half(to, from, n);                                                        \
+    });                                                                                              \
+  }                                                                                                  \
+  void to_float_##isa(void* d, const void* s, int64_t count, int64_t dstep, int64_t sstep, int64_t n, \
+                      const StridedLoop<2>& part) {                                                  \
+    each_run<float, uint16_t>(d, s, count, dstep, sstep, part, [n](float* to, const uint16_t* from) { \
+      isa##_half::half_to_float(to, from, n);                                                        \
+    });                                                                                              \
+  }
 #pragma GCC push_options
 #pragma GCC target("avx2,f16c")
-void to_half_avx2(void* d, const void* s, int64_t count, int64_t dstep, int64_t sstep, int64_t n,
-                  const StridedLoop<2>& part) {
-  for (int64_t c = 0; c < count; ++c) {
-    for (int64_t q = 0; q < part.size; ++q) {
-      uint16_t* to = static_cast<uint16_t*>(d) + c * dstep + q * part.strides[0];
-      const float* from = static_cast<const float*>(s) + c * sstep + q * part.strides[1];
-      int64_t i = 0;
-      for (; i + 8 <= n; i += 8) {
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(to + i),
-                         _mm256_cvtps_ph(_mm256_loadu_ps(from + i), _MM_FROUND_TO_NEAREST_INT));
-      }
-      for (; i < n; ++i) to[i] = _cvtss_sh(from[i], _MM_FROUND_TO_NEAREST_INT);
-    }
-  }
-}
-
-void to_float_avx2(void* d, const void* s, int64_t count, int64_t dstep, int64_t sstep, int64_t n,
-                   const StridedLoop<2>& part) {
-  for (int64_t c = 0; c < count; ++c) {
-    for (int64_t q = 0; q < part.size; ++q) {
-      float* to = static_cast<float*>(d) + c * dstep + q * part.strides[0];
-      const uint16_t* from = static_cast<const uint16_t*>(s) + c * sstep + q * part.strides[1];
-      int64_t i = 0;
-      for (; i + 8 <= n; i += 8) {
-        _mm256_storeu_ps(to + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(from + i))));
-      }
-      for (; i < n; ++i) to[i] = _cvtsh_ss(from[i]);
-    }
-  }
-}
+TORCH_LAYOUTS_CONVERTERS(avx2)
 #pragma GCC pop_options
-
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx2,f16c")
-// GCC 12's AVX-512 headers fill unmasked lanes from a self-initialised "undefined" vector, which
-// -Wmaybe-uninitialized reports at each use (row_math.cpp says the same).
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-void to_half_avx512(void* d, const void* s, int64_t count, int64_t dstep, int64_t sstep, int64_t n,
-                    const StridedLoop<2>& part) {
-  for (int64_t c = 0; c < count; ++c) {
-    for (int64_t q = 0; q < part.size; ++q) {
-      uint16_t* to = static_cast<uint16_t*>(d) + c * dstep + q * part.strides[0];
-      const float* from = static_cast<const float*>(s) + c * sstep + q * part.strides[1];
-      int64_t i = 0;
-      for (; i + 16 <= n; i += 16) {
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(to + i),
-                            _mm512_cvtps_ph(_mm512_loadu_ps(from + i), _MM_FROUND_TO_NEAREST_INT));
-      }
-      for (; i < n; ++i) to[i] = _cvtss_sh(from[i], _MM_FROUND_TO_NEAREST_INT);
-    }
-  }
-}
-
-void to_float_avx512(void* d, const void* s, int64_t count, int64_t dstep, int64_t sstep, int64_t n,
-                     const StridedLoop<2>& part) {
-  for (int64_t c = 0; c < count; ++c) {
-    for (int64_t q = 0; q < part.size; ++q) {
-      float* to = static_cast<float*>(d) + c * dstep + q * part.strides[0];
-      const uint16_t* from = static_cast<const uint16_t*>(s) + c * sstep + q * part.strides[1];
-      int64_t i = 0;
-      for (; i + 16 <= n; i += 16) {
-        _mm512_storeu_ps(to + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(from + i))));
-      }
-      for (; i < n; ++i) to[i] = _cvtsh_ss(from[i]);
-    }
-  }
-}
-#pragma GCC diagnostic pop
+TORCH_LAYOUTS_CONVERTERS(avx512)
 #pragma GCC pop_options
+#undef TORCH_LAYOUTS_CONVERTERS
 #endif
 
 // The best conversion of runs into dst_type this CPU has, or null (no F16C).

@@ -15,6 +15,8 @@
 #include <immintrin.h>
 #endif
 
+#include "half_runs_x86.h"
+
 namespace torch_layouts {
 namespace {
 
@@ -332,22 +334,8 @@ template <bool Max>
   return plain8<Max>(s0, s1);
 }
 
-void load_half_avx2(float* d, const uint16_t* s, int64_t n) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i))));
-  }
-  for (; i < n; ++i) d[i] = _cvtsh_ss(s[i]);
-}
-
-void store_half_avx2(uint16_t* d, const float* s, int64_t n) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i), _mm256_cvtps_ph(_mm256_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT));
-  }
-  for (; i < n; ++i) d[i] = _cvtss_sh(s[i], _MM_FROUND_TO_NEAREST_INT);
-}
-
+void load_half_avx2(float* d, const uint16_t* s, int64_t n) { avx2_half::half_to_float(d, s, n); }
+void store_half_avx2(uint16_t* d, const float* s, int64_t n) { avx2_half::float_to_half(d, s, n); }
 
 const RowMath kAvx2{softmax,           softmax_backward,          layer_norm,     layer_norm_backward,
                     sum,               add_run_sums,              add_strided_run_sums,
