@@ -43,6 +43,18 @@ template <typename To, typename From, typename Convert>
     each_run<float, uint16_t>(d, s, count, dstep, sstep, part, [n](float* to, const uint16_t* from) { \
       isa##_half::half_to_float(to, from, n);                                                        \
     });                                                                                              \
+  }                                                                                                  \
+  void to_bf16_##isa(void* d, const void* s, int64_t count, int64_t dstep, int64_t sstep, int64_t n, \
+                     const StridedLoop<2>& part) {                                                   \
+    each_run<uint16_t, float>(d, s, count, dstep, sstep, part, [n](uint16_t* to, const float* from) { \
+      isa##_half::float_to_bf16(to, from, n);                                                        \
+    });                                                                                              \
+  }                                                                                                  \
+  void bf16_to_float_##isa(void* d, const void* s, int64_t count, int64_t dstep, int64_t sstep,       \
+                           int64_t n, const StridedLoop<2>& part) {                                  \
+    each_run<float, uint16_t>(d, s, count, dstep, sstep, part, [n](float* to, const uint16_t* from) { \
+      isa##_half::bf16_to_float(to, from, n);                                                        \
+    });                                                                                              \
   }
 #pragma GCC push_options
 #pragma GCC target("avx2,f16c")
@@ -55,12 +67,24 @@ TORCH_LAYOUTS_CONVERTERS(avx512)
 #undef TORCH_LAYOUTS_CONVERTERS
 #endif
 
-// The best conversion of runs into dst_type this CPU has, or null (no F16C).
-ConvertRuns converter(bool to_half) {
+// The conversion of runs of src_type into dst_type in the row kernels' instruction set, or null
+// (a pair other than float32 <-> float16 or bfloat16, or the portable set: no AVX2 and F16C).
+ConvertRuns converter(c10::ScalarType src_type, c10::ScalarType dst_type) {
 #if defined(__x86_64__)
-  const std::vector<std::string>& sets = row_math_sets();  // "avx512" and "avx2" include F16C
-  if (std::find(sets.begin(), sets.end(), "avx512") != sets.end()) return to_half ? to_half_avx512 : to_float_avx512;
-  if (std::find(sets.begin(), sets.end(), "avx2") != sets.end()) return to_half ? to_half_avx2 : to_float_avx2;
+  auto in_set = [](const char* name) -> const RowMath* {  // "avx512" and "avx2" include F16C
+    const std::vector<std::string>& sets = row_math_sets();
+    return std::find(sets.begin(), sets.end(), name) != sets.end() ? &row_math(name) : nullptr;
+  };
+  static const RowMath* const avx512_set = in_set("avx512");
+  static const RowMath* const avx2_set = in_set("avx2");
+  const RowMath* set = &rows_math();
+  if (set != avx512_set && set != avx2_set) return nullptr;
+  const bool avx512 = set == avx512_set;
+  const std::pair<c10::ScalarType, c10::ScalarType> pair{src_type, dst_type};
+  if (pair == std::pair{at::kFloat, at::kHalf}) return avx512 ? to_half_avx512 : to_half_avx2;
+  if (pair == std::pair{at::kHalf, at::kFloat}) return avx512 ? to_float_avx512 : to_float_avx2;
+  if (pair == std::pair{at::kFloat, at::kBFloat16}) return avx512 ? to_bf16_avx512 : to_bf16_avx2;
+  if (pair == std::pair{at::kBFloat16, at::kFloat}) return avx512 ? bf16_to_float_avx512 : bf16_to_float_avx2;
 #endif
   return nullptr;
 }
@@ -109,9 +133,7 @@ StridedLoop<2> adjacent_runs(std::vector<StridedLoop<2>>& loops, int64_t run, co
 
 bool run_converting_nests(const std::vector<Transfer>& nests, void* dst, int64_t dst_numel, c10::ScalarType dst_type,
                           const void* src, int64_t src_numel, c10::ScalarType src_type) {
-  const bool to_half = src_type == at::kFloat && dst_type == at::kHalf;
-  if (!to_half && !(src_type == at::kHalf && dst_type == at::kFloat)) return false;
-  const ConvertRuns convert = converter(to_half);
+  const ConvertRuns convert = converter(src_type, dst_type);
   if (convert == nullptr) return false;
   std::vector<std::vector<StridedLoop<2>>> loops(nests.size());
   std::vector<int64_t> runs(nests.size());

@@ -20,7 +20,7 @@ void copy_pieces(const at::Tensor& result, const at::Tensor& src,
   std::vector<Transfer> nests;
   nests.reserve(pieces.size());
   for (const auto& [from, to] : pieces) nests.push_back({from.sizes, to.strides, from.strides, to.offset, from.offset});
-  // float32 <-> float16 in runs: each run converted where it lies into where it goes
+  // float32 <-> float16 or bfloat16 in runs: each run converted where it lies into where it goes
   if (run_converting_nests(nests, result.storage().mutable_data(), device_nbytes(result.storage()) / result.element_size(),
                            result.scalar_type(), src.storage().data(), device_nbytes(src.storage()) / src.element_size(),
                            src.scalar_type())) {

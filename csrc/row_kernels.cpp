@@ -706,6 +706,8 @@ void rows_extreme(const at::Tensor& x, const at::Tensor& out, int64_t width, boo
       });
 }
 
+const RowMath& rows_math() { return math(); }
+
 std::string rows_set_math(const std::string& set) {
   const RowMath* old = g_math.exchange(&row_math(set));
   for (const std::string& name : row_math_sets()) {

@@ -74,4 +74,8 @@ const std::vector<std::string>& row_math_sets();
 // The row math in one of row_math_sets() (ValueError naming any other).
 const RowMath& row_math(const std::string& set);
 
+// The row math the row kernels use (rows_set_math installs one; the converting copies run in its
+// instruction set too).
+const RowMath& rows_math();
+
 }  // namespace torch_layouts

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 import torch
 
 import torch_layouts
-from ops_support import padding_holds_pad_value
+from ops_support import kernels_in, padding_holds_pad_value
 from torch_layouts import LayoutError, SpyreTensorLayout, _C
 from torch_layouts.ops import elementwise, reductions
 from torch_layouts.ops.operands import piece_reads
@@ -815,26 +815,54 @@ def any_values(shape: tuple[int, ...], dtype: torch.dtype, seed: int) -> torch.T
     values past float16's range) and normal values around float16's range and rounding ties."""
     gen = torch.Generator().manual_seed(seed)
     bits = torch.randint(-2**31, 2**31 - 1, shape, generator=gen, dtype=torch.int32)
-    raw = bits.view(torch.float32) if dtype == F32 else bits.to(torch.int16).view(F16)
+    raw = bits.view(torch.float32) if dtype == F32 else bits.to(torch.int16).view(dtype)
     scale = torch.tensor([1e-7, 1e-3, 1.0, 300.0, 7e4])[torch.randint(0, 5, shape, generator=gen)]
     normal = (torch.randn(shape, generator=gen) * scale).to(dtype)
     return torch.where(torch.rand(shape, generator=gen) < 0.5, raw, normal)
 
 
-@pytest.mark.parametrize("src, dst", [(F32, F16), (F16, F32)], ids=["to-float16", "to-float32"])
+BF16 = torch.bfloat16
+
+
+# The instruction sets the converting copies run in (the row kernels'; the portable one declines).
+ROW_SETS = pytest.mark.parametrize("instructions", _C._rows_math_sets())
+
+
+@ROW_SETS
+@pytest.mark.parametrize("src, dst", [(F32, F16), (F16, F32), (F32, BF16), (BF16, F32)],
+                         ids=["to-float16", "to-float32", "to-bfloat16", "bfloat16-to-float32"])
 @pytest.mark.parametrize("view", [lambda t: t, lambda t: t[3:, 40:], lambda t: t[:, 64:192]],
                          ids=["whole", "slice", "sticks"])
-def test_half_conversions_in_runs_give_the_cpus_bits(src, dst, view):
-    """float32 <-> float16 conversions whose pieces are runs of sticks, converted where they lie
-    (``csrc/converting_copies.cpp``): the CPU's bits for values of every kind, NaN payloads
-    included, on the planned call and the replays."""
+def test_half_conversions_in_runs_give_the_cpus_bits(src, dst, view, instructions):
+    """float32 <-> float16 and bfloat16 conversions whose pieces are runs of sticks, converted where
+    they lie (``csrc/converting_copies.cpp``) in each instruction set: the CPU's bits for values of
+    every kind, NaN payloads included (float32 -> bfloat16: every NaN 0xffff, as the CPU's
+    vectorized conversion gives it), on the planned call and the replays."""
     elementwise.forget_recipes()
-    ints = {F32: torch.int32, F16: torch.int16}
-    for seed in range(3):
-        x = any_values((160, 256), src, seed)  # 160 KiB of float32: split over the threads
-        out = view(x.to("spyre")).to(dst)
-        assert torch.equal(out.cpu().view(ints[dst]), view(x).to(dst).view(ints[dst]))
-        assert padding_holds_pad_value(out)
+    ints = {F32: torch.int32, F16: torch.int16, BF16: torch.int16}
+    with kernels_in(_C._rows_set_math, instructions):
+        for seed in range(3):
+            x = any_values((160, 256), src, seed)  # 160 KiB of float32: split over the threads
+            out = view(x.to("spyre")).to(dst)
+            assert torch.equal(out.cpu().view(ints[dst]), view(x).to(dst).view(ints[dst]))
+            assert padding_holds_pad_value(out)
+
+
+@ROW_SETS
+@pytest.mark.parametrize("columns", [8, 24, 40, 56, 70], ids=lambda c: f"{c}-columns")
+def test_bfloat16_ties_and_nans_in_runs_of_any_length(columns, instructions):
+    """float32 -> bfloat16 in runs of any length (the vector steps and the element-by-element
+    tail), in each instruction set: exact ties round to even and every NaN becomes 0xffff, the
+    CPU's bits."""
+    elementwise.forget_recipes()
+    gen = torch.Generator().manual_seed(columns)
+    bits = torch.randint(-2**31, 2**31 - 1, (64, 128), generator=gen, dtype=torch.int32)
+    ties = (bits & ~0xffff) | 0x8000  # halfway between two bfloat16 values (or a NaN's payload)
+    x = torch.where(torch.rand(64, 128, generator=gen) < 0.5, ties, bits).view(F32)
+    with kernels_in(_C._rows_set_math, instructions):
+        for _ in range(2):
+            out = x.to("spyre")[:, :columns].to(BF16)
+            assert torch.equal(out.cpu().view(torch.int16), x[:, :columns].to(BF16).view(torch.int16))
 
 
 CONVERSION_DTYPES = [F32, F16, torch.bfloat16, torch.int32, torch.int16]
