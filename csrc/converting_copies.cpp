@@ -31,31 +31,17 @@ template <typename To, typename From, typename Convert>
 
 #if defined(__x86_64__)
 // half_runs_x86.h's conversions, each compiled for its instruction set.
-#define TORCH_LAYOUTS_CONVERTERS(isa)                                                               \
-  void to_half_##isa(void* d, const void* s, int64_t count, int64_t dstep, int64_t sstep, int64_t n, \
-                     const StridedLoop<2>& part) {                                                   \
-    each_run<uint16_t, float>(d, s, count, dstep, sstep, part, [n](uint16_t* to, const float* from) { \
-      isa##_half::float_to_half(to, from, n);                                                        \
-    });                                                                                              \
-  }                                                                                                  \
-  void to_float_##isa(void* d, const void* s, int64_t count, int64_t dstep, int64_t sstep, int64_t n, \
-                      const StridedLoop<2>& part) {                                                  \
-    each_run<float, uint16_t>(d, s, count, dstep, sstep, part, [n](float* to, const uint16_t* from) { \
-      isa##_half::half_to_float(to, from, n);                                                        \
-    });                                                                                              \
-  }                                                                                                  \
-  void to_bf16_##isa(void* d, const void* s, int64_t count, int64_t dstep, int64_t sstep, int64_t n, \
-                     const StridedLoop<2>& part) {                                                   \
-    each_run<uint16_t, float>(d, s, count, dstep, sstep, part, [n](uint16_t* to, const float* from) { \
-      isa##_half::float_to_bf16(to, from, n);                                                        \
-    });                                                                                              \
-  }                                                                                                  \
-  void bf16_to_float_##isa(void* d, const void* s, int64_t count, int64_t dstep, int64_t sstep,       \
-                           int64_t n, const StridedLoop<2>& part) {                                  \
-    each_run<float, uint16_t>(d, s, count, dstep, sstep, part, [n](float* to, const uint16_t* from) { \
-      isa##_half::bf16_to_float(to, from, n);                                                        \
-    });                                                                                              \
+#define TORCH_LAYOUTS_CONVERTER(name, isa, To, From, convert)                                          \
+  void name##_##isa(void* d, const void* s, int64_t count, int64_t dstep, int64_t sstep, int64_t n,      \
+                    const StridedLoop<2>& part) {                                                      \
+    each_run<To, From>(d, s, count, dstep, sstep, part,                                                \
+                       [n](To* to, const From* from) { isa##_half::convert(to, from, n); });           \
   }
+#define TORCH_LAYOUTS_CONVERTERS(isa)                                           \
+  TORCH_LAYOUTS_CONVERTER(to_half, isa, uint16_t, float, float_to_half)         \
+  TORCH_LAYOUTS_CONVERTER(to_float, isa, float, uint16_t, half_to_float)        \
+  TORCH_LAYOUTS_CONVERTER(to_bf16, isa, uint16_t, float, float_to_bf16)         \
+  TORCH_LAYOUTS_CONVERTER(bf16_to_float, isa, float, uint16_t, bf16_to_float)
 #pragma GCC push_options
 #pragma GCC target("avx2,f16c")
 TORCH_LAYOUTS_CONVERTERS(avx2)
@@ -65,6 +51,7 @@ TORCH_LAYOUTS_CONVERTERS(avx2)
 TORCH_LAYOUTS_CONVERTERS(avx512)
 #pragma GCC pop_options
 #undef TORCH_LAYOUTS_CONVERTERS
+#undef TORCH_LAYOUTS_CONVERTER
 #endif
 
 // The conversion of runs of src_type into dst_type in the row kernels' instruction set, or null
