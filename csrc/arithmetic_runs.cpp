@@ -149,18 +149,7 @@ bool arithmetic_runs(Arithmetic op, const at::Tensor& self, const at::Tensor& ot
     return std::abs(x.strides[0]) > std::abs(y.strides[0]);
   });
   std::vector<StridedLoop<3>> merged;
-  for (const StridedLoop<3>& loop : loops) {
-    if (!merged.empty()) {
-      StridedLoop<3>& outer = merged.back();
-      bool continues = true;
-      for (size_t k = 0; k < 3; ++k) continues = continues && outer.strides[k] == loop.size * loop.strides[k];
-      if (continues) {
-        outer = {outer.size * loop.size, loop.strides};
-        continue;
-      }
-    }
-    merged.push_back(loop);
-  }
+  for (const StridedLoop<3>& loop : loops) push_merged(merged, loop);
   // The innermost loop that continues the run in all three (each operand by its run's length, or
   // not at all where it does not vary along it) makes it longer.
   while (!merged.empty()) {

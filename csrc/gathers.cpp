@@ -46,15 +46,7 @@ bool gather_slices(const at::Tensor& self, int64_t dim, const at::Tensor& index,
   std::vector<StridedLoop<2>> loops;
   for (int64_t d = 0; d < self.dim(); ++d) {
     if (d == dim || self.size(d) == 1) continue;
-    const StridedLoop<2> loop{self.size(d), {out.stride(d), self.stride(d)}};
-    if (!loops.empty()) {
-      StridedLoop<2>& outer = loops.back();
-      if (outer.strides[0] == loop.size * loop.strides[0] && outer.strides[1] == loop.size * loop.strides[1]) {
-        outer = {outer.size * loop.size, loop.strides};
-        continue;
-      }
-    }
-    loops.push_back(loop);
+    push_merged<2>(loops, {self.size(d), {out.stride(d), self.stride(d)}});
   }
   const int64_t esize = static_cast<int64_t>(self.element_size());
   const bool contiguous_run = loops.empty() || (loops.back().strides[0] == 1 && loops.back().strides[1] == 1);

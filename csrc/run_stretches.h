@@ -37,6 +37,22 @@ struct StridedLoop {
   std::array<int64_t, N> strides;
 };
 
+// Appends `loop`, the next one inward, to loops: merged into loops.back() where that one continues
+// it on every operand (its stride there is loop's size times loop's stride), else after it.
+template <size_t N>
+void push_merged(std::vector<StridedLoop<N>>& loops, const StridedLoop<N>& loop) {
+  if (!loops.empty()) {
+    StridedLoop<N>& outer = loops.back();
+    bool continues = true;
+    for (size_t k = 0; k < N; ++k) continues = continues && outer.strides[k] == loop.size * loop.strides[k];
+    if (continues) {
+      outer = {outer.size * loop.size, loop.strides};
+      return;
+    }
+  }
+  loops.push_back(loop);
+}
+
 // body(offsets, count, inner) per work item: each operand's element offset (from `base`) of the
 // item's first run, how many runs of the largest loop (`inner`, the last of the largest: the
 // innermost of equals) it takes, about kParallelBytes of runs of `run` elements of `esize` bytes a
