@@ -6,13 +6,13 @@
 #include <c10/util/Half.h>
 
 #include <algorithm>
-#include <atomic>
-#include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "half_runs_x86.h"
+#include "row_math.h"
 
 namespace torch_layouts {
 namespace {
@@ -71,24 +71,16 @@ namespace half_runs = avx512_half;  // 16 at a time
 #pragma GCC pop_options
 #endif
 
-// The instruction sets this CPU runs the column sums in, best first, and the one in use.
-const std::vector<std::pair<std::string, const AddRunsTable*>>& add_runs_sets() {
-  static const std::vector<std::pair<std::string, const AddRunsTable*>> sets = [] {
-    std::vector<std::pair<std::string, const AddRunsTable*>> found;
+// The column sums in the row kernels' instruction set (rows_set_math picks it; tests run each):
+// AVX-512's or AVX2's loops (both sets include F16C), else the portable ones.
+const AddRunsTable& add_runs_table() {
+  const std::string_view set = rows_math().set;
 #if defined(__x86_64__)
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("f16c")) {
-      found.emplace_back("avx512", &avx512::kTable);
-    }
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c")) found.emplace_back("avx2", &avx2::kTable);
+  if (set == "avx512") return avx512::kTable;
+  if (set == "avx2") return avx2::kTable;
 #endif
-    found.emplace_back("portable", &portable::kTable);
-    return found;
-  }();
-  return sets;
+  return portable::kTable;
 }
-
-std::atomic<const AddRunsTable*> g_add_runs{add_runs_sets().front().second};
 
 // A dim of v (size > 1) and its place in the merged loops.
 struct Dim {
@@ -193,7 +185,7 @@ bool columns_sum(const at::Tensor& v, c10::IntArrayRef reduced, const at::Tensor
   int64_t chunks = std::clamp<int64_t>(v.numel() * 4 / kChunkBytes, 1, kMaxChunks);
   chunks = std::min({chunks, loops[split].size, std::max<int64_t>(1, kMaxPartials / results)});
   std::vector<float> partials(static_cast<size_t>(chunks * results));
-  const AddRunsTable& table = *g_add_runs.load(std::memory_order_relaxed);
+  const AddRunsTable& table = add_runs_table();
   const AddRuns add_runs = t == at::kFloat ? table.f32 : t == at::kHalf ? table.f16 : table.bf16;
   const char* base = static_cast<const char*>(v.const_data_ptr());
   const int64_t esize = static_cast<int64_t>(v.element_size());
@@ -286,24 +278,6 @@ bool columns_sum(const at::Tensor& v, c10::IntArrayRef reduced, const at::Tensor
     out.copy_(dense.as_strided(out.sizes(), strides));
   }
   return true;
-}
-
-std::vector<std::string> columns_sum_sets() {
-  std::vector<std::string> names;
-  for (const auto& [name, f] : add_runs_sets()) names.push_back(name);
-  return names;
-}
-
-std::string columns_sum_set(const std::string& set) {
-  for (const auto& [name, f] : add_runs_sets()) {
-    if (name != set) continue;
-    const AddRunsTable* old = g_add_runs.exchange(f);
-    for (const auto& [old_name, g] : add_runs_sets()) {
-      if (g == old) return old_name;
-    }
-  }
-  TORCH_CHECK_VALUE(false, "column sums instruction set ", set, " is not one this CPU runs (",
-                    c10::Join(", ", columns_sum_sets()), ")");
 }
 
 }  // namespace torch_layouts

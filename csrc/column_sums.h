@@ -6,9 +6,6 @@
 
 #include <ATen/core/Tensor.h>
 
-#include <string>
-#include <vector>
-
 namespace torch_layouts {
 
 // out := v summed over the dims `reduced`, where the kernel takes it: v a float32, float16 or
@@ -24,13 +21,8 @@ namespace torch_layouts {
 // order into float32 partial sums, one per chunk of the least contiguous reduced dim (a fixed
 // number from v's size: about 128 KiB of it each, at most 16), which the threads share; the
 // partials are then added in chunk order. The bits depend only on the elements' places in memory,
-// not on the thread count nor on how the view splits or merges its dims.
+// not on the thread count nor on how the view splits or merges its dims, nor on the instruction set
+// (the row kernels': rows_set_math picks it, tests run each).
 bool columns_sum(const at::Tensor& v, c10::IntArrayRef reduced, const at::Tensor& out);
-
-// The instruction sets this CPU runs the column sums in, best first ("avx512", "avx2",
-// "portable"); columns_sum_set installs one (tests run each: every one gives the same bits) and
-// returns the old one's name, ValueError naming any other.
-std::vector<std::string> columns_sum_sets();
-std::string columns_sum_set(const std::string& set);
 
 }  // namespace torch_layouts

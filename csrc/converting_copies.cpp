@@ -2,7 +2,8 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <string>
+#include <string_view>
+#include <utility>
 
 #include "dma_executor.h"
 #include "half_runs_x86.h"
@@ -58,15 +59,9 @@ TORCH_LAYOUTS_CONVERTERS(avx512)
 // (a pair other than float32 <-> float16 or bfloat16, or the portable set: no AVX2 and F16C).
 ConvertRuns converter(c10::ScalarType src_type, c10::ScalarType dst_type) {
 #if defined(__x86_64__)
-  auto in_set = [](const char* name) -> const RowMath* {  // "avx512" and "avx2" include F16C
-    const std::vector<std::string>& sets = row_math_sets();
-    return std::find(sets.begin(), sets.end(), name) != sets.end() ? &row_math(name) : nullptr;
-  };
-  static const RowMath* const avx512_set = in_set("avx512");
-  static const RowMath* const avx2_set = in_set("avx2");
-  const RowMath* set = &rows_math();
-  if (set != avx512_set && set != avx2_set) return nullptr;
-  const bool avx512 = set == avx512_set;
+  const std::string_view set = rows_math().set;  // "avx512" and "avx2" include F16C
+  if (set != "avx512" && set != "avx2") return nullptr;
+  const bool avx512 = set == "avx512";
   const std::pair<c10::ScalarType, c10::ScalarType> pair{src_type, dst_type};
   if (pair == std::pair{at::kFloat, at::kHalf}) return avx512 ? to_half_avx512 : to_half_avx2;
   if (pair == std::pair{at::kHalf, at::kFloat}) return avx512 ? to_float_avx512 : to_float_avx2;

@@ -523,8 +523,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         return columns_sum(v, reduced, out);
       },
       py::arg("v"), py::arg("reduced"), py::arg("out"), nogil);
-  m.def("_columns_sum_sets", &columns_sum_sets);
-  m.def("_columns_sum_set", &columns_sum_set);
   m.def(
       "_arithmetic_runs",
       [](const std::string& op, const at::Tensor& self, const at::Tensor& other, const at::Tensor& out,

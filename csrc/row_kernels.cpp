@@ -708,12 +708,6 @@ void rows_extreme(const at::Tensor& x, const at::Tensor& out, int64_t width, boo
 
 const RowMath& rows_math() { return math(); }
 
-std::string rows_set_math(const std::string& set) {
-  const RowMath* old = g_math.exchange(&row_math(set));
-  for (const std::string& name : row_math_sets()) {
-    if (&row_math(name) == old) return name;
-  }
-  TORCH_INTERNAL_ASSERT(false, "the row math in use is none of this CPU's sets");
-}
+std::string rows_set_math(const std::string& set) { return g_math.exchange(&row_math(set))->set; }
 
 }  // namespace torch_layouts

@@ -213,7 +213,8 @@ const RowMath kPortable{portable_simd::softmax,
                         fold_run_extremes_portable,
                         fold_strided_run_extremes_portable,
                         load_half_portable,
-                        store_half_portable};
+                        store_half_portable,
+                        "portable"};
 
 }  // namespace
 
@@ -339,7 +340,8 @@ void store_half_avx2(uint16_t* d, const float* s, int64_t n) { avx2_half::float_
 
 const RowMath kAvx2{softmax,           softmax_backward,          layer_norm,     layer_norm_backward,
                     sum,               add_run_sums,              add_strided_run_sums,
-                    fold_run_extremes, fold_strided_run_extremes, load_half_avx2, store_half_avx2};
+                    fold_run_extremes, fold_strided_run_extremes, load_half_avx2, store_half_avx2,
+                    "avx2"};
 
 }  // namespace
 }  // namespace avx2_simd
@@ -474,7 +476,7 @@ template <bool Max>
 
 const RowMath kAvx512{softmax, softmax_backward, layer_norm, layer_norm_backward, sum,
                       add_run_sums, add_strided_run_sums, fold_run_extremes, fold_strided_run_extremes,
-                      avx2_simd::load_half_avx2, avx2_simd::store_half_avx2};
+                      avx2_simd::load_half_avx2, avx2_simd::store_half_avx2, "avx512"};
 
 }  // namespace
 }  // namespace avx512_simd

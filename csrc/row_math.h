@@ -66,6 +66,7 @@ struct RowMath {
                                     bool max);
   void (*load_half)(float* d, const uint16_t* s, int64_t n);
   void (*store_half)(uint16_t* d, const float* s, int64_t n);
+  const char* set;  // its name in row_math_sets()
 };
 
 // The instruction sets this CPU runs the row math in, best first: "avx512" (AVX-512F with AVX2,
@@ -74,8 +75,8 @@ const std::vector<std::string>& row_math_sets();
 // The row math in one of row_math_sets() (ValueError naming any other).
 const RowMath& row_math(const std::string& set);
 
-// The row math the row kernels use (rows_set_math installs one; the converting copies run in its
-// instruction set too).
+// The row math the row kernels use (rows_set_math installs one; the converting copies and the
+// column sums run in its instruction set too).
 const RowMath& rows_math();
 
 }  // namespace torch_layouts

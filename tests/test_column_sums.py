@@ -23,7 +23,7 @@ from ops_support import kernels_in
 from torch_layouts import _C
 
 SENTINEL = -96.0
-SETS = _C._columns_sum_sets()  # the instruction sets this CPU runs the column sums in, best first
+SETS = _C._rows_math_sets()  # the instruction sets this CPU runs the column sums in (the row kernels'), best first
 
 
 def strided(shape: tuple[int, ...], order: list[int], pad: int, seed: int) -> torch.Tensor:
@@ -68,7 +68,7 @@ def geometries(draw) -> tuple[torch.Tensor, list[int]]:
 def test_column_sums_match_float64_and_read_only_the_view(case, instructions):
     v, dims = case
     out = torch.full(kept_shape(v, dims), SENTINEL)
-    with kernels_in(_C._columns_sum_set, instructions):
+    with kernels_in(_C._rows_set_math, instructions):
         assert _C._columns_sum(v, dims, out)
     count = math.prod(v.shape[d] for d in dims)
     torch.testing.assert_close(out.double(), reference(v, dims), rtol=1e-5, atol=1e-6 * count)
@@ -84,7 +84,7 @@ def test_half_precision_sums_round_once(case, dtype, float_out, instructions):
     v32, dims = case
     v = torch.empty_strided(v32.shape, v32.stride(), dtype=dtype).copy_(v32)  # laid out as the float32 view
     out = torch.full(kept_shape(v, dims), SENTINEL, dtype=torch.float32 if float_out else dtype)
-    with kernels_in(_C._columns_sum_set, instructions):
+    with kernels_in(_C._rows_set_math, instructions):
         assert _C._columns_sum(v, dims, out)
     exact = reference(v, dims)
     as_float = torch.empty_strided(v.shape, v.stride(), dtype=torch.float32).copy_(v)
@@ -107,14 +107,9 @@ def test_every_instruction_set_gives_the_same_bits(case):
     outs = []
     for instructions in SETS:
         outs.append(torch.empty(kept_shape(v, dims)))
-        with kernels_in(_C._columns_sum_set, instructions):
+        with kernels_in(_C._rows_set_math, instructions):
             assert _C._columns_sum(v, dims, outs[-1])
     assert all(torch.equal(o.view(torch.int32), outs[0].view(torch.int32)) for o in outs[1:])
-
-
-def test_an_unknown_instruction_set_is_refused():
-    with pytest.raises(ValueError, match="column sums instruction set neon is not one this CPU runs"):
-        _C._columns_sum_set("neon")
 
 
 @settings(max_examples=40, deadline=None)
