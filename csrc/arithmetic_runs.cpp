@@ -5,7 +5,10 @@
 #include <cstdint>
 #include <cstdlib>
 #include <functional>
+#include <optional>
 #include <vector>
+
+#include <c10/util/SmallVector.h>
 
 #include "isa_tables.h"
 #include "run_stretches.h"
@@ -80,9 +83,10 @@ TORCH_LAYOUTS_ARITHMETIC_TABLE(avx512)
 // The bytes a view's elements span: [first, last) from its data pointer.
 std::pair<const char*, const char*> span_of(const at::Tensor& v) {
   const char* base = static_cast<const char*>(v.const_data_ptr());
+  const c10::IntArrayRef sizes = v.sizes(), strides = v.strides();
   int64_t low = 0, high = 0;
-  for (int64_t d = 0; d < v.dim(); ++d) {
-    const int64_t reach = (v.size(d) - 1) * v.stride(d);
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    const int64_t reach = (sizes[d] - 1) * strides[d];
     (reach < 0 ? low : high) += reach;
   }
   const int64_t esize = static_cast<int64_t>(v.element_size());
@@ -102,6 +106,18 @@ bool is_one(const c10::IValue& alpha) {
   return false;
 }
 
+// A 0-dim operand's number as the op computes with it: ATen casts a CPU scalar (a Python number
+// it wraps, or a 0-dim tensor) to the computation's float32.
+std::optional<float> number_of(const at::Tensor& t) {
+  if (t.dim() != 0 || !t.device().is_cpu()) return std::nullopt;
+  switch (t.scalar_type()) {
+    case at::kFloat: return *t.const_data_ptr<float>();
+    case at::kDouble: return static_cast<float>(*t.const_data_ptr<double>());
+    case at::kLong: return static_cast<float>(*t.const_data_ptr<int64_t>());
+    default: return std::nullopt;
+  }
+}
+
 }  // namespace
 
 std::optional<Arithmetic> arithmetic_of(const std::string& op) {
@@ -117,38 +133,42 @@ std::optional<Arithmetic> arithmetic_of(const std::string& op) {
 
 bool arithmetic_runs(Arithmetic op, const at::Tensor& self, const at::Tensor& other, const at::Tensor& out,
                      const c10::IValue& alpha) {
-  if (!is_one(alpha) || self.scalar_type() != at::kFloat || other.scalar_type() != at::kFloat ||
-      out.scalar_type() != at::kFloat || !self.device().is_cpu() || !other.device().is_cpu() ||
-      !out.device().is_cpu() || self.sizes() != out.sizes() || other.sizes() != out.sizes() || out.numel() == 0) {
-    return false;
+  if (!is_one(alpha) || out.scalar_type() != at::kFloat || !out.device().is_cpu() || out.numel() == 0) return false;
+  // Each operand: a float32 CPU view of out's shape, or a number (stride 0 along every dim).
+  const std::optional<float> self_number = number_of(self), other_number = number_of(other);
+  for (const auto& [t, number] : {std::pair{&self, self_number}, std::pair{&other, other_number}}) {
+    if (!number && (t->scalar_type() != at::kFloat || !t->device().is_cpu() || t->sizes() != out.sizes())) return false;
   }
-  for (int64_t d = 0; d < out.dim(); ++d) {
-    if (out.size(d) > 1 && out.stride(d) <= 0) return false;  // ATen's error: elements written twice
+  const c10::IntArrayRef sizes = out.sizes(), so = out.strides();
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] > 1 && so[d] <= 0) return false;  // ATen's error: elements written twice
   }
   const bool in_place = self.const_data_ptr() == out.const_data_ptr() && self.strides() == out.strides();
   if (overlap(out, other) || (!in_place && overlap(out, self))) return false;
   // The run: the dim of stride 1 in out, of stride 1 or 0 in each operand; the other dims' loops,
-  // least contiguous (in out) first, those that continue each other in all three merged.
-  std::vector<StridedLoop<3>> loops;
+  // least contiguous (in out) first (sorted by insertion, stably: a few dims), those that continue
+  // each other in all three merged. Small vectors: a call on a 16x16 tensor allocates nothing.
+  c10::SmallVector<StridedLoop<3>, 6> loops;
   int64_t run = 0;
   bool a_varies = false, b_varies = false;
-  for (int64_t d = 0; d < out.dim(); ++d) {
-    const int64_t size = out.size(d);
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    const int64_t size = sizes[d];
     if (size == 1) continue;
-    const int64_t so = out.stride(d), sa = self.stride(d), sb = other.stride(d);
-    if (run == 0 && size >= 8 && so == 1 && (sa == 1 || sa == 0) && (sb == 1 || sb == 0) && (sa | sb) != 0) {
+    const int64_t sa = self_number ? 0 : self.strides()[d], sb = other_number ? 0 : other.strides()[d];
+    if (run == 0 && size >= 8 && so[d] == 1 && (sa == 1 || sa == 0) && (sb == 1 || sb == 0) && (sa | sb) != 0) {
       run = size;
       a_varies = sa == 1;
       b_varies = sb == 1;
       continue;
     }
-    loops.push_back({size, {so, sa, sb}});
+    StridedLoop<3> loop{size, {so[d], sa, sb}};
+    size_t at = loops.size();
+    loops.push_back(loop);
+    for (; at > 0 && std::abs(loops[at - 1].strides[0]) < std::abs(loop.strides[0]); --at) loops[at] = loops[at - 1];
+    loops[at] = loop;
   }
   if (run == 0) return false;
-  std::stable_sort(loops.begin(), loops.end(), [](const StridedLoop<3>& x, const StridedLoop<3>& y) {
-    return std::abs(x.strides[0]) > std::abs(y.strides[0]);
-  });
-  std::vector<StridedLoop<3>> merged;
+  c10::SmallVector<StridedLoop<3>, 6> merged;
   for (const StridedLoop<3>& loop : loops) push_merged(merged, loop);
   // The innermost loop that continues the run in all three (each operand by its run's length, or
   // not at all where it does not vary along it) makes it longer.
@@ -161,6 +181,35 @@ bool arithmetic_runs(Arithmetic op, const at::Tensor& self, const at::Tensor& ot
     run *= inner.size;
     merged.pop_back();
   }
+  static const std::array<ArithmeticRuns, 3>* const table =
+      TORCH_LAYOUTS_BEST_ISA_TABLE(base_table, avx2_table, avx512_table);
+  const ArithmeticRuns f = table[static_cast<int>(op)][a_varies && b_varies ? 0 : a_varies ? 1 : 2];
+  float* o = out.data_ptr<float>();
+  const float* a = self_number ? &*self_number : self.const_data_ptr<float>();
+  const float* b = other_number ? &*other_number : other.const_data_ptr<float>();
+  constexpr int64_t kChunk = kParallelBytes / static_cast<int64_t>(sizeof(float));
+  if (run > 2 * kChunk) {
+    // Long runs (a dense 1024x256 tensor is one): work items of one chunk of kChunk elements, so
+    // that the threads share them.
+    const int64_t chunks = (run + kChunk - 1) / kChunk;
+    int64_t positions = 1;
+    for (const auto& loop : merged) positions *= loop.size;
+    for_items(positions * chunks, kParallelBytes, [&](int64_t begin, int64_t end) {
+      for (int64_t item = begin; item < end; ++item) {
+        const int64_t first = (item % chunks) * kChunk;
+        std::array<int64_t, 3> at{first, a_varies ? first : 0, b_varies ? first : 0};
+        int64_t rest = item / chunks;
+        for (size_t m = merged.size(); m-- > 0;) {
+          const int64_t idx = rest % merged[m].size;
+          rest /= merged[m].size;
+          for (size_t k = 0; k < 3; ++k) at[k] += idx * merged[m].strides[k];
+        }
+        const RunNest nest{1, 1, std::min(kChunk, run - first), {}, {}};
+        f(o + at[0], a + at[1], b + at[2], nest);
+      }
+    });
+    return true;
+  }
   while (merged.size() < 2) merged.insert(merged.begin(), StridedLoop<3>{1, {0, 0, 0}});
   // Work items: a position of the outer loops and a stretch of loop n1 of about kParallelBytes.
   const StridedLoop<3> l0 = merged.back();
@@ -171,12 +220,6 @@ bool arithmetic_runs(Arithmetic op, const at::Tensor& self, const at::Tensor& ot
   const int64_t row_bytes = l0.size * run * static_cast<int64_t>(sizeof(float));
   const int64_t stretch = std::clamp<int64_t>(kParallelBytes / row_bytes, 1, l1.size);
   const int64_t stretches = (l1.size + stretch - 1) / stretch;
-  static const std::array<ArithmeticRuns, 3>* const table =
-      TORCH_LAYOUTS_BEST_ISA_TABLE(base_table, avx2_table, avx512_table);
-  const ArithmeticRuns f = table[static_cast<int>(op)][a_varies && b_varies ? 0 : a_varies ? 1 : 2];
-  float* o = out.data_ptr<float>();
-  const float* a = self.const_data_ptr<float>();
-  const float* b = other.const_data_ptr<float>();
   for_items(positions * stretches, stretch * row_bytes, [&](int64_t begin, int64_t end) {
     for (int64_t item = begin; item < end; ++item) {
       const int64_t first = (item % stretches) * stretch;

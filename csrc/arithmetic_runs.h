@@ -1,8 +1,8 @@
-// Float32 add, sub, mul and div of CPU views of device buffers where one operand is broadcast
-// inside the others' dims, run by run (a bias added to a (batch, tokens, features) tensor in
-// Spyre's default layout, whose batch dim lies between the stick columns and the stick). ATen's
-// loop runs a stick at a time there, so the replays would read the broadcast operand densified
-// (ops/broadcasts.py): a copy per call, which this kernel does without.
+// Float32 add, sub, mul and div of CPU views of device buffers, run by run: every such op the
+// replays run (kernel_front.cpp). A bias added to a (batch, tokens, features) tensor in Spyre's
+// default layout (the batch dim between the stick columns and the stick) would otherwise be read
+// densified (ops/broadcasts.py: a copy per call), and a small op would set up ATen's
+// TensorIterator over the layout's dims (x * x of 2x6x16: 17.8 -> 13.8 thousand instructions).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -20,7 +20,8 @@ enum class Arithmetic { kAdd, kSub, kMul, kDiv };
 std::optional<Arithmetic> arithmetic_of(const std::string& op);
 
 // out := self `op` other (add and sub: alpha, when given, must be 1), where self, other and out are
-// float32 CPU views of one shape (other's broadcast dims of stride 0), one dim of at least 8
+// float32 CPU views of one shape (broadcast dims of stride 0) or 0-dim CPU numbers (float32, float64
+// or int64, cast to float32 as ATen casts a wrapped Python number), one dim of at least 8
 // elements has stride 1 in out and stride 1 or 0 in self and other (not 0 in both), and out
 // shares no memory with the operands unless it is self itself: true, the elements ATen's op
 // gives; else false, having written nothing.

@@ -39,8 +39,9 @@ struct StridedLoop {
 
 // Appends `loop`, the next one inward, to loops: merged into loops.back() where that one continues
 // it on every operand (its stride there is loop's size times loop's stride), else after it.
-template <size_t N>
-void push_merged(std::vector<StridedLoop<N>>& loops, const StridedLoop<N>& loop) {
+// (loops: a std::vector or c10::SmallVector of StridedLoop<N>.)
+template <size_t N, typename Loops>
+void push_merged(Loops& loops, const StridedLoop<N>& loop) {
   if (!loops.empty()) {
     StridedLoop<N>& outer = loops.back();
     bool continues = true;

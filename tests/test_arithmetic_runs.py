@@ -1,7 +1,8 @@
 """The runtime's run-by-run float32 add, sub, mul and div (``csrc/arithmetic_runs.cpp``, bound as
 ``_C._arithmetic_runs``), which the replays use where an operand is broadcast inside the dims it
-varies along: on any strided views it takes, ATen's bits (infinities, NaNs and signed zeros
-included), in place too; the views it declines are left untouched."""
+varies along, and for every float32 add, sub, mul and div replayed (a Python number or a 0-dim
+tensor operand included): on any strided views it takes, ATen's bits (infinities, NaNs and signed
+zeros included), in place too; the views it declines are left untouched."""
 
 from __future__ import annotations
 
@@ -12,7 +13,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import torch_layouts
+from ops_support import padding_holds_pad_value
 from torch_layouts import _C
+from torch_layouts.ops import elementwise
 
 OPS = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div}
 SPECIAL = [math.nan, math.inf, -math.inf, 0.0, -0.0, 1.0, -1.0, 1e-40, 3.4e38]
@@ -73,6 +77,59 @@ def test_any_views_it_takes_give_atens_bits(shape, name, data):
     assert took == (y.stride(-1) in (0, 1) and 1 in (x.stride(-1), y.stride(-1)))
 
 
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.integers(1, 12), min_size=1, max_size=4), st.sampled_from(sorted(OPS)),
+       st.sampled_from([torch.float32, torch.float64, torch.int64]), st.booleans(), st.data())
+def test_a_number_operand_gives_atens_bits(shape, name, number_dtype, number_first, data):
+    """A 0-dim CPU operand (a Python number, as ATen wraps it, or a 0-dim tensor) on either side of
+    a strided view: one number for every element, cast to float32 as ATen casts it; ATen's bits."""
+    shape[-1] = data.draw(st.sampled_from([8, 16, 37, 64]))
+    gen = torch.Generator().manual_seed(data.draw(st.integers(0, 2**16)))
+    x = strided(shape, list(range(len(shape))), gen, gaps=data.draw(st.integers(0, 15)))
+    integers = st.integers(-2**40, 2**40)
+    value = data.draw(integers if number_dtype == torch.int64 else
+                      st.sampled_from(SPECIAL) | st.floats(-1e6, 1e6, width=32) | integers)
+    number = torch.tensor(value, dtype=number_dtype)
+    a, b = (number, x) if number_first else (x, number)
+    out = torch.empty(x.shape)
+    assert _C._arithmetic_runs(name, a, b, out)
+    assert torch.equal(bits(out), bits(OPS[name](a, b)))
+    if not number_first and number_dtype != torch.int64:  # the Python number itself, as ATen wraps it
+        assert torch.equal(bits(out), bits(OPS[name](x, value)))
+
+
+# id, a device op with a number operand (the replays run it by kernel), its operand's dtype.
+NUMBER_OPS = [
+    ("times-float", lambda x: x * 0.3535533905932738, torch.float32),
+    ("div-int", lambda x: x / 3, torch.float32),
+    ("rsub-float", lambda x: 2.5 - x, torch.float32),
+    ("plus-int", lambda x: x + 1, torch.float32),
+    ("minus-0-dim-tensor", lambda x: x - torch.tensor(2.0), torch.float32),
+    ("mul-scalar-overload", lambda x: torch.ops.aten.mul.Scalar(x, 2.0), torch.float32),
+    ("div-out", lambda x: torch.div(x, 7.0, out=torch.empty_like(x)), torch.float32),
+    ("in-place-mul", lambda x: x.mul_(0.5), torch.float32),
+    ("in-place-div", lambda x: x.div_(0.1), torch.float32),
+    ("add-alpha", lambda x: torch.add(x, 1.5, alpha=2), torch.float32),  # alpha not 1: ATen's loop
+    ("half", lambda x: x * 0.3535, torch.float16),  # not float32: ATen's loop
+]
+
+
+@pytest.mark.parametrize("_, fn, dtype", NUMBER_OPS, ids=[c[0] for c in NUMBER_OPS])
+def test_device_ops_with_a_number_give_the_cpus_bits(_, fn, dtype):
+    """Padded views of Spyre's default layout (16 of each 32-float stick real), special values
+    among them: the CPU's bits, call after call, the padding the pad value."""
+    elementwise.forget_recipes()
+    for seed in range(3):
+        host = values(2 * 6 * 16, torch.Generator().manual_seed(seed)).view(2, 6, 16).to(dtype)
+        out, expected = fn(host.to("spyre")), fn(host.clone())
+        assert out.dtype == expected.dtype
+        assert torch.equal(out.cpu().view(torch.int16 if dtype == torch.float16 else torch.int32),
+                           expected.view(torch.int16 if dtype == torch.float16 else torch.int32))
+        assert padding_holds_pad_value(out)
+    with torch_layouts.strict_layouts():
+        assert torch.equal(fn(host.to("spyre")).cpu().view(torch.uint8), fn(host.clone()).view(torch.uint8))
+
+
 def test_a_bias_over_spyres_3d_layout():
     """The case it is for: x + bias in the coordinates of Spyre's default (8, 128, 256) float32
     layout, (tokens, stick columns, batch, stick); and bias - x, and in place."""
@@ -87,6 +144,25 @@ def test_a_bias_over_spyres_3d_layout():
     target = x.clone()
     assert _C._arithmetic_runs("add", target, bias, target, 1.0)
     assert torch.equal(bits(target), bits(x + bias))
+
+
+@pytest.mark.parametrize("shape, gaps", [((70001,), 0), ((2, 33000), 1), ((3, 40000), 0)])
+@pytest.mark.parametrize("name", sorted(OPS))
+def test_long_runs_are_split_into_chunks(shape, gaps, name):
+    """Runs longer than two work items (a dense tensor is one run) are cut into chunks the threads
+    share, the last one shorter: every element ATen's, with a number operand and in place too."""
+    gen = torch.Generator().manual_seed(len(shape))
+    order = list(range(len(shape)))
+    x, y = strided(list(shape), order, gen, gaps=gaps), strided(list(shape), order, gen)
+    out = torch.empty(shape)
+    assert _C._arithmetic_runs(name, x, y, out)
+    assert torch.equal(bits(out), bits(OPS[name](x, y)))
+    number = torch.tensor(0.3535533905932738, dtype=torch.float64)
+    assert _C._arithmetic_runs(name, x, number, out)
+    assert torch.equal(bits(out), bits(OPS[name](x, 0.3535533905932738)))
+    target, expected = x.clone(), OPS[name](x, y)
+    assert _C._arithmetic_runs(name, target, y, target)
+    assert torch.equal(bits(target), bits(expected))
 
 
 def _declined(x, y, out, name="add", alpha=None):
