@@ -185,7 +185,10 @@ void layer_norm_runs(RowShape s, int64_t count, Row x, Row out, const float* w, 
 }
 
 // The input gradient of layer norm's backward from the rows' sums of g * w (sa) and of
-// g * w * xhat (sb), each still a vector to add up; nothing where out has no rows.
+// g * w * x (sb), each still a vector to add up; nothing where out has no rows. As ATen's kernel
+// does: with a = mean(gw) and c = mean(gw * xhat) = rstd (mean(gw * x) - mean a), the gradient
+// rstd * (gw - a - xhat * c) is A * gw + B * x + C with a row's three numbers (A = rstd,
+// B = -rstd^2 c, C = rstd (rstd c mean - a)): two fused multiply-adds an element.
 template <int64_t R>
 void layer_norm_backward_input(RowShape s, int64_t count, Row g, Row x, Row out, const float* mean,
                                const float* rstd, const float* w, S::V* sa, S::V* sb, bool rms) {
@@ -193,18 +196,22 @@ void layer_norm_backward_input(RowShape s, int64_t count, Row g, Row x, Row out,
   using V = S::V;
   if (!out.base) return;
   const float n = static_cast<float>(row_length(s));
+  V coef_b[kMaxBlockRows], coef_c[kMaxBlockRows];
   for (int64_t k = 0; k < count; ++k) {
-    sa[k] = rms ? S::zeros() : S::splat(S::hsum(sa[k]) / n);  // RMS norm: no mean, no sum(gw) term
-    sb[k] = S::splat(S::hsum(sb[k]) / n);
+    const float sum_gw = S::hsum(sa[k]), r = rstd[k];
+    const float a = rms ? 0.0f : sum_gw / n;  // RMS norm: no mean, no sum(gw) term
+    const float c = r * (S::hsum(sb[k]) - mean[k] * sum_gw) / n;
+    coef_b[k] = S::splat(-r * r * c);
+    coef_c[k] = S::splat(r * (r * c * mean[k] - a));
   }
   each_run(s, count, [&](int64_t k, int64_t j) {
     const float *gp = ptr(g, k, j), *xp = ptr(x, k, j), *wj = w ? w + j * s.run : nullptr;
     float* op = ptr(out, k, j);
-    const V mk = S::splat(mean[k]), rk = S::splat(rstd[k]), a = sa[k], c = sb[k];
+    const V rk = S::splat(rstd[k]), bk = coef_b[k], ck = coef_c[k];
     chunks(run_length(s, j), [&](int64_t i, int64_t r) {
-      const V gv = S::ld(gp + i, r, 0), xhat = S::mul(S::sub(S::ld(xp + i, r, 0), mk), rk);
+      const V gv = S::ld(gp + i, r, 0);
       const V gw = wj ? S::mul(gv, S::ld(wj + i, r, 0)) : gv;
-      S::st(op + i, r, S::mul(rk, S::fnmadd(xhat, c, S::sub(gw, a))));
+      S::st(op + i, r, S::fmadd(rk, gw, S::fmadd(bk, S::ld(xp + i, r, 0), ck)));
     });
   });
 }
@@ -233,13 +240,13 @@ void layer_norm_backward_runs(RowShape s, int64_t count, Row g, Row x, Row out, 
           V a = sa[k], c2 = sb[k];
           for (int64_t c = 0; c < kC; ++c) {
             const int64_t i = c * S::kLanes;
-            const V gv = S::ld(gp + i, S::kLanes, 0), xhat = S::mul(S::sub(S::ld(xp + i, S::kLanes, 0), mk), rk);
-            gsum[c] = S::fmadd(gv, xhat, gsum[c]);
+            const V gv = S::ld(gp + i, S::kLanes, 0), xv = S::ld(xp + i, S::kLanes, 0);
+            gsum[c] = S::fmadd(gv, S::mul(S::sub(xv, mk), rk), gsum[c]);
             bsum[c] = S::add(gv, bsum[c]);
             if (!out.base) continue;
             const V gw = wj ? S::mul(gv, S::ld(wj + i, S::kLanes, 0)) : gv;
             a = S::add(a, gw);
-            c2 = S::fmadd(gw, xhat, c2);
+            c2 = S::fmadd(gw, xv, c2);
           }
           sa[k] = a;
           sb[k] = c2;
@@ -258,12 +265,12 @@ void layer_norm_backward_runs(RowShape s, int64_t count, Row g, Row x, Row out, 
     const V mk = S::splat(mean[k]), rk = S::splat(rstd[k]);
     V a = sa[k], c = sb[k];
     chunks(run_length(s, j), [&](int64_t i, int64_t r) {
-      const V gv = S::ld(gp + i, r, 0), xhat = S::mul(S::sub(S::ld(xp + i, r, 0), mk), rk);
-      if (dg) S::st(dg + i, r, S::fmadd(gv, xhat, S::ld(dg + i, r, 0)));
+      const V gv = S::ld(gp + i, r, 0), xv = S::ld(xp + i, r, 0);
+      if (dg) S::st(dg + i, r, S::fmadd(gv, S::mul(S::sub(xv, mk), rk), S::ld(dg + i, r, 0)));
       if (db) S::st(db + i, r, S::add(gv, S::ld(db + i, r, 0)));
       const V gw = wj ? S::mul(gv, S::ld(wj + i, r, 0)) : gv;
       a = S::add(a, gw);
-      c = S::fmadd(gw, xhat, c);
+      c = S::fmadd(gw, xv, c);
     });
     sa[k] = a;
     sb[k] = c;
