@@ -1,6 +1,7 @@
 #include "reduce_recipe.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 
 #include <algorithm>
 
@@ -104,7 +105,7 @@ class ReduceReplay final : public Replay {
       for (int64_t d : order) shape[static_cast<size_t>(d)] = 1;
       at::Tensor sums = at::empty(shape, v.options().dtype(dtype.value_or(v.scalar_type())));
       if (columns_sum(v, order, sums)) {
-        return kind == Kind::kMean ? sums.to(at::kFloat).div(count).to(out_dtype) : sums;
+        return kind == Kind::kMean ? mean_of(std::move(sums), /*fresh=*/true) : sums;
       }
     }
     const bool exact = kind != Kind::kSum && kind != Kind::kMean;  // as reduce_view: outermost dim first
@@ -119,8 +120,25 @@ class ReduceReplay final : public Replay {
         case Kind::kAny: v = at::any(v, d, true); break;
       }
     }
-    if (kind == Kind::kMean) v = v.to(at::kFloat).div(count).to(out_dtype);  // as ops/reductions._values
+    if (kind == Kind::kMean) v = mean_of(std::move(v), /*fresh=*/!order.empty());
     return v;
+  }
+
+  // A mean from its sums, as ops/reductions._values: in float32, divided by the count, in the
+  // result's dtype; in place where the sums are this call's own float32 tensor (as ATen's mean
+  // divides its sums in place: no tensor per call for the quotient).
+  at::Tensor mean_of(at::Tensor sums, bool fresh) const {
+    if (fresh && sums.scalar_type() == at::kFloat && sums.is_contiguous()) {
+      // ATen's div_ by the count: each sum over float(count), IEEE's one rounding (no
+      // TensorIterator, nor the count's 0-dim tensor converted to float32, for a few sums).
+      float* p = sums.data_ptr<float>();
+      const float n = static_cast<float>(count);
+      at::parallel_for(0, sums.numel(), 32768, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) p[i] /= n;
+      });
+      return sums.to(out_dtype);
+    }
+    return sums.to(at::kFloat).div(count).to(out_dtype);
   }
 
   // reduce(v) written into `out`, the result's view, by ATen's out= overload, where that gives the
