@@ -516,9 +516,22 @@ void run(const Problem& P, Call& X) {
     blocks = (blocks + threads - 1) / threads * threads;
   const int64_t strips = (P.m + kMR - 1) / kMR;
   blocks = std::min(blocks, strips);
-  const auto block_row = [&](int64_t b) { return std::min(P.m, b * strips / blocks * kMR); };
-  const int64_t split =
+  int64_t split =
       single ? 1 : std::clamp<int64_t>((2 * threads + P.batch * blocks - 1) / (P.batch * blocks), 1, P.panels);
+  if (!single && P.batch == 1 && blocks == threads && threads > 1 && P.m <= kMC) {
+    // One block a thread, where all the rows fit one block: if the strips do not split evenly over
+    // the threads and the panels split more evenly, every thread takes all the rows and its share
+    // of the panels instead (each packs A): 128x256 @ 256x256 at 2 threads is 6 strips against 5
+    // by rows, 4 panels each by panels.
+    const double by_rows = static_cast<double>(strips) / static_cast<double>(threads * ((strips + threads - 1) / threads));
+    const double by_panels =
+        static_cast<double>(P.panels) / static_cast<double>(threads * ((P.panels + threads - 1) / threads));
+    if (by_panels > by_rows + 0.05) {
+      blocks = 1;
+      split = std::min(threads, P.panels);
+    }
+  }
+  const auto block_row = [&](int64_t b) { return std::min(P.m, b * strips / blocks * kMR); };
   const int64_t per = (P.panels + split - 1) / split;
   const int64_t tasks = P.batch * blocks * split;
   X.pack_b_in_task = blocks == 1;  // no two tasks read the same panel of one batch entry

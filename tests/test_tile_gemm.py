@@ -242,3 +242,26 @@ def test_set_kernel_returns_the_old_one_and_refuses_others():
         assert _C._tile_gemm_set_kernel(KERNELS[-1]) == KERNELS[0]  # the refused call changed nothing
     finally:
         _C._tile_gemm_set_kernel(old)
+
+
+# (m, k, n) of device products of at least 4 million flops, which the tile GEMM splits over the
+# threads: by row blocks, or, where a thread's block of strips would be uneven and the 16-column
+# panels split more evenly, every thread all the rows and its share of the panels.
+THREADED = [(128, 256, 256), (100, 256, 320), (144, 128, 256), (200, 256, 256), (40, 512, 512), (300, 96, 200),
+            (3 * 24, 256, 144)]
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+@pytest.mark.parametrize("m, k, n", THREADED)
+def test_threaded_splits_write_every_element_once(m, k, n, threads):
+    """Whichever way the work splits, every element of C is the product's: no strip or panel
+    dropped or added twice."""
+    gen = torch.Generator().manual_seed(m + n)
+    a, b = torch.randn(m, k, generator=gen), torch.randn(k, n, generator=gen)
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        got = (a.to("spyre") @ b.to("spyre")).cpu().double()
+    finally:
+        torch.set_num_threads(old)
+    torch.testing.assert_close(got, a.double() @ b.double(), atol=1e-4 * math.sqrt(k), rtol=1e-5)
