@@ -102,6 +102,8 @@ SELECTS = [
     ("threads", (2048, 256), F32, None, 0, 512, torch.int64),  # 512 KiB gathered: split over the threads
     ("short-runs", (64, 4), F32, None, 0, 9, torch.int64),  # runs of 16 bytes: ATen's index_select
     ("rows-int32-index", (96, 70), F32, None, 0, 40, torch.int32),
+    ("rows-of-half-sticks", (200, 16), F32, None, 0, 33, torch.int64),  # runs of 64 bytes
+    ("rows-of-float16-half-sticks", (200, 32), F16, None, 0, 33, torch.int64),  # runs of 64 bytes
     ("tokens-of-3d", (8, 128, 256), F32, None, 1, 17, torch.int64),
     ("batch-of-3d-half", (8, 16, 128), F16, None, 0, 5, torch.int64),
     ("last-dim-of-3d", (4, 6, 96), F32, None, -1, 9, torch.int64),  # split into sticks: general path
