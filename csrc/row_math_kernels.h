@@ -185,10 +185,11 @@ void layer_norm_runs(RowShape s, int64_t count, Row x, Row out, const float* w, 
 }
 
 // The input gradient of layer norm's backward from the rows' sums of g * w (sa) and of
-// g * w * x (sb), each still a vector to add up; nothing where out has no rows. As ATen's kernel
-// does: with a = mean(gw) and c = mean(gw * xhat) = rstd (mean(gw * x) - mean a), the gradient
-// rstd * (gw - a - xhat * c) is A * gw + B * x + C with a row's three numbers (A = rstd,
-// B = -rstd^2 c, C = rstd (rstd c mean - a)): two fused multiply-adds an element.
+// g * w * x (sb), each still a vector to add up; nothing where out has no rows. With a = mean(gw)
+// and c = mean(gw * xhat) = rstd (mean(gw * x) - mean a) (as ATen's kernel sums them), the
+// gradient rstd * (gw - a - xhat * c) is rstd (gw - a) + B (x - mean) with B = -rstd^2 c: four
+// ops an element. (ATen's A gw + B x + C, two, leaves rstd * gw's rounding where the terms
+// cancel: a row of one element, whose gradient is 0, came out 2e-5 at rstd 316.)
 template <int64_t R>
 void layer_norm_backward_input(RowShape s, int64_t count, Row g, Row x, Row out, const float* mean,
                                const float* rstd, const float* w, S::V* sa, S::V* sb, bool rms) {
@@ -196,22 +197,20 @@ void layer_norm_backward_input(RowShape s, int64_t count, Row g, Row x, Row out,
   using V = S::V;
   if (!out.base) return;
   const float n = static_cast<float>(row_length(s));
-  V coef_b[kMaxBlockRows], coef_c[kMaxBlockRows];
+  V coef_a[kMaxBlockRows], coef_b[kMaxBlockRows];
   for (int64_t k = 0; k < count; ++k) {
     const float sum_gw = S::hsum(sa[k]), r = rstd[k];
-    const float a = rms ? 0.0f : sum_gw / n;  // RMS norm: no mean, no sum(gw) term
-    const float c = r * (S::hsum(sb[k]) - mean[k] * sum_gw) / n;
-    coef_b[k] = S::splat(-r * r * c);
-    coef_c[k] = S::splat(r * (r * c * mean[k] - a));
+    coef_a[k] = S::splat(rms ? 0.0f : sum_gw / n);  // RMS norm: no mean, no sum(gw) term
+    coef_b[k] = S::splat(-r * r * (r * (S::hsum(sb[k]) - mean[k] * sum_gw) / n));
   }
   each_run(s, count, [&](int64_t k, int64_t j) {
     const float *gp = ptr(g, k, j), *xp = ptr(x, k, j), *wj = w ? w + j * s.run : nullptr;
     float* op = ptr(out, k, j);
-    const V rk = S::splat(rstd[k]), bk = coef_b[k], ck = coef_c[k];
+    const V rk = S::splat(rstd[k]), mk = S::splat(mean[k]), ak = coef_a[k], bk = coef_b[k];
     chunks(run_length(s, j), [&](int64_t i, int64_t r) {
       const V gv = S::ld(gp + i, r, 0);
       const V gw = wj ? S::mul(gv, S::ld(wj + i, r, 0)) : gv;
-      S::st(op + i, r, S::fmadd(rk, gw, S::fmadd(bk, S::ld(xp + i, r, 0), ck)));
+      S::st(op + i, r, S::fmadd(bk, S::sub(S::ld(xp + i, r, 0), mk), S::mul(rk, S::sub(gw, ak))));
     });
   });
 }
