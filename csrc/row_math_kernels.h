@@ -185,11 +185,12 @@ void layer_norm_runs(RowShape s, int64_t count, Row x, Row out, const float* w, 
 }
 
 // The input gradient of layer norm's backward from the rows' sums of g * w (sa) and of
-// g * w * x (sb), each still a vector to add up; nothing where out has no rows. With a = mean(gw)
-// and c = mean(gw * xhat) = rstd (mean(gw * x) - mean a) (as ATen's kernel sums them), the
-// gradient rstd * (gw - a - xhat * c) is rstd (gw - a) + B (x - mean) with B = -rstd^2 c: four
-// ops an element. (ATen's A gw + B x + C, two, leaves rstd * gw's rounding where the terms
-// cancel: a row of one element, whose gradient is 0, came out 2e-5 at rstd 316.)
+// g * w * (x - mean) (sb), each still a vector to add up; nothing where out has no rows. With
+// a = mean(gw) and c = mean(gw * xhat) = rstd mean(gw * (x - mean)), the gradient
+// rstd * (gw - a - xhat * c) is rstd (gw - a) + B (x - mean) with B = -rstd^2 c: four ops an
+// element. ATen's forms cancel large terms: its sums (mean(gw * x) - mean a) lost the digits of a
+// row of two close values, its A gw + B x + C left rstd * gw's rounding where a row's gradient is
+// 0 (one element: 2e-5 at rstd 316), each beyond float64's 1e-5.
 template <int64_t R>
 void layer_norm_backward_input(RowShape s, int64_t count, Row g, Row x, Row out, const float* mean,
                                const float* rstd, const float* w, S::V* sa, S::V* sb, bool rms) {
@@ -201,7 +202,7 @@ void layer_norm_backward_input(RowShape s, int64_t count, Row g, Row x, Row out,
   for (int64_t k = 0; k < count; ++k) {
     const float sum_gw = S::hsum(sa[k]), r = rstd[k];
     coef_a[k] = S::splat(rms ? 0.0f : sum_gw / n);  // RMS norm: no mean, no sum(gw) term
-    coef_b[k] = S::splat(-r * r * (r * (S::hsum(sb[k]) - mean[k] * sum_gw) / n));
+    coef_b[k] = S::splat(-r * r * (r * S::hsum(sb[k]) / n));
   }
   each_run(s, count, [&](int64_t k, int64_t j) {
     const float *gp = ptr(g, k, j), *xp = ptr(x, k, j), *wj = w ? w + j * s.run : nullptr;
@@ -239,13 +240,13 @@ void layer_norm_backward_runs(RowShape s, int64_t count, Row g, Row x, Row out, 
           V a = sa[k], c2 = sb[k];
           for (int64_t c = 0; c < kC; ++c) {
             const int64_t i = c * S::kLanes;
-            const V gv = S::ld(gp + i, S::kLanes, 0), xv = S::ld(xp + i, S::kLanes, 0);
-            gsum[c] = S::fmadd(gv, S::mul(S::sub(xv, mk), rk), gsum[c]);
+            const V gv = S::ld(gp + i, S::kLanes, 0), xm = S::sub(S::ld(xp + i, S::kLanes, 0), mk);
+            gsum[c] = S::fmadd(gv, S::mul(xm, rk), gsum[c]);
             bsum[c] = S::add(gv, bsum[c]);
             if (!out.base) continue;
             const V gw = wj ? S::mul(gv, S::ld(wj + i, S::kLanes, 0)) : gv;
             a = S::add(a, gw);
-            c2 = S::fmadd(gw, xv, c2);
+            c2 = S::fmadd(gw, xm, c2);
           }
           sa[k] = a;
           sb[k] = c2;
@@ -264,12 +265,12 @@ void layer_norm_backward_runs(RowShape s, int64_t count, Row g, Row x, Row out, 
     const V mk = S::splat(mean[k]), rk = S::splat(rstd[k]);
     V a = sa[k], c = sb[k];
     chunks(run_length(s, j), [&](int64_t i, int64_t r) {
-      const V gv = S::ld(gp + i, r, 0), xv = S::ld(xp + i, r, 0);
-      if (dg) S::st(dg + i, r, S::fmadd(gv, S::mul(S::sub(xv, mk), rk), S::ld(dg + i, r, 0)));
+      const V gv = S::ld(gp + i, r, 0), xm = S::sub(S::ld(xp + i, r, 0), mk);
+      if (dg) S::st(dg + i, r, S::fmadd(gv, S::mul(xm, rk), S::ld(dg + i, r, 0)));
       if (db) S::st(db + i, r, S::add(gv, S::ld(db + i, r, 0)));
       const V gw = wj ? S::mul(gv, S::ld(wj + i, r, 0)) : gv;
       a = S::add(a, gw);
-      c = S::fmadd(gw, xv, c);
+      c = S::fmadd(gw, xm, c);
     });
     sa[k] = a;
     sb[k] = c;
