@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <type_traits>
 #include <vector>
 
 #include "run_stretches.h"
@@ -69,34 +68,17 @@ bool gather_slices(const at::Tensor& self, int64_t dim, const at::Tensor& index,
   // embedding of 32000x1024 float32: 16 sticks 8 MiB apart), which the hardware's prefetchers do
   // not follow.
   const int64_t ahead = std::max<int64_t>(1, kAheadBytes / static_cast<int64_t>(bytes));
-  // The runs of a stick (64 or 128 bytes: float16 or float32 Spyre sticks) copied by a copy of
-  // that size known at compile time, inlined, not a memcpy call per run (64 rows of sticks: 512).
-  const auto copy_runs = [&](int64_t begin, int64_t end, int64_t oo, int64_t so, auto size) {
-    constexpr size_t kFixed = decltype(size)::value;
-    for (int64_t i = begin; i < end; ++i) {
-      if (i + ahead < end) {
-        const char* next = from + rows[static_cast<size_t>(i + ahead)] * self_step + so * esize;
-        for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(next + b);
-      }
-      char* dst = to + i * out_step + oo * esize;
-      const char* src = from + rows[static_cast<size_t>(i)] * self_step + so * esize;
-      if constexpr (kFixed != 0) {
-        std::memcpy(dst, src, kFixed);
-      } else {
-        std::memcpy(dst, src, bytes);
-      }
-    }
-  };
   for_items(index.numel(), runs * run * esize, [&](int64_t begin, int64_t end) {
     std::vector<int64_t> at(loops.size());
     int64_t oo = 0, so = 0;
     for (int64_t r = 0; r < runs; ++r) {
-      if (bytes == 128) {
-        copy_runs(begin, end, oo, so, std::integral_constant<size_t, 128>{});
-      } else if (bytes == 64) {
-        copy_runs(begin, end, oo, so, std::integral_constant<size_t, 64>{});
-      } else {
-        copy_runs(begin, end, oo, so, std::integral_constant<size_t, 0>{});
+      for (int64_t i = begin; i < end; ++i) {
+        if (i + ahead < end) {
+          const char* next = from + rows[static_cast<size_t>(i + ahead)] * self_step + so * esize;
+          for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(next + b);
+        }
+        std::memcpy(to + i * out_step + oo * esize, from + rows[static_cast<size_t>(i)] * self_step + so * esize,
+                    bytes);
       }
       for (size_t k = loops.size(); k-- > 0;) {  // the next run: the loops as an odometer
         oo += loops[k].strides[0];
