@@ -522,11 +522,11 @@ void run(const Problem& P, Call& X) {
     // One block a thread, where all the rows fit one block: if the strips do not split evenly over
     // the threads and the panels split more evenly, every thread takes all the rows and its share
     // of the panels instead (each packs A): 128x256 @ 256x256 at 2 threads is 6 strips against 5
-    // by rows, 4 panels each by panels.
-    const double by_rows = static_cast<double>(strips) / static_cast<double>(threads * ((strips + threads - 1) / threads));
-    const double by_panels =
-        static_cast<double>(P.panels) / static_cast<double>(threads * ((P.panels + threads - 1) / threads));
-    if (by_panels > by_rows + 0.05) {
+    // by rows, 8 panels each by panels. Balance: the mean share over the largest.
+    const auto balance = [&](int64_t units) {
+      return static_cast<double>(units) / static_cast<double>(threads * ((units + threads - 1) / threads));
+    };
+    if (balance(P.panels) > balance(strips) + 0.05) {
       blocks = 1;
       split = std::min(threads, P.panels);
     }
