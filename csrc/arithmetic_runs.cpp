@@ -192,18 +192,11 @@ bool arithmetic_runs(Arithmetic op, const at::Tensor& self, const at::Tensor& ot
     // Long runs (a dense 1024x256 tensor is one): work items of one chunk of kChunk elements, so
     // that the threads share them.
     const int64_t chunks = (run + kChunk - 1) / kChunk;
-    int64_t positions = 1;
-    for (const auto& loop : merged) positions *= loop.size;
-    for_items(positions * chunks, kParallelBytes, [&](int64_t begin, int64_t end) {
+    for_items(positions_of(merged) * chunks, kParallelBytes, [&](int64_t begin, int64_t end) {
       for (int64_t item = begin; item < end; ++item) {
         const int64_t first = (item % chunks) * kChunk;
         std::array<int64_t, 3> at{first, a_varies ? first : 0, b_varies ? first : 0};
-        int64_t rest = item / chunks;
-        for (size_t m = merged.size(); m-- > 0;) {
-          const int64_t idx = rest % merged[m].size;
-          rest /= merged[m].size;
-          for (size_t k = 0; k < 3; ++k) at[k] += idx * merged[m].strides[k];
-        }
+        add_position(at, merged, item / chunks);
         const RunNest nest{1, 1, std::min(kChunk, run - first), {}, {}};
         f(o + at[0], a + at[1], b + at[2], nest);
       }
@@ -215,8 +208,7 @@ bool arithmetic_runs(Arithmetic op, const at::Tensor& self, const at::Tensor& ot
   const StridedLoop<3> l0 = merged.back();
   const StridedLoop<3> l1 = merged[merged.size() - 2];
   merged.resize(merged.size() - 2);
-  int64_t positions = 1;
-  for (const auto& loop : merged) positions *= loop.size;
+  const int64_t positions = positions_of(merged);
   const int64_t row_bytes = l0.size * run * static_cast<int64_t>(sizeof(float));
   const int64_t stretch = std::clamp<int64_t>(kParallelBytes / row_bytes, 1, l1.size);
   const int64_t stretches = (l1.size + stretch - 1) / stretch;
@@ -225,12 +217,7 @@ bool arithmetic_runs(Arithmetic op, const at::Tensor& self, const at::Tensor& ot
       const int64_t first = (item % stretches) * stretch;
       std::array<int64_t, 3> at{};
       for (size_t k = 0; k < 3; ++k) at[k] = first * l1.strides[k];
-      int64_t rest = item / stretches;
-      for (size_t m = merged.size(); m-- > 0;) {
-        const int64_t idx = rest % merged[m].size;
-        rest /= merged[m].size;
-        for (size_t k = 0; k < 3; ++k) at[k] += idx * merged[m].strides[k];
-      }
+      add_position(at, merged, item / stretches);
       const RunNest nest{std::min(stretch, l1.size - first), l0.size, run, l1.strides, l0.strides};
       f(o + at[0], a + at[1], b + at[2], nest);
     }

@@ -54,6 +54,25 @@ void push_merged(Loops& loops, const StridedLoop<N>& loop) {
   loops.push_back(loop);
 }
 
+// The positions of loops' nest: the product of their sizes (1 for none).
+template <typename Loops>
+int64_t positions_of(const Loops& loops) {
+  int64_t positions = 1;
+  for (const auto& loop : loops) positions *= loop.size;
+  return positions;
+}
+
+// Adds to `at` each operand's element offset of position `index` of loops' nest (the last loop
+// the fastest), its digits read by division.
+template <size_t N, typename Loops>
+void add_position(std::array<int64_t, N>& at, const Loops& loops, int64_t index) {
+  for (size_t k = loops.size(); k-- > 0;) {
+    const int64_t idx = index % loops[k].size;
+    index /= loops[k].size;
+    for (size_t n = 0; n < N; ++n) at[n] += idx * loops[k].strides[n];
+  }
+}
+
 // body(offsets, count, inner) per work item: each operand's element offset (from `base`) of the
 // item's first run, how many runs of the largest loop (`inner`, the last of the largest: the
 // innermost of equals) it takes, about kParallelBytes of runs of `run` elements of `esize` bytes a
@@ -67,8 +86,7 @@ void for_stretches(std::vector<StridedLoop<N>> loops, const std::array<int64_t, 
   for (size_t k = 1; k < loops.size(); ++k) largest = loops[k].size >= loops[largest].size ? k : largest;
   const StridedLoop<N> inner = loops[largest];
   loops.erase(loops.begin() + static_cast<std::ptrdiff_t>(largest));
-  int64_t positions = 1;
-  for (const auto& loop : loops) positions *= loop.size;
+  const int64_t positions = positions_of(loops);
   const int64_t run_bytes = std::max<int64_t>(run, 1) * esize;
   const int64_t stretch = std::max<int64_t>(1, kParallelBytes / run_bytes);
   const int64_t stretches = (inner.size + stretch - 1) / stretch;
@@ -77,12 +95,7 @@ void for_stretches(std::vector<StridedLoop<N>> loops, const std::array<int64_t, 
       const int64_t first = (i % stretches) * stretch;
       std::array<int64_t, N> at = base;
       for (size_t n = 0; n < N; ++n) at[n] += first * inner.strides[n];
-      int64_t rest = i / stretches;
-      for (size_t k = loops.size(); k-- > 0;) {
-        const int64_t idx = rest % loops[k].size;
-        rest /= loops[k].size;
-        for (size_t n = 0; n < N; ++n) at[n] += idx * loops[k].strides[n];
-      }
+      add_position(at, loops, i / stretches);
       body(at, std::min(stretch, inner.size - first), inner);
     }
   });
