@@ -198,16 +198,15 @@ void layer_norm_backward_input(RowShape s, int64_t count, Row g, Row x, Row out,
   using V = S::V;
   if (!out.base) return;
   const float n = static_cast<float>(row_length(s));
-  V coef_a[kMaxBlockRows], coef_b[kMaxBlockRows];
-  for (int64_t k = 0; k < count; ++k) {
-    const float sum_gw = S::hsum(sa[k]), r = rstd[k];
-    coef_a[k] = S::splat(rms ? 0.0f : sum_gw / n);  // RMS norm: no mean, no sum(gw) term
-    coef_b[k] = S::splat(-r * r * (r * S::hsum(sb[k]) / n));
+  for (int64_t k = 0; k < count; ++k) {  // the sums' vectors become a row's a and B
+    const float r = rstd[k];
+    sa[k] = rms ? S::zeros() : S::splat(S::hsum(sa[k]) / n);  // RMS norm: no mean, no sum(gw) term
+    sb[k] = S::splat(-r * r * (r * S::hsum(sb[k]) / n));
   }
   each_run(s, count, [&](int64_t k, int64_t j) {
     const float *gp = ptr(g, k, j), *xp = ptr(x, k, j), *wj = w ? w + j * s.run : nullptr;
     float* op = ptr(out, k, j);
-    const V rk = S::splat(rstd[k]), mk = S::splat(mean[k]), ak = coef_a[k], bk = coef_b[k];
+    const V rk = S::splat(rstd[k]), mk = S::splat(mean[k]), ak = sa[k], bk = sb[k];
     chunks(run_length(s, j), [&](int64_t i, int64_t r) {
       const V gv = S::ld(gp + i, r, 0);
       const V gw = wj ? S::mul(gv, S::ld(wj + i, r, 0)) : gv;
