@@ -22,11 +22,12 @@ using ConvertRuns = void (*)(void* d, const void* s, int64_t count, int64_t dste
 template <typename To, typename From, typename Convert>
 [[gnu::always_inline]] inline void each_run(void* d, const void* s, int64_t count, int64_t dstep, int64_t sstep,
                                             const StridedLoop<2>& part, const Convert& convert) {
-  for (int64_t c = 0; c < count; ++c) {
-    for (int64_t q = 0; q < part.size; ++q) {
-      convert(static_cast<To*>(d) + c * dstep + q * part.strides[0],
-              static_cast<const From*>(s) + c * sstep + q * part.strides[1]);
-    }
+  // the part's loop in locals: the stores could alias it, so its fields would be read again per run
+  const int64_t parts = part.size, part_dstep = part.strides[0], part_sstep = part.strides[1];
+  To* to = static_cast<To*>(d);
+  const From* from = static_cast<const From*>(s);
+  for (int64_t c = 0; c < count; ++c, to += dstep, from += sstep) {
+    for (int64_t q = 0; q < parts; ++q) convert(to + q * part_dstep, from + q * part_sstep);
   }
 }
 
