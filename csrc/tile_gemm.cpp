@@ -265,7 +265,15 @@ void pack_b(const Problem& P, const Call& X, int64_t bi, int64_t jp, int64_t p0,
     return;
   }
   int64_t col_step = 0;
-  if (nr > 1 && evenly_spaced(P.b.cols.data() + j0, nr, &col_step)) {
+  const bool even = nr > 1 && evenly_spaced(P.b.cols.data() + j0, nr, &col_step);
+  if (nr == 1 || (even && col_step == 1)) {  // a last panel of fewer columns, contiguous: rows of nr, then zeros
+    for (int64_t p = p0; p < p0 + kc; ++p, dst += kNR) {
+      copy_floats(base + P.b.rows[p] + P.b.cols[j0], nr, dst);
+      std::fill(dst + nr, dst + kNR, 0.f);
+    }
+    return;
+  }
+  if (even) {
     // B sticked on its rows (a transposed operand): each run of contiguous rows and the panel's
     // evenly spaced columns are one block transpose (dma_tiles' copy_tile), not an element at a time.
     for (int64_t p = p0; p < p0 + kc;) {
