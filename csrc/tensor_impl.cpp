@@ -162,52 +162,65 @@ at::Tensor raw_buffer(const at::Tensor& tensor, c10::ScalarType dtype, int64_t n
 
 namespace {
 
-// A replay's borrowed views, kept per thread and handed out again for the same buffer bytes,
-// dtype and geometry while no one else holds them: a new CPU tensor costs ~1000 instructions (its
-// storage, its impl, its contiguity flags), two or three per replayed call. A kept view borrows
-// no memory: it is reused only while a device buffer of the same address and size is the one being
-// viewed, so an address freed and handed out again gives the same (correct) view.
+// A replay's borrowed views, kept per thread and handed out again for the same dtype and geometry
+// while no one else holds them: a new CPU tensor costs ~1000 instructions (its storage, its impl,
+// its contiguity flags), two or three per replayed call. A kept view borrows no memory: one of the
+// same bytes is handed out as it is; one of other bytes (a fresh result's buffer, which the
+// allocator hands out at another address from step to step) is pointed at the new bytes where
+// nothing else shares its storage (a view of it would see the change), as its storage is its own.
 struct KeptView {
-  at::Tensor view;    // its storage's address and size, dtype and geometry are the key
+  at::Tensor view;    // its dtype and geometry are the key; its storage's bytes, where it points
   bool inference = false;
-  uint64_t used = 0;  // the thread's lend count when it was last lent (the older of a pair is replaced)
+  uint64_t used = 0;  // the thread's lend count when it was last lent (the oldest of a set is replaced)
+  uint64_t hash = 0;  // of the key, compared before the key itself
 };
-constexpr size_t kKeptViews = 256;  // pairs of slots; the top 7 bits of a hash pick the pair
+constexpr size_t kKeptWays = 4;    // views per set: an op's operands often share one geometry
+constexpr size_t kKeptSets = 128;  // the top 7 bits of a hash of the geometry pick the set
 
-// Whether `k` views these bytes so, held by no one else (the computes it was lent to are done).
-bool same_view(const KeptView& k, const void* data, int64_t nbytes, c10::ScalarType dtype, bool inference,
-               c10::IntArrayRef sizes, c10::IntArrayRef strides, int64_t offset) {
+// Whether `k` views elements so, held by no one else (the computes it was lent to are done).
+bool same_geometry(const KeptView& k, c10::ScalarType dtype, bool inference, c10::IntArrayRef sizes,
+                   c10::IntArrayRef strides, int64_t offset) {
   const at::Tensor& v = k.view;
-  return v.defined() && v.use_count() == 1 && k.inference == inference && v.storage().data() == data &&
-         static_cast<int64_t>(v.storage().nbytes()) == nbytes && v.scalar_type() == dtype &&
+  return v.defined() && v.use_count() == 1 && k.inference == inference && v.scalar_type() == dtype &&
          v.storage_offset() == offset && v.sizes() == sizes && v.strides() == strides;
 }
 
 at::Tensor borrowed_view(const c10::Storage& storage, int64_t nbytes, const caffe2::TypeMeta dtype,
                          c10::IntArrayRef sizes, c10::IntArrayRef strides, int64_t offset) {
-  thread_local std::array<KeptView, kKeptViews> kept;  // a thread's views, released when it ends
+  thread_local std::array<KeptView, kKeptSets * kKeptWays> kept;  // a thread's views, released when it ends
   thread_local uint64_t lent = 0;
   const void* data = storage.data();
   const bool inference = c10::InferenceMode::is_enabled();
-  uint64_t h = reinterpret_cast<uintptr_t>(data) + static_cast<uint64_t>(offset);
+  const c10::ScalarType type = dtype.toScalarType();
+  uint64_t h = static_cast<uint64_t>(offset) * 64 + static_cast<uint64_t>(type) * 2 + inference;
   for (size_t d = 0; d < sizes.size(); ++d) h = h * 31 + static_cast<uint64_t>(sizes[d] * 7 + strides[d]);
-  h *= 0x9E3779B97F4A7C15ull;  // the high bits mix every input bit (buffer addresses share their low ones)
-  KeptView* pair = &kept[(h >> 57) * 2];
+  h *= 0x9E3779B97F4A7C15ull;  // the high bits mix every input bit
+  KeptView* set = &kept[(h >> 57) * kKeptWays];
   ++lent;
-  for (KeptView* k : {pair, pair + 1}) {
-    if (same_view(*k, data, nbytes, dtype.toScalarType(), inference, sizes, strides, offset)) {
+  KeptView *spare = nullptr, *oldest = set;
+  for (KeptView* k = set; k < set + kKeptWays; ++k) {
+    if (k->used < oldest->used) oldest = k;
+    if (k->hash != h || !same_geometry(*k, type, inference, sizes, strides, offset)) continue;
+    const c10::Storage& held = k->view.storage();
+    if (held.data() == data && static_cast<int64_t>(held.nbytes()) == nbytes) {
       k->used = lent;
       return k->view;
     }
+    if (spare == nullptr && held.use_count() == 1) spare = k;
   }
-  KeptView& k = pair[0].used <= pair[1].used ? pair[0] : pair[1];
+  if (spare != nullptr) {
+    spare->view.storage().unsafeGetStorageImpl()->UniqueStorageShareExternalPointer(
+        c10::DataPtr(const_cast<void*>(data), c10::Device(c10::kCPU)), static_cast<size_t>(nbytes));
+    spare->used = lent;
+    return spare->view;
+  }
   c10::Storage cpu(c10::Storage::use_byte_size_t{}, nbytes,
                    c10::DataPtr(const_cast<void*>(data), c10::Device(c10::kCPU)), /*allocator=*/nullptr,
                    /*resizable=*/false);
   auto impl = c10::make_intrusive<c10::TensorImpl>(std::move(cpu), c10::DispatchKeySet(c10::DispatchKey::CPU), dtype);
   impl->set_sizes_and_strides(sizes, strides, offset);
-  k = KeptView{at::Tensor(std::move(impl)), inference, lent};
-  return k.view;
+  *oldest = KeptView{at::Tensor(std::move(impl)), inference, lent, h};
+  return oldest->view;
 }
 
 }  // namespace
