@@ -115,12 +115,11 @@ int64_t written_argument(const c10::FunctionSchema& schema) {
 // and whether it shares the target's buffer; a tensor list's geometry keys and whether each shares
 // the first list's tensor's buffer; a Scalar's (or a Scalar list's) kind (a wrapped number's
 // dtype), which the compute takes as it comes; any other value (dims, keepdim, a dtype, a memory
-// format, a rounding mode), which a recipe may depend on. Empty when an argument is anything else
-// (a CPU tensor): no recipe is kept or replayed for such calls.
-std::vector<int64_t> call_key(int64_t front, const c10::FunctionSchema& schema, c10::ArrayRef<c10::IValue> args,
-                              int64_t target) {
-  std::vector<int64_t> key;
-  key.reserve(128);
+// format, a rounding mode), which a recipe may depend on. Written into `key`; false when an
+// argument is anything else (a CPU tensor): no recipe is kept or replayed for such calls.
+bool call_key(std::vector<int64_t>& key, int64_t front, const c10::FunctionSchema& schema,
+              c10::ArrayRef<c10::IValue> args, int64_t target) {
+  key.clear();
   key.push_back(front);
   const void* target_data = target >= 0 && args[target].isTensor() && args[target].toTensor().defined()
                                 ? args[target].toTensor().storage().data()
@@ -145,9 +144,9 @@ std::vector<int64_t> call_key(int64_t front, const c10::FunctionSchema& schema, 
         key.push_back(-6);
         continue;
       }
-      if (!t.is_privateuseone()) return {};
+      if (!t.is_privateuseone()) return false;
       key.push_back(-1);
-      if (!append_sized(t)) return {};
+      if (!append_sized(t)) return false;
       key.push_back(target_data != nullptr && t.storage().data() == target_data);
       continue;
     }
@@ -155,12 +154,12 @@ std::vector<int64_t> call_key(int64_t front, const c10::FunctionSchema& schema, 
       const c10::List<at::Tensor> list = a.toTensorList();
       const c10::IValue& first = args[target >= 0 ? target : i];
       const c10::List<at::Tensor> lead = first.isTensorList() ? first.toTensorList() : list;
-      if (lead.size() != list.size()) return {};
+      if (lead.size() != list.size()) return false;
       key.insert(key.end(), {-11, static_cast<int64_t>(list.size())});
       for (size_t j = 0; j < list.size(); ++j) {
         const at::Tensor t = list[j];
-        if (!t.defined() || !t.is_privateuseone()) return {};
-        if (!append_sized(t)) return {};
+        if (!t.defined() || !t.is_privateuseone()) return false;
+        if (!append_sized(t)) return false;
         key.push_back(t.storage().data() == lead.get(j).storage().data());
       }
       continue;
@@ -185,7 +184,7 @@ std::vector<int64_t> call_key(int64_t front, const c10::FunctionSchema& schema, 
       const auto list = a.toListRef();
       key.insert(key.end(), {-12, static_cast<int64_t>(list.size())});
       for (const c10::IValue& v : list) {
-        if (!(v.isDouble() || v.isInt() || v.isBool() || v.isComplexDouble())) return {};
+        if (!(v.isDouble() || v.isInt() || v.isBool() || v.isComplexDouble())) return false;
         key.push_back(v.isDouble() ? -2 : v.isInt() ? -3 : v.isBool() ? -4 : -5);
       }
     } else if (a.isBoolList()) {
@@ -201,10 +200,10 @@ std::vector<int64_t> call_key(int64_t front, const c10::FunctionSchema& schema, 
       key.insert(key.end(), {-7, static_cast<int64_t>(str.size())});
       key.insert(key.end(), str.begin(), str.end());
     } else {
-      return {};
+      return false;
     }
   }
-  return key;
+  return true;
 }
 
 // v's values read from a contiguous copy of its dims from k on, stride 0 along the others (a
@@ -432,11 +431,13 @@ torch::Library& library() {
 bool replay_call(const FrontEntry& front, const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args,
                  std::vector<c10::IValue>& results, std::vector<int64_t>* missed) {
   if (t_strict) return false;
-  std::vector<int64_t> key = call_key(front.id, op.schema(), args, front.target);
-  if (key.empty()) return false;
+  // The thread's key buffer, its capacity kept from call to call (a nested call's key is built
+  // after this one's last use, in recipe->run).
+  thread_local std::vector<int64_t> key;
+  if (!call_key(key, front.id, op.schema(), args, front.target)) return false;
   const std::shared_ptr<const Replay> recipe = g_recipes.find(key).value_or(nullptr);
   if (!recipe || !recipe->accepts(args)) {
-    if (missed != nullptr) *missed = std::move(key);
+    if (missed != nullptr) *missed = key;
     return false;
   }
   if (front.counted) front.count->fetch_add(1, std::memory_order_relaxed);
