@@ -121,13 +121,13 @@ bool run_converting_nests(const std::vector<Transfer>& nests, void* dst, int64_t
   std::vector<std::vector<StridedLoop<2>>> loops(nests.size());
   std::vector<int64_t> runs(nests.size());
   std::vector<StridedLoop<2>> parts(nests.size());
+  const int64_t dsize = c10::elementSize(dst_type), ssize = c10::elementSize(src_type);
   for (size_t k = 0; k < nests.size(); ++k) {
     runs[k] = outer_loops(nests[k], loops[k]);
     if (runs[k] == 0) return false;
-    parts[k] = adjacent_runs(loops[k], runs[k], {c10::elementSize(dst_type), c10::elementSize(src_type)});
+    parts[k] = adjacent_runs(loops[k], runs[k], {dsize, ssize});
   }
   check_nests(nests, dst_numel, src_numel);
-  const int64_t dsize = c10::elementSize(dst_type), ssize = c10::elementSize(src_type);
   for (size_t k = 0; k < nests.size(); ++k) {
     bool empty = false;
     for (int64_t r : nests[k].ranges) empty |= r == 0;
