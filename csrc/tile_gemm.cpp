@@ -140,6 +140,7 @@ template <int64_t kStep>
 void kernel_12x32_avx512(int64_t kc, const float* a, const float* b0, const float* b1, int64_t ldb, float* acc,
                          const BlockOut* out = nullptr) {
   __m512 c[kMR][2];
+#pragma GCC unroll 12
   for (int64_t q = 0; q < kMR; ++q) c[q][0] = c[q][1] = _mm512_setzero_ps();
   const int64_t rs = kStep == 1 ? kc : 1;
   for (int64_t p = 0; p < kc * kStep; p += kStep, b0 += ldb, b1 += ldb) {
@@ -153,6 +154,7 @@ void kernel_12x32_avx512(int64_t kc, const float* a, const float* b0, const floa
     }
   }
   if (out == nullptr) {
+#pragma GCC unroll 12
     for (int64_t q = 0; q < kMR; ++q) {
       _mm512_storeu_ps(acc + kNR * q, c[q][0]);
       _mm512_storeu_ps(acc + kMR * kNR + kNR * q, c[q][1]);
@@ -165,7 +167,9 @@ void kernel_12x32_avx512(int64_t kc, const float* a, const float* b0, const floa
     bias[0] = _mm512_mul_ps(beta, _mm512_loadu_ps(out->bias));
     bias[1] = _mm512_mul_ps(beta, _mm512_loadu_ps(out->bias + kNR));
   }
+#pragma GCC unroll 12
   for (int64_t q = 0; q < kMR; ++q) {
+#pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
       float* run = out->run[q][h];
       if (run == nullptr) continue;
