@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 GOALS = {"runs": 1.15, "transposes": 1.3}  # ours / memcpy, by how the layout moves bytes
 PEER_GOAL = 1.0  # ours / the same repack written as PyTorch strided view copies
 WARM_BYTES = 256 << 20  # copies below this are timed warm (``compare_copy``); larger ones leave no cache
+WARM_RUNS = 3  # untimed runs before a warm timing: this VM's L3 keeps a 32 MiB copy's buffers after 2-3
 
 
 @dataclass
@@ -76,9 +77,9 @@ def interleaved(fns: Sequence[Callable[[], object]], repeat: int, warmup: int = 
 
     Each run starts after ``gc.collect()``; the objects alive before the first run are frozen
     meanwhile (``gc.freeze``), so those collections cost microseconds, not a full heap walk.
-    With ``warm``, an untimed run of the same function comes right before each timed one, so
-    every function finds its own buffers where its previous run left them, whatever the others
-    touched in between.
+    With ``warm``, ``WARM_RUNS`` untimed runs of the same function come right before each timed
+    one, so every function finds its own buffers where a loop of it would leave them, whatever the
+    others touched in between.
     """
     for _ in range(warmup):
         for fn in fns:
@@ -90,7 +91,7 @@ def interleaved(fns: Sequence[Callable[[], object]], repeat: int, warmup: int = 
         for _ in range(repeat):
             for fn, out in zip(fns, times):
                 gc.collect()
-                if warm:
+                for _ in range(WARM_RUNS if warm else 0):
                     fn()
                 start = time.perf_counter()
                 fn()
@@ -113,10 +114,11 @@ def compare_copy(name: str, direction: str, kind: str, threads: int, nbytes: int
                  note: str = "") -> CopyFigure:
     """Time a copy of ``nbytes`` host bytes against memcpy of those bytes and its PyTorch peer, interleaved.
 
-    Below ``WARM_BYTES`` each timed copy follows an untimed one of its own (``interleaved``'s
-    ``warm``): memcpy and the peer share their buffers and run one after the other, so without it
-    they would find theirs in cache and ours would not (1 MiB row-major -> oneDNN nchw D2D, a plain
-    memcpy: 1.37-1.48x memcpy timed cold in that order, 0.95-1.06 warm).
+    Below ``WARM_BYTES`` each timed copy follows ``WARM_RUNS`` untimed ones of its own
+    (``interleaved``'s ``warm``), so each is timed as a loop of it runs: timed after the others, a
+    copy found its buffers evicted by them, or in cache where two of them shared buffers (1 MiB
+    row-major -> oneDNN nchw D2D, a plain memcpy: 1.37-1.48x memcpy cold in that order, 0.95-1.06
+    warm; at 32 MiB one warm run left memcpy 1.5x slower than in a loop, three as fast).
     """
     if kind not in GOALS:
         raise ValueError(f"kind must be one of {sorted(GOALS)}, got {kind!r}")
