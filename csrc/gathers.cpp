@@ -4,6 +4,10 @@
 #include <cstring>
 #include <vector>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include "run_stretches.h"
 
 namespace torch_layouts {
@@ -27,6 +31,43 @@ std::vector<int64_t> entries_of(const at::Tensor& index, int64_t size) {
   }
   return got;
 }
+
+// Asks for the lines of a run of `bytes` at p.
+[[gnu::always_inline]] inline void prefetch_run(const char* p, int64_t bytes) {
+  for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b);
+}
+
+// The runs of indices [begin, end), each `bytes` long, from its row of `from` (`self_step` apart)
+// to its place in `to` (`out_step` apart), the run `ahead` indices on prefetched first.
+void gather_runs(char* to, const char* from, const int64_t* rows, int64_t begin, int64_t end, int64_t out_step,
+                 int64_t self_step, int64_t bytes, int64_t ahead) {
+  for (int64_t i = begin; i < end; ++i) {
+    if (i + ahead < end) prefetch_run(from + rows[i + ahead] * self_step, bytes);
+    std::memcpy(to + i * out_step, from + rows[i] * self_step, static_cast<size_t>(bytes));
+  }
+}
+
+#if defined(__x86_64__)
+// The same for runs of whole 64-byte lines up to kLineRunBytes (a stick or a few: a Spyre
+// table's rows), a line a load and a store instead of a memcpy call per run (64 rows of 1024x256
+// float32, 512 runs of 128 bytes: 3.1 -> 2.8 us, CPU 2.9).
+constexpr int64_t kLineRunBytes = 512;
+const bool kAvx512Lines = [] {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") != 0;
+}();
+
+__attribute__((target("avx512f"))) void gather_line_runs(char* to, const char* from, const int64_t* rows,
+                                                         int64_t begin, int64_t end, int64_t out_step,
+                                                         int64_t self_step, int64_t bytes, int64_t ahead) {
+  for (int64_t i = begin; i < end; ++i) {
+    if (i + ahead < end) prefetch_run(from + rows[i + ahead] * self_step, bytes);
+    const char* src = from + rows[i] * self_step;
+    char* dst = to + i * out_step;
+    for (int64_t k = 0; k < bytes; k += 64) _mm512_storeu_si512(dst + k, _mm512_loadu_si512(src + k));
+  }
+}
+#endif
 
 }  // namespace
 
@@ -68,18 +109,18 @@ bool gather_slices(const at::Tensor& self, int64_t dim, const at::Tensor& index,
   // embedding of 32000x1024 float32: 16 sticks 8 MiB apart), which the hardware's prefetchers do
   // not follow.
   const int64_t ahead = std::max<int64_t>(1, kAheadBytes / static_cast<int64_t>(bytes));
+  auto copy_runs = gather_runs;
+#if defined(__x86_64__)
+  if (kAvx512Lines && bytes % 64 == 0 && static_cast<int64_t>(bytes) <= kLineRunBytes) {
+    copy_runs = gather_line_runs;
+  }
+#endif
   for_items(index.numel(), runs * run * esize, [&](int64_t begin, int64_t end) {
     std::vector<int64_t> at(loops.size());
     int64_t oo = 0, so = 0;
     for (int64_t r = 0; r < runs; ++r) {
-      for (int64_t i = begin; i < end; ++i) {
-        if (i + ahead < end) {
-          const char* next = from + rows[static_cast<size_t>(i + ahead)] * self_step + so * esize;
-          for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(next + b);
-        }
-        std::memcpy(to + i * out_step + oo * esize, from + rows[static_cast<size_t>(i)] * self_step + so * esize,
-                    bytes);
-      }
+      copy_runs(to + oo * esize, from + so * esize, rows.data(), begin, end, out_step, self_step,
+                static_cast<int64_t>(bytes), ahead);
       for (size_t k = loops.size(); k-- > 0;) {  // the next run: the loops as an odometer
         oo += loops[k].strides[0];
         so += loops[k].strides[1];
