@@ -8,6 +8,7 @@
 #include <immintrin.h>
 #endif
 
+#include "isa_tables.h"
 #include "run_stretches.h"
 
 namespace torch_layouts {
@@ -47,16 +48,11 @@ void gather_runs(char* to, const char* from, const int64_t* rows, int64_t begin,
   }
 }
 
-#if defined(__x86_64__)
 // The same for runs of whole 64-byte lines up to kLineRunBytes (a stick or a few: a Spyre
 // table's rows), a line a load and a store instead of a memcpy call per run (64 rows of 1024x256
-// float32, 512 runs of 128 bytes: 3.1 -> 2.8 us, CPU 2.9).
+// float32, 512 runs of 128 bytes: 3.1 -> 2.8 us, CPU 2.9); gather_runs where the CPU has no AVX-512.
 constexpr int64_t kLineRunBytes = 512;
-const bool kAvx512Lines = [] {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f") != 0;
-}();
-
+#if defined(__x86_64__)
 __attribute__((target("avx512f"))) void gather_line_runs(char* to, const char* from, const int64_t* rows,
                                                          int64_t begin, int64_t end, int64_t out_step,
                                                          int64_t self_step, int64_t bytes, int64_t ahead) {
@@ -109,12 +105,9 @@ bool gather_slices(const at::Tensor& self, int64_t dim, const at::Tensor& index,
   // embedding of 32000x1024 float32: 16 sticks 8 MiB apart), which the hardware's prefetchers do
   // not follow.
   const int64_t ahead = std::max<int64_t>(1, kAheadBytes / static_cast<int64_t>(bytes));
-  auto copy_runs = gather_runs;
-#if defined(__x86_64__)
-  if (kAvx512Lines && bytes % 64 == 0 && static_cast<int64_t>(bytes) <= kLineRunBytes) {
-    copy_runs = gather_line_runs;
-  }
-#endif
+  static decltype(gather_runs)* const line_runs =
+      TORCH_LAYOUTS_BEST_ISA_TABLE(gather_runs, gather_runs, gather_line_runs);
+  const auto copy_runs = bytes % 64 == 0 && static_cast<int64_t>(bytes) <= kLineRunBytes ? line_runs : gather_runs;
   for_items(index.numel(), runs * run * esize, [&](int64_t begin, int64_t end) {
     std::vector<int64_t> at(loops.size());
     int64_t oo = 0, so = 0;

@@ -261,17 +261,11 @@ inline void prefetch_floats(const float* p, int64_t n) {
 void pack_b(const Problem& P, const Call& X, int64_t bi, int64_t jp, int64_t p0, int64_t kc, float* dst) {
   const float* base = X.b + P.b.batch[bi];
   const int64_t j0 = jp * kNR, nr = std::min(kNR, P.n - j0);
-  if (contiguous_panel(P.b.cols, j0)) {  // whole rows of 16, far apart
+  int64_t col_step = 1;
+  const bool even = nr == 1 || evenly_spaced(P.b.cols.data() + j0, nr, &col_step);
+  if (even && col_step == 1) {  // rows of nr contiguous columns (16 but in the last panel), far apart
     for (int64_t p = p0; p < p0 + kc; ++p, dst += kNR) {
-      if (p + kPrefetchAhead < p0 + kc) prefetch_floats(base + P.b.rows[p + kPrefetchAhead] + P.b.cols[j0], kNR);
-      copy_floats(base + P.b.rows[p] + P.b.cols[j0], kNR, dst);
-    }
-    return;
-  }
-  int64_t col_step = 0;
-  const bool even = nr > 1 && evenly_spaced(P.b.cols.data() + j0, nr, &col_step);
-  if (nr == 1 || (even && col_step == 1)) {  // a last panel of fewer columns, contiguous: rows of nr, then zeros
-    for (int64_t p = p0; p < p0 + kc; ++p, dst += kNR) {
+      if (p + kPrefetchAhead < p0 + kc) prefetch_floats(base + P.b.rows[p + kPrefetchAhead] + P.b.cols[j0], nr);
       copy_floats(base + P.b.rows[p] + P.b.cols[j0], nr, dst);
       std::fill(dst + nr, dst + kNR, 0.f);
     }
