@@ -195,8 +195,7 @@ def measure(case: Case, dtype: torch.dtype, mib: int, threads: int, repeat: int)
     for direction, name, how, ours, peer, why in plans:
         for _ in range(trials if mib >= 256 else 0):
             ours()
-        figure = compare_copy(name, direction, how, threads, flat.numel() * host.element_size(), ours, memcpy,
-                              peer, reps, warmup, why)
+        figure = compare_copy(name, direction, how, threads, nbytes, ours, memcpy, peer, reps, warmup, why)
         print(f"  {figure.name} [{figure.threads} thr, {figure.mib:.3g} MiB]: {figure.ours_ms:.2f} ms, "
               f"/memcpy {figure.vs_memcpy:.2f}, /peer {figure.vs_peer:.2f}", file=sys.stderr, flush=True)
         figures.append(figure)
