@@ -164,6 +164,28 @@ def test_index_select_of_any_layout_gives_the_cpus_result(shape, data):
         assert torch.equal(out.cpu(), x.index_select(dim, index)) and padding_holds_pad_value(out)
 
 
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 40), st.integers(1, 160), st.sampled_from([F32, F16, torch.bfloat16]),
+       st.sampled_from(["row-major", "spyre"]), st.data())
+def test_index_select_of_rows_of_any_length_gives_the_cpus_result(rows, width, dtype, family, data):
+    """Rows gathered from a row-major device buffer (runs of the whole row: 2 to 640 bytes, whole
+    64-byte lines up to 512 bytes among them, which the gathers copy a line at a time) or from
+    Spyre's default layout (runs of a stick or less), in three dtypes: the CPU's bits on the first
+    call and on its replays, padding the pad value."""
+    elementwise.forget_recipes()
+    shape = (rows, width)
+    layout = (torch_layouts.DeviceLayout(list(shape), [width, 1], dtype) if family == "row-major"
+              else SpyreTensorLayout(shape, dtype))
+    count = data.draw(st.integers(1, 12))
+    for seed in range(3):
+        x = randn(*shape, seed=seed, dtype=dtype)
+        index = torch.randint(0, rows, (count,), generator=torch.Generator().manual_seed(seed))
+        out = x.to("spyre", device_layout=layout).index_select(0, index.to("spyre"))
+        bits = torch.int32 if dtype == F32 else torch.int16  # bit for bit, NaNs and signed zeros too
+        assert torch.equal(out.cpu().view(bits), x.index_select(0, index).view(bits))
+        assert padding_holds_pad_value(out)
+
+
 @pytest.mark.parametrize("rows, dtype, width", [((4, 16), F32, 96), ((3, 5, 7), F16, 128)],
                          ids=["2d-index", "3d-index-half"])
 def test_embedding_gathers_rows_where_they_lie(rows, dtype, width, monkeypatch):
