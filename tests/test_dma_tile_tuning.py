@@ -102,6 +102,32 @@ def test_a_repeated_copy_settles_on_a_tried_shape_with_every_call_exact(streamin
     assert (chosen == 0 and best[0] <= 1.1 * min(best)) or (best[chosen] == min(best) and 1.1 * best[chosen] < best[0])
 
 
+def test_each_trial_runs_its_shape_twice_and_times_the_second() -> None:
+    """A shape's first call after another's finds the bytes where the other shape left them (in
+    the other thread's cache, if they split the work differently), so each trial is a pair of
+    calls: the geometry settles only after two calls per trial (N shapes, then 3 or 4 finalists
+    twice), not after one."""
+    src = torch.arange(1024 * 512, dtype=torch.int16)
+    expected = src.view(1024, 512).t().reshape(-1)
+
+    def call() -> None:
+        dst = torch.zeros_like(src)
+        _C._run_nests([transpose_nest(1024, 512)], dst, src)
+        assert torch.equal(dst, expected)
+
+    call()  # the rules' shape, untimed; the tuning now holds its N shapes
+    n = len(_C._tile_tunings()[0]["shapes"])
+    calls = 1
+    while calls < 1 + n + 2 * 4:  # as many calls as single trials could take
+        call()
+        calls += 1
+    assert _C._tile_tunings()[0]["chosen"] is None
+    while calls < 1 + 2 * (n + 2 * 4):
+        call()
+        calls += 1
+    assert _C._tile_tunings()[0]["chosen"] in _C._tile_tunings()[0]["shapes"]
+
+
 def test_a_large_flat_copy_tunes_only_whether_it_streams(streaming: bool) -> None:
     """One run of 1 MiB split over the threads: streamed, it tries plain stores too (two shapes of
     one tile); not streamed, it is not tuned. Every call exact."""
