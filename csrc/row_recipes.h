@@ -19,6 +19,11 @@ namespace torch_layouts {
 struct Placed {
   LayoutPtr layout;
   std::vector<std::pair<BufferView, BufferView>> pieces;
+  // For a float32 layout: (buffer element, vector index) of every piece's element, in buffer
+  // order, which placed() writes directly into the filled buffer (see index_placed); the vector's
+  // elements it reads (the largest index + 1).
+  std::vector<std::pair<int64_t, int64_t>> elements;
+  int64_t values = 0;
 };
 
 // A softmax (`own`: its input) or softmax backward (`own`: grad and output) of op `op`: the row views
