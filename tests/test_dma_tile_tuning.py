@@ -116,16 +116,14 @@ def test_each_trial_runs_its_shape_twice_and_times_the_second() -> None:
         assert torch.equal(dst, expected)
 
     call()  # the rules' shape, untimed; the tuning now holds its N shapes
-    n = len(_C._tile_tunings()[0]["shapes"])
-    calls = 1
-    while calls < 1 + n + 2 * 4:  # as many calls as single trials could take
+    trials = len(_C._tile_tunings()[0]["shapes"]) + 2 * 4  # at most
+    for _ in range(trials):  # as many calls as single trials could take
         call()
-        calls += 1
     assert _C._tile_tunings()[0]["chosen"] is None
-    while calls < 1 + 2 * (n + 2 * 4):
+    for _ in range(trials):  # each trial's second call
         call()
-        calls += 1
-    assert _C._tile_tunings()[0]["chosen"] in _C._tile_tunings()[0]["shapes"]
+    (state,) = _C._tile_tunings()
+    assert state["chosen"] in state["shapes"]
 
 
 def test_a_large_flat_copy_tunes_only_whether_it_streams(streaming: bool) -> None:
