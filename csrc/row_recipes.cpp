@@ -23,7 +23,7 @@ std::optional<at::Tensor> values_of(const c10::IValue& arg, const std::optional<
   return values_of(arg.toTensor(), *v, length);
 }
 
-// Fills p.elements for a float32 layout whose pieces hold at most 1 Mi elements, apart.
+// Fills p.elements for a float32 layout whose pieces hold at most 1 Mi elements and do not overlap.
 void index_placed(Placed& p) {
   if (p.layout->dtype != at::kFloat) return;
   std::vector<std::pair<int64_t, int64_t>> at;
@@ -57,12 +57,13 @@ void index_placed(Placed& p) {
 // 8x128x256 float32; the forward's replay: 895 -> 882 K instructions).
 at::Tensor placed(const Placed& p, const at::Tensor& flat, c10::Device device) {
   if (!p.elements.empty()) {
-    TORCH_CHECK_VALUE(flat.scalar_type() == at::kFloat && flat.is_contiguous() && flat.numel() >= p.values,
-                      "placed values must be a contiguous float32 vector of at least ", p.values, " elements, got ",
-                      flat.scalar_type(), " of ", flat.numel());
+    // the source views index flat's storage, as as_strided does
+    const int64_t held = static_cast<int64_t>(flat.storage().nbytes() / sizeof(float));
+    TORCH_CHECK_VALUE(flat.scalar_type() == at::kFloat && held >= p.values, "placed values must be float32 with at least ",
+                      p.values, " elements in their storage, got ", flat.scalar_type(), " with ", held);
     at::Tensor out = new_device_tensor(p.layout, device);
     float* buffer = static_cast<float*>(out.storage().mutable_data());
-    const float* values = flat.const_data_ptr<float>();
+    const float* values = static_cast<const float*>(flat.storage().data());
     for (const auto& [at, from] : p.elements) buffer[at] = values[from];
     return out;
   }
