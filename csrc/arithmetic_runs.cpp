@@ -181,7 +181,7 @@ bool arithmetic_runs(Arithmetic op, const at::Tensor& self, const at::Tensor& ot
     run *= inner.size;
     merged.pop_back();
   }
-  static const std::array<ArithmeticRuns, 3>* const table =
+  const std::array<ArithmeticRuns, 3>* const table =
       TORCH_LAYOUTS_BEST_ISA_TABLE(base_table, avx2_table, avx512_table);
   const ArithmeticRuns f = table[static_cast<int>(op)][a_varies && b_varies ? 0 : a_varies ? 1 : 2];
   float* o = out.data_ptr<float>();

@@ -114,7 +114,7 @@ bool compare_runs(Comparison c, const at::Tensor& self, const c10::IValue& other
     loops.push_back({size, {out.stride(d), self.stride(d), b}});
   }
   if (run == 0) return false;
-  static const CompareRuns (*const table)[6] = TORCH_LAYOUTS_BEST_ISA_TABLE(base_table, avx2_table, avx512_table);
+  const CompareRuns (*const table)[6] = TORCH_LAYOUTS_BEST_ISA_TABLE(base_table, avx2_table, avx512_table);
   const CompareRuns f = table[tensor ? 0 : 1][static_cast<int>(c)];
   bool* o = out.data_ptr<bool>();
   const float* a = self.const_data_ptr<float>();

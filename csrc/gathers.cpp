@@ -105,7 +105,7 @@ bool gather_slices(const at::Tensor& self, int64_t dim, const at::Tensor& index,
   // embedding of 32000x1024 float32: 16 sticks 8 MiB apart), which the hardware's prefetchers do
   // not follow.
   const int64_t ahead = std::max<int64_t>(1, kAheadBytes / static_cast<int64_t>(bytes));
-  static decltype(gather_runs)* const line_runs =
+  decltype(gather_runs)* const line_runs =
       TORCH_LAYOUTS_BEST_ISA_TABLE(gather_runs, gather_runs, gather_line_runs);
   const auto copy_runs = bytes % 64 == 0 && static_cast<int64_t>(bytes) <= kLineRunBytes ? line_runs : gather_runs;
   for_items(index.numel(), runs * run * esize, [&](int64_t begin, int64_t end) {

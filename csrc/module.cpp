@@ -25,6 +25,7 @@
 #include "layout_records.h"
 #include "pointwise.h"
 #include "row_kernels.h"
+#include "isa_tables.h"
 #include "row_math.h"
 #include "row_recipes.h"
 #include "runtime_stats.h"
@@ -535,6 +536,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("_scaled_product", &scaled_product, nogil);
   m.def("_dropout_apply", &dropout_apply, nogil);
   m.def("_rows_set_math", &rows_set_math);
+  m.def("_isa_table_sets", &isa_table_sets);
+  m.def("_set_isa_tables", &set_isa_tables);
   m.def("_rows_math_sets", &row_math_sets);
   m.def(
       "_tile_gemm",

@@ -14,10 +14,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import torch_layouts
-from ops_support import padding_holds_pad_value
+from ops_support import kernels_in, padding_holds_pad_value
 from torch_layouts import _C
 from torch_layouts.ops import elementwise
 
+ISA_SETS = _C._isa_table_sets()  # the instruction sets this CPU runs the kernels' tables in, best first
 OPS = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div}
 SPECIAL = [math.nan, math.inf, -math.inf, 0.0, -0.0, 1.0, -1.0, 1e-40, 3.4e38]
 
@@ -48,54 +49,59 @@ def bits(t: torch.Tensor) -> torch.Tensor:
     return t.contiguous().view(torch.int32)
 
 
+@pytest.mark.parametrize("isa", ISA_SETS)
 @settings(max_examples=150, deadline=None)
 @given(st.lists(st.integers(1, 12), min_size=1, max_size=4), st.sampled_from(sorted(OPS)), st.data())
-def test_any_views_it_takes_give_atens_bits(shape, name, data):
+def test_any_views_it_takes_give_atens_bits(isa, shape, name, data):
     """Random shapes, dim orders and broadcast dims (either operand's, the run's included): where
     the kernel takes the views it writes ATen's bits into out, in place or not; where it declines
-    out is untouched."""
-    shape[-1] = data.draw(st.sampled_from([8, 16, 32, 37, 64]))  # a run the kernel can take
-    gen = torch.Generator().manual_seed(data.draw(st.integers(0, 2**16)))
-    order = list(data.draw(st.permutations(range(len(shape)))))
-    order.remove(len(shape) - 1)
-    order.append(len(shape) - 1)  # out's stride-1 dim: the last
-    side = data.draw(st.sampled_from(["self", "other"]))
-    broadcast = frozenset(data.draw(st.sets(st.integers(0, len(shape) - 1))))
-    gaps = data.draw(st.integers(0, 15))
-    x = strided(shape, order, gen, broadcast if side == "self" else frozenset(), gaps)
-    y = strided(shape, list(data.draw(st.permutations(range(len(shape))))), gen,
-                broadcast if side == "other" else frozenset(), data.draw(st.integers(0, 15)))
-    in_place = side == "other" and data.draw(st.booleans())  # x has no stride-0 dim then
-    out = x if in_place else strided(shape, order, gen, frozenset(), data.draw(st.integers(0, 15)))
-    before = out.clone()
-    expected = OPS[name](x, y)
-    took = _C._arithmetic_runs(name, x, y, out)
-    if took:
-        assert torch.equal(bits(out), bits(expected))
-    else:
-        assert torch.equal(bits(out), bits(before))
-    assert took == (y.stride(-1) in (0, 1) and 1 in (x.stride(-1), y.stride(-1)))
+    out is untouched; in each instruction set's kernels this CPU runs."""
+    with kernels_in(_C._set_isa_tables, isa):  # each instruction set's tables
+        shape[-1] = data.draw(st.sampled_from([8, 16, 32, 37, 64]))  # a run the kernel can take
+        gen = torch.Generator().manual_seed(data.draw(st.integers(0, 2**16)))
+        order = list(data.draw(st.permutations(range(len(shape)))))
+        order.remove(len(shape) - 1)
+        order.append(len(shape) - 1)  # out's stride-1 dim: the last
+        side = data.draw(st.sampled_from(["self", "other"]))
+        broadcast = frozenset(data.draw(st.sets(st.integers(0, len(shape) - 1))))
+        gaps = data.draw(st.integers(0, 15))
+        x = strided(shape, order, gen, broadcast if side == "self" else frozenset(), gaps)
+        y = strided(shape, list(data.draw(st.permutations(range(len(shape))))), gen,
+                    broadcast if side == "other" else frozenset(), data.draw(st.integers(0, 15)))
+        in_place = side == "other" and data.draw(st.booleans())  # x has no stride-0 dim then
+        out = x if in_place else strided(shape, order, gen, frozenset(), data.draw(st.integers(0, 15)))
+        before = out.clone()
+        expected = OPS[name](x, y)
+        took = _C._arithmetic_runs(name, x, y, out)
+        if took:
+            assert torch.equal(bits(out), bits(expected))
+        else:
+            assert torch.equal(bits(out), bits(before))
+        assert took == (y.stride(-1) in (0, 1) and 1 in (x.stride(-1), y.stride(-1)))
 
 
+@pytest.mark.parametrize("isa", ISA_SETS)
 @settings(max_examples=150, deadline=None)
 @given(st.lists(st.integers(1, 12), min_size=1, max_size=4), st.sampled_from(sorted(OPS)),
        st.sampled_from([torch.float32, torch.float64, torch.int64]), st.booleans(), st.data())
-def test_a_number_operand_gives_atens_bits(shape, name, number_dtype, number_first, data):
+def test_a_number_operand_gives_atens_bits(isa, shape, name, number_dtype, number_first, data):
     """A 0-dim CPU operand (a Python number, as ATen wraps it, or a 0-dim tensor) on either side of
-    a strided view: one number for every element, cast to float32 as ATen casts it; ATen's bits."""
-    shape[-1] = data.draw(st.sampled_from([8, 16, 37, 64]))
-    gen = torch.Generator().manual_seed(data.draw(st.integers(0, 2**16)))
-    x = strided(shape, list(range(len(shape))), gen, gaps=data.draw(st.integers(0, 15)))
-    integers = st.integers(-2**40, 2**40)
-    value = data.draw(integers if number_dtype == torch.int64 else
-                      st.sampled_from(SPECIAL) | st.floats(-1e6, 1e6, width=32) | integers)
-    number = torch.tensor(value, dtype=number_dtype)
-    a, b = (number, x) if number_first else (x, number)
-    out = torch.empty(x.shape)
-    assert _C._arithmetic_runs(name, a, b, out)
-    assert torch.equal(bits(out), bits(OPS[name](a, b)))
-    if not number_first and number_dtype != torch.int64:  # the Python number itself, as ATen wraps it
-        assert torch.equal(bits(out), bits(OPS[name](x, value)))
+    a strided view: one number for every element, cast to float32 as ATen casts it; ATen's bits,
+    in each instruction set's kernels this CPU runs."""
+    with kernels_in(_C._set_isa_tables, isa):  # each instruction set's tables
+        shape[-1] = data.draw(st.sampled_from([8, 16, 37, 64]))
+        gen = torch.Generator().manual_seed(data.draw(st.integers(0, 2**16)))
+        x = strided(shape, list(range(len(shape))), gen, gaps=data.draw(st.integers(0, 15)))
+        integers = st.integers(-2**40, 2**40)
+        value = data.draw(integers if number_dtype == torch.int64 else
+                          st.sampled_from(SPECIAL) | st.floats(-1e6, 1e6, width=32) | integers)
+        number = torch.tensor(value, dtype=number_dtype)
+        a, b = (number, x) if number_first else (x, number)
+        out = torch.empty(x.shape)
+        assert _C._arithmetic_runs(name, a, b, out)
+        assert torch.equal(bits(out), bits(OPS[name](a, b)))
+        if not number_first and number_dtype != torch.int64:  # the Python number itself, as ATen wraps it
+            assert torch.equal(bits(out), bits(OPS[name](x, value)))
 
 
 # id, a device op with a number operand (the replays run it by kernel), its operand's dtype.

@@ -12,10 +12,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ops_support import padding_holds_pad_value
-from torch_layouts import SpyreTensorLayout
+from ops_support import kernels_in, padding_holds_pad_value
+from torch_layouts import SpyreTensorLayout, _C
 from torch_layouts.ops import elementwise
 
+ISA_SETS = _C._isa_table_sets()  # the instruction sets this CPU runs the kernels' tables in, best first
 OPS = {"eq": torch.eq, "ne": torch.ne, "lt": torch.lt, "le": torch.le, "gt": torch.gt, "ge": torch.ge}
 SPECIAL = [math.nan, math.inf, -math.inf, 0.0, -0.0, 1.0, -1.0, 1e-40, -1e-40, 3.4e38, 0.5]
 
@@ -94,24 +95,27 @@ def test_replayed_comparisons_stay_out_of_python(monkeypatch):
     assert len(calls) == 2, "a replayed comparison entered Python"
 
 
+@pytest.mark.parametrize("isa", ISA_SETS)
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.integers(1, 70), min_size=1, max_size=3), st.sampled_from(list(OPS)), st.booleans(), st.data())
-def test_comparisons_of_any_layout_give_the_cpus_result(shape, name, number, data):
+def test_comparisons_of_any_layout_give_the_cpus_result(isa, shape, name, number, data):
     """Any Spyre layout, a whole tensor or a slice of it, against a tensor or a number: the first
-    call and its replays give the CPU's bools, the result's padding the pad value."""
-    elementwise.forget_recipes()
-    order = list(data.draw(st.permutations(range(len(shape)))))
-    layout = SpyreTensorLayout(tuple(shape), torch.float32, order)
-    d = data.draw(st.integers(0, len(shape) - 1))
-    start = data.draw(st.integers(0, shape[d] - 1))
-    index = tuple(slice(start, None) if k == d else slice(None) for k in range(len(shape)))
-    value = data.draw(st.sampled_from(SPECIAL))
-    op = OPS[name]
-    for seed in range(3):
-        a, b = special_pair(tuple(shape), seed)
-        da = a.to("spyre", device_layout=layout)[index]
-        db = b.to("spyre", device_layout=layout)[index]
-        out = op(da, value) if number else op(da, db)
-        expected = op(a[index], value) if number else op(a[index], b[index])
-        assert torch.equal(out.cpu(), expected)
-        assert padding_holds_pad_value(out)
+    call and its replays give the CPU's bools, the result's padding the pad value; with the
+    comparison kernels of each instruction set this CPU runs."""
+    with kernels_in(_C._set_isa_tables, isa):  # each instruction set's tables
+        elementwise.forget_recipes()
+        order = list(data.draw(st.permutations(range(len(shape)))))
+        layout = SpyreTensorLayout(tuple(shape), torch.float32, order)
+        d = data.draw(st.integers(0, len(shape) - 1))
+        start = data.draw(st.integers(0, shape[d] - 1))
+        index = tuple(slice(start, None) if k == d else slice(None) for k in range(len(shape)))
+        value = data.draw(st.sampled_from(SPECIAL))
+        op = OPS[name]
+        for seed in range(3):
+            a, b = special_pair(tuple(shape), seed)
+            da = a.to("spyre", device_layout=layout)[index]
+            db = b.to("spyre", device_layout=layout)[index]
+            out = op(da, value) if number else op(da, db)
+            expected = op(a[index], value) if number else op(a[index], b[index])
+            assert torch.equal(out.cpu(), expected)
+            assert padding_holds_pad_value(out)

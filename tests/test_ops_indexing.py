@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import torch_layouts
-from ops_support import padding_holds_pad_value, raises_like_the_cpu
-from torch_layouts import SpyreTensorLayout
+from ops_support import kernels_in, padding_holds_pad_value, raises_like_the_cpu
+from torch_layouts import SpyreTensorLayout, _C
 from torch_layouts.ops import elementwise, indexing, view_copy
 
 F16, F32 = torch.float16, torch.float32
@@ -25,6 +25,7 @@ def randn(*shape: int, seed: int = 0, dtype: torch.dtype = F32) -> torch.Tensor:
 
 
 # One row per case: id, the cache's shape, dtype, dim, and the index of each update in turn.
+ISA_SETS = _C._isa_table_sets()  # the instruction sets this CPU runs the kernels' tables in, best first
 CASES = [
     ("decode-positions", (1, 4, 512, 64), F32, 2, [[0], [1], [2], [9], [3]]),
     ("prefill-then-decode-half", (2, 8, 128, 64), F16, 2, [list(range(0, 40)), [40], [41], [42]]),
@@ -164,26 +165,29 @@ def test_index_select_of_any_layout_gives_the_cpus_result(shape, data):
         assert torch.equal(out.cpu(), x.index_select(dim, index)) and padding_holds_pad_value(out)
 
 
+@pytest.mark.parametrize("isa", ISA_SETS)
 @settings(max_examples=40, deadline=None)
 @given(st.integers(1, 40), st.integers(1, 160), st.sampled_from([F32, F16, torch.bfloat16]),
        st.sampled_from(["row-major", "spyre"]), st.data())
-def test_index_select_of_rows_of_any_length_gives_the_cpus_result(rows, width, dtype, family, data):
+def test_index_select_of_rows_of_any_length_gives_the_cpus_result(isa, rows, width, dtype, family, data):
     """Rows gathered from a row-major device buffer (runs of the whole row: 2 to 640 bytes, whole
     64-byte lines up to 512 bytes among them, which the gathers copy a line at a time) or from
     Spyre's default layout (runs of a stick or less), in three dtypes: the CPU's bits on the first
-    call and on its replays, padding the pad value."""
-    elementwise.forget_recipes()
-    shape = (rows, width)
-    layout = (torch_layouts.DeviceLayout(list(shape), [width, 1], dtype) if family == "row-major"
-              else SpyreTensorLayout(shape, dtype))
-    count = data.draw(st.integers(1, 12))
-    for seed in range(3):
-        x = randn(*shape, seed=seed, dtype=dtype)
-        index = torch.randint(0, rows, (count,), generator=torch.Generator().manual_seed(seed))
-        out = x.to("spyre", device_layout=layout).index_select(0, index.to("spyre"))
-        bits = torch.int32 if dtype == F32 else torch.int16  # bit for bit, NaNs and signed zeros too
-        assert torch.equal(out.cpu().view(bits), x.index_select(0, index).view(bits))
-        assert padding_holds_pad_value(out)
+    call and on its replays, padding the pad value; with the gathers of each instruction set this
+    CPU runs (AVX-512's line copies, the others' memcpy)."""
+    with kernels_in(_C._set_isa_tables, isa):  # each instruction set's tables
+        elementwise.forget_recipes()
+        shape = (rows, width)
+        layout = (torch_layouts.DeviceLayout(list(shape), [width, 1], dtype) if family == "row-major"
+                  else SpyreTensorLayout(shape, dtype))
+        count = data.draw(st.integers(1, 12))
+        for seed in range(3):
+            x = randn(*shape, seed=seed, dtype=dtype)
+            index = torch.randint(0, rows, (count,), generator=torch.Generator().manual_seed(seed))
+            out = x.to("spyre", device_layout=layout).index_select(0, index.to("spyre"))
+            bits = torch.int32 if dtype == F32 else torch.int16  # bit for bit, NaNs and signed zeros too
+            assert torch.equal(out.cpu().view(bits), x.index_select(0, index).view(bits))
+            assert padding_holds_pad_value(out)
 
 
 @pytest.mark.parametrize("rows, dtype, width", [((4, 16), F32, 96), ((3, 5, 7), F16, 128)],
