@@ -37,6 +37,10 @@ def matches_cpu(out: torch.Tensor, ref: torch.Tensor, f16: tuple[float, float], 
     assert padding_holds_pad_value(out)
 
 
+# The instruction sets this CPU runs the per-set kernel tables in (csrc/isa_tables.h), best first.
+ISA_SETS = _C._isa_table_sets()
+
+
 @contextlib.contextmanager
 def kernels_in(setter: Callable[[str], str], name: str) -> Iterator[None]:
     """Runs a runtime's kernels in instruction set ``name`` (``setter`` installs one and returns

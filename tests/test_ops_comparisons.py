@@ -12,11 +12,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ops_support import kernels_in, padding_holds_pad_value
+from ops_support import ISA_SETS, kernels_in, padding_holds_pad_value
 from torch_layouts import SpyreTensorLayout, _C
 from torch_layouts.ops import elementwise
 
-ISA_SETS = _C._isa_table_sets()  # the instruction sets this CPU runs the kernels' tables in, best first
 OPS = {"eq": torch.eq, "ne": torch.ne, "lt": torch.lt, "le": torch.le, "gt": torch.gt, "ge": torch.ge}
 SPECIAL = [math.nan, math.inf, -math.inf, 0.0, -0.0, 1.0, -1.0, 1e-40, -1e-40, 3.4e38, 0.5]
 

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import torch_layouts
-from ops_support import kernels_in, padding_holds_pad_value, raises_like_the_cpu
+from ops_support import ISA_SETS, kernels_in, padding_holds_pad_value, raises_like_the_cpu
 from torch_layouts import SpyreTensorLayout, _C
 from torch_layouts.ops import elementwise, indexing, view_copy
 
@@ -25,7 +25,6 @@ def randn(*shape: int, seed: int = 0, dtype: torch.dtype = F32) -> torch.Tensor:
 
 
 # One row per case: id, the cache's shape, dtype, dim, and the index of each update in turn.
-ISA_SETS = _C._isa_table_sets()  # the instruction sets this CPU runs the kernels' tables in, best first
 CASES = [
     ("decode-positions", (1, 4, 512, 64), F32, 2, [[0], [1], [2], [9], [3]]),
     ("prefill-then-decode-half", (2, 8, 128, 64), F16, 2, [list(range(0, 40)), [40], [41], [42]]),
