@@ -526,6 +526,41 @@ def test_row_kernels_replay_in_the_runtime_front(_, fn, shape, dtype, monkeypatc
             assert padding_holds_pad_value(q)
 
 
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(1, 9), min_size=1, max_size=2), st.sampled_from([1, 10, 32, 64, 70, 100]),
+       st.sampled_from([F32, F16, BF16]), st.booleans(), st.integers(0, 2**16))
+def test_layer_norm_replays_place_their_results_as_the_python_path_and_the_cpu(lead, width, dtype, affine, seed):
+    """Layer norm forward and backward of random shapes (rows of 1 to 100 elements: part of a
+    stick, whole sticks, a padded one), three dtypes, with and without weight and bias, called four
+    times (planned, offered, then replayed by the runtime's front, whose float32 results are stored
+    at listed elements): every call's output, mean, rstd and gradients hold the first call's bits in
+    its layouts with the padding the pad value, and the CPU's values within layer norm's tolerance."""
+    elementwise.forget_recipes()
+    shape = (*lead, width)
+    x, g = randn(*shape, seed=seed, dtype=dtype), randn(*shape, seed=seed + 1, dtype=dtype)
+    w, b = randn(width, seed=seed + 2, dtype=dtype), randn(width, seed=seed + 3, dtype=dtype)
+
+    def run(device: str) -> list[torch.Tensor]:
+        dx, dg, dw, db = (t.to(device) for t in (x, g, w, b))
+        params = (dw, db) if affine else (None, None)
+        out, mean, rstd = A.native_layer_norm(dx, [width], *params, 1e-5)
+        grads = A.native_layer_norm_backward(dg, dx, [width], mean, rstd, *params, [True, affine, affine])
+        return [out, mean, rstd, *(t for t in grads if t is not None)]
+
+    want = run("cpu")
+    first = run("spyre")
+    for _ in range(3):
+        again = run("spyre")
+        for p, q in zip(first, again, strict=True):
+            assert torch.equal(p.cpu(), q.cpu()) and p.device_tensor_layout() == q.device_tensor_layout()
+            assert padding_holds_pad_value(q)
+    for k, (got, expected) in enumerate(zip(first, want, strict=True)):
+        assert got.dtype == expected.dtype and got.shape == expected.shape
+        # half outputs round; weight and bias gradients sum over rows in another order
+        tol = 1e-4 if dtype == F32 else (5e-2 if k < 4 else 2e-1)
+        torch.testing.assert_close(got.cpu().float(), expected.float(), atol=tol, rtol=tol)
+
+
 # Autograd's calls: an absent optional tensor (layer norm's weight or bias) reaches the front as an
 # undefined tensor, not None. One row per case: id, weight?, bias?
 AUTOGRAD_CASES = [
