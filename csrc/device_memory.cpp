@@ -69,16 +69,18 @@ int64_t parse_bytes(const char* name, const char* text) {
   return static_cast<int64_t>(value);
 }
 
-// Freed blocks of at least kCacheFrom bytes are kept by host size and handed to the next
-// request of that size, like a device runtime's caching allocator: steady-state allocations
-// then touch no fresh pages. The cache stays below a quarter of the capacity (1 GiB at most)
-// and is dropped whenever an allocation would otherwise not fit. From 64 KiB: below 1 MiB, the
-// 128-byte-aligned blocks that glibc carved beside the CPU tensors' 64-byte-aligned ones of the
-// same sizes came from fresh heap pages for a hundred calls or so (a 64-row index_select's result
-// of 64 KiB, interleaved with the same call on CPU tensors: ~30 us a call, then 4).
+// Freed blocks are kept and handed to the next request of their host size, like a device
+// runtime's caching allocator. From kCacheFrom bytes, by size rounded up (below): steady-state
+// allocations then touch no fresh pages (a 64-row index_select's result of 64 KiB, interleaved
+// with the same call on CPU tensors, came from fresh heap pages for a hundred calls or so: ~30 us
+// a call, then 4). Below it, by their 128-byte-rounded size, in a free list per size: a 128-byte
+// aligned posix_memalign and its free cost ~1,200 instructions, a list's pop and push a few dozen
+// (a small model's training step allocates some 35 device blocks). The cache stays below a
+// quarter of the capacity (1 GiB at most) and is dropped whenever an allocation would otherwise
+// not fit.
 constexpr int64_t kCacheFrom = int64_t(64) << 10;
-// Blocks from 1 MiB are backed by whole huge pages; smaller ones that the cache keeps are rounded
-// up to kCacheStep bytes, so that requests of nearby sizes share blocks.
+// Blocks from 1 MiB are backed by whole huge pages; smaller ones from kCacheFrom are rounded up
+// to kCacheStep bytes, so that requests of nearby sizes share blocks.
 constexpr int64_t kHugeFrom = int64_t(1) << 20;
 constexpr int64_t kCacheStep = int64_t(16) << 10;
 
@@ -86,13 +88,47 @@ struct DeviceMemory {
   std::mutex mutex;
   int64_t capacity = kMaxDefaultCapacity;
   MemoryStats stats;
-  std::multimap<int64_t, void*> cache;  // host size -> free block
+  std::multimap<int64_t, void*> cache;  // host size (from kCacheFrom) -> free block
+  std::vector<std::vector<void*>> small = std::vector<std::vector<void*>>(kCacheFrom / kAlignment);  // by size / 128
 
   int64_t cache_limit() const { return std::min(capacity / 4, int64_t(1) << 30); }
+
+  // A kept block of host size `backing` (the one freed last), or nullptr; caller holds mutex.
+  void* take(int64_t backing) {
+    void* ptr = nullptr;
+    if (backing < kCacheFrom) {
+      std::vector<void*>& list = small[backing / kAlignment];
+      if (list.empty()) return nullptr;
+      ptr = list.back();
+      list.pop_back();
+    } else {
+      // The block of this size freed last (a multimap keeps equal keys in insertion order): it is
+      // the one most likely still in the CPU's caches, as glibc's malloc would hand it out.
+      const auto after = cache.upper_bound(backing);
+      if (after == cache.begin() || std::prev(after)->first != backing) return nullptr;
+      ptr = std::prev(after)->second;
+      cache.erase(std::prev(after));
+    }
+    stats.cached -= backing;
+    return ptr;
+  }
+
+  void keep(int64_t backing, void* ptr) {  // caller holds mutex
+    if (backing < kCacheFrom) {
+      small[backing / kAlignment].push_back(ptr);
+    } else {
+      cache.emplace(backing, ptr);
+    }
+    stats.cached += backing;
+  }
 
   void drop_cache() {  // caller holds mutex
     for (auto& entry : cache) std::free(entry.second);
     cache.clear();
+    for (auto& list : small) {
+      for (void* ptr : list) std::free(ptr);
+      list.clear();
+    }
     stats.cached = 0;
   }
 };
@@ -162,10 +198,9 @@ void release(void* ctx) {
     s.total_freed += block->reserved;
     s.blocks -= 1;
     s.num_frees += 1;
-    if (block->backing >= kCacheFrom && s.cached + block->backing <= mem.cache_limit() &&
+    if (ptr != nullptr && s.cached + block->backing <= mem.cache_limit() &&
         s.allocated + s.cached + block->backing <= mem.capacity) {
-      mem.cache.emplace(block->backing, ptr);
-      s.cached += block->backing;
+      mem.keep(block->backing, ptr);
       ptr = nullptr;
     }
   }
@@ -195,20 +230,8 @@ class DeviceAllocator final : public c10::Allocator {
                          " free of ", human(mem.capacity), " capacity (", human(s.allocated),
                          " allocated). Set TORCH_LAYOUTS_DEVICE_MEMORY to change the capacity.");
       }
-      // The block of this size freed last (a multimap keeps equal keys in insertion order): it is
-      // the one most likely still in the CPU's caches, as glibc's malloc would hand it out.
-      auto cached = mem.cache.end();
-      if (backing >= kCacheFrom) {
-        const auto after = mem.cache.upper_bound(backing);
-        if (after != mem.cache.begin() && std::prev(after)->first == backing) cached = std::prev(after);
-      }
-      if (cached != mem.cache.end()) {
-        ptr = cached->second;
-        mem.cache.erase(cached);
-        s.cached -= backing;
-      } else if (s.allocated + s.cached + backing > mem.capacity) {
-        mem.drop_cache();
-      }
+      if (reserved > 0) ptr = mem.take(backing);
+      if (ptr == nullptr && s.allocated + s.cached + backing > mem.capacity) mem.drop_cache();
       s.allocated += reserved;
     }
     // Fresh host pages are only touched later: a large block the host cannot back now would
