@@ -25,13 +25,18 @@ def test_every_case_runs_its_counted_loop(case, device, monkeypatch):
 
 
 @pytest.mark.parametrize("output, expected", [
-    ("==7== Events    : Ir\n==7== Collected : 1234567\n", 1234567),
-    ("==12== Collected :   42\n", 42),
+    ("==7== Events    : Ir\n==7== Collected : 1234567\n", {"Ir": 1234567}),
+    ("==12== Events    : Ir\n==12== Collected :   42\n", {"Ir": 42}),
+    ("==9== Events    : Ir Dr Dw I1mr D1mr D1mw ILmr DLmr DLmw\n"
+     "==9== Collected : 25041978 9963023 3979998 753216 312508 109120 118 88 98\n",
+     {"Ir": 25041978, "Dr": 9963023, "Dw": 3979998, "I1mr": 753216, "D1mr": 312508, "D1mw": 109120,
+      "ILmr": 118, "DLmr": 88, "DLmw": 98}),
 ])
-def test_the_count_is_callgrinds_summary(output, expected):
+def test_the_counts_are_callgrinds_summary(output, expected):
     assert instructions.collected(output) == expected
 
 
-def test_output_without_a_summary_is_refused():
+@pytest.mark.parametrize("output", ["valgrind: command not found\n", "==12== Collected :   42\n"])
+def test_output_without_a_summary_is_refused(output):
     with pytest.raises(RuntimeError, match="no callgrind summary"):
-        instructions.collected("valgrind: command not found\n")
+        instructions.collected(output)
