@@ -208,6 +208,19 @@ void release(void* ctx) {
   delete block;
 }
 
+// A new block of `reserved` bytes (`requested` asked for) in the statistics; the caller holds
+// the mutex and has added it to `allocated`.
+void count_block(MemoryStats& s, int64_t requested, int64_t reserved) {
+  s.requested += requested;
+  s.total_allocated += reserved;
+  s.blocks += 1;
+  s.num_allocs += 1;
+  s.peak_allocated = std::max(s.peak_allocated, s.allocated);
+  s.peak_reserved = std::max(s.peak_reserved, s.allocated + s.cached);
+  s.peak_requested = std::max(s.peak_requested, s.requested);
+  s.peak_blocks = std::max(s.peak_blocks, s.blocks);
+}
+
 }  // namespace
 
 class DeviceAllocator final : public c10::Allocator {
@@ -233,35 +246,27 @@ class DeviceAllocator final : public c10::Allocator {
       if (reserved > 0) ptr = mem.take(backing);
       if (ptr == nullptr && s.allocated + s.cached + backing > mem.capacity) mem.drop_cache();
       s.allocated += reserved;
+      if (ptr != nullptr || reserved == 0) count_block(s, requested, reserved);  // nothing left to fail
     }
     // Fresh host pages are only touched later: a large block the host cannot back now would
     // summon the OOM killer then, so it is refused now, like a block the host refuses outright.
     int64_t host = -1;
     const bool host_short = reserved >= kHostCheckFrom && ptr == nullptr && (host = host_available()) >= 0 &&
                             backing > host;
-    if (reserved > 0 && ptr == nullptr && !host_short) ptr = host_backing(backing);
-    if (reserved > 0 && ptr == nullptr) {
+    if (reserved > 0 && ptr == nullptr) {  // a fresh block from the host, counted once it has one
+      if (!host_short) ptr = host_backing(backing);
       std::lock_guard<std::mutex> lock(mem.mutex);
-      mem.stats.allocated -= reserved;
-      mem.stats.num_ooms += 1;
-      TORCH_CHECK_WITH(OutOfMemoryError, false, "spyre:", int(device), " out of memory: the host could not back ",
-                       human(requested), " of simulated device memory",
-                       host_short ? " (" + human(host) + " of host memory available after a safety margin)" : "",
-                       ". Free tensors or set TORCH_LAYOUTS_DEVICE_MEMORY lower.");
+      if (ptr == nullptr) {
+        mem.stats.allocated -= reserved;
+        mem.stats.num_ooms += 1;
+        TORCH_CHECK_WITH(OutOfMemoryError, false, "spyre:", int(device), " out of memory: the host could not back ",
+                         human(requested), " of simulated device memory",
+                         host_short ? " (" + human(host) + " of host memory available after a safety margin)" : "",
+                         ". Free tensors or set TORCH_LAYOUTS_DEVICE_MEMORY lower.");
+      }
+      count_block(mem.stats, requested, reserved);
     }
     auto* block = new Block{ptr, requested, reserved, backing, device, nullptr};
-    {
-      std::lock_guard<std::mutex> lock(mem.mutex);
-      auto& s = mem.stats;
-      s.requested += requested;
-      s.total_allocated += reserved;
-      s.blocks += 1;
-      s.num_allocs += 1;
-      s.peak_allocated = std::max(s.peak_allocated, s.allocated);
-      s.peak_reserved = std::max(s.peak_reserved, s.allocated + s.cached);
-      s.peak_requested = std::max(s.peak_requested, s.requested);
-      s.peak_blocks = std::max(s.peak_blocks, s.blocks);
-    }
     return {ptr, block, &release, c10::Device(c10::DeviceType::PrivateUse1, device)};
   }
 
