@@ -233,6 +233,7 @@ class DeviceAllocator final : public c10::Allocator {
                                                        : requested;  // rounding only when it cannot overflow
     const int64_t backing = backing_size(reserved);
     void* ptr = nullptr;
+    bool fresh = false;  // a block the host must back, counted in the statistics once it has one
     {
       std::lock_guard<std::mutex> lock(mem.mutex);
       auto& s = mem.stats;
@@ -246,14 +247,14 @@ class DeviceAllocator final : public c10::Allocator {
       if (reserved > 0) ptr = mem.take(backing);
       if (ptr == nullptr && s.allocated + s.cached + backing > mem.capacity) mem.drop_cache();
       s.allocated += reserved;
-      if (ptr != nullptr || reserved == 0) count_block(s, requested, reserved);  // nothing left to fail
+      fresh = reserved > 0 && ptr == nullptr;
+      if (!fresh) count_block(s, requested, reserved);  // nothing left to fail
     }
     // Fresh host pages are only touched later: a large block the host cannot back now would
     // summon the OOM killer then, so it is refused now, like a block the host refuses outright.
     int64_t host = -1;
-    const bool host_short = reserved >= kHostCheckFrom && ptr == nullptr && (host = host_available()) >= 0 &&
-                            backing > host;
-    if (reserved > 0 && ptr == nullptr) {  // a fresh block from the host, counted once it has one
+    const bool host_short = fresh && reserved >= kHostCheckFrom && (host = host_available()) >= 0 && backing > host;
+    if (fresh) {
       if (!host_short) ptr = host_backing(backing);
       std::lock_guard<std::mutex> lock(mem.mutex);
       if (ptr == nullptr) {
