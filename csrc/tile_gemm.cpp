@@ -92,13 +92,13 @@ bool evenly_spaced(const int64_t* offsets, int64_t n, int64_t* ld) {
 #pragma GCC target("avx512f,avx2,fma")
 
 // acc (12x16, row-major) := sum over kc of a packed A strip x B rows (16 floats, `ldb` apart),
-// one 16-float register per row; the strip is [12][kc] (kStep 1) or [kc][12] (kStep 12). The
+// one 16-float register per row; the strip is [12][kKC] (kStep 1) or [kc][12] (kStep 12). The
 // same sums in the same order as kernel_6x16's (one FMA per product, p ascending): the same bits.
 template <int64_t kStep>
 void kernel_12x16_avx512(int64_t kc, const float* a, const float* b, int64_t ldb, float* acc) {
   __m512 c0 = _mm512_setzero_ps(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0, c7 = c0, c8 = c0, c9 = c0,
          c10 = c0, c11 = c0;
-  const int64_t rs = kStep == 1 ? kc : 1;
+  constexpr int64_t rs = kStep == 1 ? kKC : 1;  // a row's floats kKC apart: one base register
   for (int64_t p = 0; p < kc * kStep; p += kStep, b += ldb) {
     const __m512 v = _mm512_loadu_ps(b);
     const float* x = a + p;
@@ -142,7 +142,7 @@ void kernel_12x32_avx512(int64_t kc, const float* a, const float* b0, const floa
   __m512 c[kMR][2];
 #pragma GCC unroll 12
   for (int64_t q = 0; q < kMR; ++q) c[q][0] = c[q][1] = _mm512_setzero_ps();
-  const int64_t rs = kStep == 1 ? kc : 1;
+  constexpr int64_t rs = kStep == 1 ? kKC : 1;  // a row's floats kKC apart: one base register
   for (int64_t p = 0; p < kc * kStep; p += kStep, b0 += ldb, b1 += ldb) {
     const __m512 v0 = _mm512_loadu_ps(b0), v1 = _mm512_loadu_ps(b1);
     const float* x = a + p;
@@ -187,12 +187,12 @@ void kernel_12x32_avx512(int64_t kc, const float* a, const float* b0, const floa
 #pragma GCC target("avx2,fma")
 
 // acc (6x16, row-major) := sum over kc of 6 rows of a packed A strip x B rows (16 floats, `ldb`
-// apart). The rows are kc apart (kStep 1) or adjacent, each p kStep further on (kStep kMR).
+// apart). The rows are kKC apart (kStep 1) or adjacent, each p kStep further on (kStep kMR).
 template <int64_t kStep>
 inline void kernel_6x16(int64_t kc, const float* a, const float* b, int64_t ldb, float* acc) {
   __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00,
          c40 = c00, c41 = c00, c50 = c00, c51 = c00;
-  const int64_t rs = kStep == 1 ? kc : 1;
+  constexpr int64_t rs = kStep == 1 ? kKC : 1;  // a row's floats kKC apart: one base register
   const float *a0 = a, *a1 = a + rs, *a2 = a + 2 * rs, *a3 = a + 3 * rs, *a4 = a + 4 * rs, *a5 = a + 5 * rs;
   for (int64_t p = 0; p < kc * kStep; p += kStep, b += ldb) {
     const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
@@ -295,8 +295,10 @@ void pack_b(const Problem& P, const Call& X, int64_t bi, int64_t jp, int64_t p0,
 }
 
 // A rows [i0, i0 + mc) x depth [p0, p0 + kc) into strips of 12 rows (rows past m are zero).
-// Where A's columns lie in runs (A sticked on k) each strip is [12][kc], copied row by row and
-// run by run; otherwise (A sticked on its rows: a transposed operand) [kc][12], each column's 12
+// Where A's columns lie in runs (A sticked on k) each strip is [12][kKC] (its rows kKC floats
+// apart whatever kc is: the kernels then reach all 12 rows from one register at fixed offsets,
+// where rows kc apart took 12 registers and spilled two to vector registers, whose moves back
+// took FMA ports), copied row by row and run by run; otherwise (A sticked on its rows: a transposed operand) [kc][12], each column's 12
 // rows copied together (a run where the strip's rows are adjacent).
 void pack_a(const Problem& P, const Call& X, int64_t bi, int64_t i0, int64_t mc, int64_t p0, int64_t kc,
             float* dst) {
@@ -304,14 +306,14 @@ void pack_a(const Problem& P, const Call& X, int64_t bi, int64_t i0, int64_t mc,
   const int64_t real = std::max<int64_t>(0, std::min(mc, P.m - i0));
   const int64_t* rows = P.a.rows.data() + i0;
   if (P.a_strips_by_row) {
-    for (int64_t r = real; r < mc; ++r) std::fill(dst + r * kc, dst + (r + 1) * kc, 0.f);
+    for (int64_t r = real; r < mc; ++r) std::fill(dst + r * kKC, dst + r * kKC + kc, 0.f);
     for (int64_t r = 0; r < real; ++r) {
       const float* row = base + rows[r];
       const float* ahead = r + kPrefetchAhead < real ? base + rows[r + kPrefetchAhead] : nullptr;
       for (int64_t p = p0; p < p0 + kc;) {
         const int64_t len = std::min(P.a_run[p], p0 + kc - p);
         if (ahead) prefetch_floats(ahead + P.a.cols[p], len);
-        copy_floats(row + P.a.cols[p], len, dst + r * kc + (p - p0));
+        copy_floats(row + P.a.cols[p], len, dst + r * kKC + (p - p0));
         p += len;
       }
     }
@@ -433,7 +435,7 @@ void run_task(const Problem& P, const Call& X, int64_t bi, int64_t i0, int64_t m
       // Both panels' columns contiguous in C and whole: written from the kernel's registers.
       const bool direct_out = pair && P.c_direct[jp] && P.c_direct[jp + 1];
       for (int64_t s = 0; s < mc; s += kMR) {
-        const float* strip = apack + s * kc;
+        const float* strip = apack + s * (P.a_strips_by_row ? kKC : kc);
         const int64_t rows = std::min(kMR, mc - s);
         if (direct_out) {
           BlockOut o{{}, X.alpha, add, X.bias && !add ? X.bias + jp * kNR : nullptr, X.beta};
@@ -455,7 +457,7 @@ void run_task(const Problem& P, const Call& X, int64_t bi, int64_t i0, int64_t m
                             : kernel_12x16_avx512<kMR>(kc, strip, b, ldb, acc);
         } else if (P.a_strips_by_row) {
           kernel_6x16<1>(kc, strip, b, ldb, acc);
-          if (rows > 6) kernel_6x16<1>(kc, strip + 6 * kc, b, ldb, acc + 6 * kNR);
+          if (rows > 6) kernel_6x16<1>(kc, strip + 6 * kKC, b, ldb, acc + 6 * kNR);
         } else {
           kernel_6x16<kMR>(kc, strip, b, ldb, acc);
           if (rows > 6) kernel_6x16<kMR>(kc, strip + 6, b, ldb, acc + 6 * kNR);
