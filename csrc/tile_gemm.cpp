@@ -298,8 +298,9 @@ void pack_b(const Problem& P, const Call& X, int64_t bi, int64_t jp, int64_t p0,
 // Where A's columns lie in runs (A sticked on k) each strip is [12][kKC] (its rows kKC floats
 // apart whatever kc is: the kernels then reach all 12 rows from one register at fixed offsets,
 // where rows kc apart took 12 registers and spilled two to vector registers, whose moves back
-// took FMA ports), copied row by row and run by run; otherwise (A sticked on its rows: a transposed operand) [kc][12], each column's 12
-// rows copied together (a run where the strip's rows are adjacent).
+// took FMA ports), copied row by row and run by run; otherwise (A sticked on its rows: a
+// transposed operand) [kc][12], each column's 12 rows copied together (a run where the strip's
+// rows are adjacent).
 void pack_a(const Problem& P, const Call& X, int64_t bi, int64_t i0, int64_t mc, int64_t p0, int64_t kc,
             float* dst) {
   const float* base = X.a + P.a.batch[bi];
