@@ -347,8 +347,8 @@ void pack_a(const Problem& P, const Call& X, int64_t bi, int64_t i0, int64_t mc,
     }
   }
   first_run[strips] = count;
-  // A strip whose 12 rows are one run: two fixed-size copies a column, no run loop or fill (the
-  // demo MLP's weight gradient, 128x32 @ 32x64: 139 -> 126 thousand instructions a call, 8.2-8.7 ->
+  // A strip whose 12 rows are one run: one copy of 12 floats a column, no run loop or fill (the
+  // demo MLP's weight gradient, 128x32 @ 32x64: 139 -> 127 thousand instructions a call, 8.2-8.7 ->
   // 7.5-7.7 us in a loop).
   bool whole[kMC / kMR];
   for (int64_t t = 0; t < strips; ++t) whole[t] = live[t] == kMR && first_run[t + 1] - first_run[t] == 1;
@@ -368,9 +368,7 @@ void pack_a(const Problem& P, const Call& X, int64_t bi, int64_t i0, int64_t mc,
     for (int64_t t = 0; t < strips; ++t) {
       float* out = dst + t * kMR * kc + p * kMR;
       if (whole[t]) {
-        const float* src = col + rows[t * kMR];
-        _mm256_storeu_ps(out, _mm256_loadu_ps(src));
-        _mm_storeu_ps(out + 8, _mm_loadu_ps(src + 8));
+        copy_floats(col + rows[t * kMR], kMR, out);  // a constant length: the 8 + 4 float copy alone
         continue;
       }
       for (int64_t j = first_run[t]; j < first_run[t + 1]; ++j) {
