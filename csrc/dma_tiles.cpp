@@ -378,6 +378,13 @@ TL_AVX512 inline void block8x8_u64(char* d, const char* s, int64_t src_a, int64_
   store_columns<2>(d, dst_b, col);
 }
 
+// `rows` rows of `bytes` (a multiple of 64) from the staging buffer (rows `row` bytes apart) to
+// rows dst_b apart, in whole-line moves.
+TL_AVX512 void staged_rows_avx512(char* d, const char* buf, int64_t rows, int64_t bytes, int64_t row, int64_t dst_b) {
+  for (int64_t b = 0; b < rows; ++b)
+    for (int64_t k = 0; k < bytes; k += 64) st512(d + b * dst_b + k, _mm512_load_si512(buf + b * row + k));
+}
+
 // Whole KA x KB blocks (KB units: a 64-byte row) over [0, na) x [0, nb); returns the
 // block-aligned extents, whose remaining strips the caller copies with narrower blocks.
 template <typename E, int KA, int KB, void (*Block)(char*, const char*, int64_t, int64_t)>
@@ -723,18 +730,22 @@ void copy_tile(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a, in
   }
 #endif
   // Transpose into an L1 buffer, then write whole rows (or the whole tile) out: streamed, or
-  // plainly where destination rows lie far apart and the blocks write half lines (their lines
-  // would evict each other mid-tile; rows 1 KiB apart measured 1.5x slower staged: NCHW -> NHWC
-  // float32 at 1 MiB). Line blocks write each line once, whole: unstaged, the D2H of kCHW32 and
-  // NHWC at 1 MiB took 10-30% less time. Up to 4 destination rows (the deinterleaves of kCHW2 and
-  // kCHW4) stay within the L1's ways: unstaged, their D2H at 1 MiB took 15-25% less time.
-  const bool far_rows = dst_b >= 2048 && nb > 4 && !in_line_blocks(na, nb, unit);
+  // plainly where destination rows lie far apart (rows 1 KiB apart measured 1.5x slower staged:
+  // NCHW -> NHWC float32 at 1 MiB). Unstaged, a line block's 32 stores to rows 4 KiB apart all
+  // fall in one L1 set of 12 ways: staged, with the rows written out in whole-line moves, the D2H
+  // of kCHW32, nChw16c float32 and a Spyre dim_order change at 1 MiB, 2 threads took 1.4-1.5x
+  // memcpy against 2.1-2.3, NHWC float16 1.9 against 3.0 (thirty-second session). Up to 4
+  // destination rows (the deinterleaves of kCHW2 and kCHW4) stay within the L1's ways: unstaged,
+  // their D2H at 1 MiB took 15-25% less time.
+  const bool far_rows = dst_b >= 2048 && nb > 4;
   const bool staged = unit <= 8 && row * nb <= kStageBytes && (stream ? row % 16 == 0 || dst_b == row : far_rows);
   if (staged) {
     alignas(64) char buf[kStageBytes];
     plain_tile(buf, s, na, nb, src_a, row, unit);
     const int64_t rows = dst_b == row ? 1 : nb, bytes = dst_b == row ? row * nb : row;
 #if defined(__SSE2__)
+    if (!stream && bytes % 64 == 0 && row % 64 == 0 && g_avx512_blocks.load(std::memory_order_relaxed))
+      return staged_rows_avx512(d, buf, rows, bytes, row, dst_b);
     if (!stream && bytes % 16 == 0 && bytes <= 1024) {  // short rows: inline, no call per row
       for (int64_t b = 0; b < rows; ++b)
         for (int64_t k = 0; k < bytes; k += 16) st(d + b * dst_b + k, ld(buf + b * row + k));
