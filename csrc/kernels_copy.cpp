@@ -13,6 +13,7 @@
 #include <string>
 
 #include "device_memory.h"
+#include "converting_copies.h"
 #include "dma_executor.h"
 #include "int64_format.h"
 #include "layout_records.h"
@@ -150,13 +151,23 @@ at::Tensor d2h_fresh(const at::Tensor& src) {
 
 void d2d(const at::Tensor& src, const at::Tensor& dst) {
   LayoutPtr from = element_layout_of(src), to = element_layout_of(dst);
-  if (from && to && src.scalar_type() == dst.scalar_type() && is_whole_base(src, *from) &&
-      is_whole_base(dst, *to) && from->base_size == to->base_size) {
+  if (from && to && is_whole_base(src, *from) && is_whole_base(dst, *to) && from->base_size == to->base_size) {
     const CachedNests nests = from == to ? nullptr : relayout_nests(from, to);
-    if (!nests || nests->has_value()) {
-      const std::vector<Transfer> same{Transfer{{from->device_numel}, {1}, {1}, 0, 0}};  // one layout: one run
-      run_nests(nests ? **nests : same, dst.storage().mutable_data(), buffer_elements(dst, *to), src.storage().data(),
+    const std::vector<Transfer> same{Transfer{{from->device_numel}, {1}, {1}, 0, 0}};  // one layout: one run
+    const std::vector<Transfer>* program = !nests ? &same : nests->has_value() ? &**nests : nullptr;
+    // A dtype change (float32 <-> float16 or bfloat16) converts each run where it lies into where it
+    // goes: through the host, 1024x256 float32 -> float16 took 46 us against the CPU's 13.
+    bool moved = false;
+    if (program && src.scalar_type() == dst.scalar_type()) {
+      run_nests(*program, dst.storage().mutable_data(), buffer_elements(dst, *to), src.storage().data(),
                 buffer_elements(src, *from), src.element_size());
+      moved = true;
+    } else if (program) {
+      moved = run_converting_nests(*program, dst.storage().mutable_data(), buffer_elements(dst, *to),
+                                   dst.scalar_type(), src.storage().data(), buffer_elements(src, *from),
+                                   src.scalar_type());
+    }
+    if (moved) {
       count(Counter::D2DBytes, src.numel() * src.element_size());
       if (from != to) {
         count(Counter::Relayouts);
@@ -165,8 +176,8 @@ void d2d(const at::Tensor& src, const at::Tensor& dst) {
       return;
     }
   }
-  // Views, dtype changes, or layouts with no direct program: stage the values in a host buffer
-  // (a gather for views), then run dst's program (a scatter for views).
+  // Views, other dtype changes, or layouts with no direct program: stage the values in a host
+  // buffer (a gather for views), then run dst's program (a scatter for views).
   if (from && to && is_whole_base(src, *from) && is_whole_base(dst, *to)) count(Counter::HostBounces);
   h2d(d2h_fresh(src).to(dst.scalar_type()), dst);
 }

@@ -884,6 +884,30 @@ def test_half_conversions_in_runs_give_the_cpus_bits(src, dst, view, instruction
 
 
 @ROW_SETS
+@pytest.mark.parametrize("src, dst", [(F32, F16), (F16, F32), (F32, BF16), (BF16, F32)],
+                         ids=["to-float16", "to-float32", "to-bfloat16", "bfloat16-to-float32"])
+@pytest.mark.parametrize("shape, order", [((160, 256), None), ((100, 50), None), ((64, 96), [1, 0]),
+                                          ((3, 130), None)], ids=["sticks", "padded", "dim-order", "short-runs"])
+def test_converting_copy_into_a_device_tensor_gives_the_cpus_bits(src, dst, shape, order, instructions):
+    """``dst.copy_(src)`` between two whole device tensors of float32 and float16 or bfloat16 (both in
+    the same dim order) converts each run on the device where the layouts' runs are 8 elements or
+    longer (no host bounce in the vector sets), else through the host: the CPU's bits either way,
+    the padding the pad value."""
+    ints = {F32: torch.int32, F16: torch.int16, BF16: torch.int16}
+    layout, src_layout = (SpyreTensorLayout(shape, dst, order), SpyreTensorLayout(shape, src, order)) if order else (None, None)
+    runs_on_device = instructions != "portable" and shape != (3, 130)
+    with kernels_in(_C._rows_set_math, instructions):
+        for seed in range(2):
+            x = any_values(shape, src, seed)
+            out = torch.empty(shape, dtype=dst, device="spyre", device_layout=layout)
+            torch_layouts.reset_stats()
+            out.copy_(x.to("spyre", device_layout=src_layout))
+            assert (torch_layouts.stats()["host_bounces"] == 0) == runs_on_device
+            assert torch.equal(out.cpu().view(ints[dst]), x.to(dst).view(ints[dst]))
+            assert padding_holds_pad_value(out)
+
+
+@ROW_SETS
 @pytest.mark.parametrize("columns", [8, 24, 40, 56, 70], ids=lambda c: f"{c}-columns")
 def test_bfloat16_ties_and_nans_in_runs_of_any_length(columns, instructions):
     """float32 -> bfloat16 in runs of any length (the vector steps and the element-by-element
