@@ -1,15 +1,78 @@
 #include "foreach_recipe.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <ATen/Version.h>
 
+#include <cmath>
 #include <unordered_map>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "device_memory.h"
 
 namespace torch_layouts {
 namespace {
 
+#if defined(__x86_64__)
+// a[j] += alpha * b[j] in one rounding (fused), as ATen's float32 add with alpha computes it on its
+// AVX2 and AVX-512 kernels: its vectorized loop's fmadd, and its scalar tail contracted to an FMA.
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+void add_scaled_avx2(float* a, const float* b, float alpha, int64_t n) {
+  const __m256 s = _mm256_set1_ps(alpha);
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    _mm256_storeu_ps(a + j, _mm256_fmadd_ps(_mm256_loadu_ps(b + j), s, _mm256_loadu_ps(a + j)));
+  }
+  for (; j < n; ++j) a[j] = std::fma(b[j], alpha, a[j]);
+}
+#pragma GCC pop_options
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx2,fma")
+void add_scaled_avx512(float* a, const float* b, float alpha, int64_t n) {
+  const __m512 s = _mm512_set1_ps(alpha);
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) {
+    _mm512_storeu_ps(a + j, _mm512_fmadd_ps(_mm512_loadu_ps(b + j), s, _mm512_loadu_ps(a + j)));
+  }
+  for (; j < n; ++j) a[j] = std::fma(b[j], alpha, a[j]);
+}
+#pragma GCC pop_options
+
+// The fused add of this CPU, or null where ATen's kernels are not AVX2's or AVX-512's (its
+// DEFAULT kernels round the product and the sum apart: the CPU op runs there).
+using AddScaled = void (*)(float*, const float*, float, int64_t);
+AddScaled fused_add() {
+  static const AddScaled chosen = [] () -> AddScaled {
+    const std::string capability = at::get_cpu_capability();
+    if (capability != "AVX2" && capability != "AVX512") return nullptr;
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") ? add_scaled_avx512 : add_scaled_avx2;
+  }();
+  return chosen;
+}
+#else
+using AddScaled = void (*)(float*, const float*, float, int64_t);
+AddScaled fused_add() { return nullptr; }
+#endif
+
+// Whether a view's elements are one run of its buffer in row-major order, within `numel` elements.
+bool one_run(const BufferView& v, int64_t numel) {
+  int64_t expected = 1;
+  for (size_t d = v.sizes.size(); d-- > 0;) {
+    if (v.sizes[d] != 1 && v.strides[d] != expected) return false;
+    expected *= v.sizes[d];
+  }
+  return v.offset >= 0 && v.offset + expected <= numel;
+}
+
 class ForeachReplay final : public Replay {
  public:
   c10::OperatorHandle op;
+  bool add_list = false;  // _foreach_add_.List: float32 runs added in place here (run_add_list)
   std::vector<int64_t> list_args;  // argument positions of the lists; the first is written
   std::vector<std::vector<BufferView>> views;  // per list, each index's view of its buffer
   std::vector<ForeachCopy> copies;
@@ -21,6 +84,8 @@ class ForeachReplay final : public Replay {
   // one would incref its Python object under the GIL) and lent to the CPU op as views of their
   // buffers, borrowed for this call.
   void run(c10::ArrayRef<c10::IValue> args, int64_t, std::vector<c10::IValue>& results) const override {
+    (void)results;  // in place: the op returns nothing
+    if (add_list && run_add_list(args)) return restore_padding(args);
     std::vector<c10::IValue> stack(args.begin(), args.end());
     std::unordered_map<const c10::TensorImpl*, at::Tensor> copied;  // one copy of a tensor two lists hold
     for (size_t l = 0; l < list_args.size(); ++l) {
@@ -41,14 +106,47 @@ class ForeachReplay final : public Replay {
       stack[p] = c10::IValue(std::move(lent));
     }
     op.callBoxed(stack);
-    if (!padded.empty()) {
-      const c10::ArrayRef<c10::IValue> written = args[list_args.front()].toListRef();
-      for (int64_t i : padded) {
-        const at::Tensor& t = written[i].toTensor();
-        fill_padding(t, *layout_of(t));
+    restore_padding(args);
+  }
+
+ private:
+  void restore_padding(c10::ArrayRef<c10::IValue> args) const {
+    if (padded.empty()) return;
+    const c10::ArrayRef<c10::IValue> written = args[list_args.front()].toListRef();
+    for (int64_t i : padded) {
+      const at::Tensor& t = written[i].toTensor();
+      fill_padding(t, *layout_of(t));
+    }
+  }
+
+  // self[i] += alpha * other[i] over each index's runs, where every index's two views are one run
+  // each of float32 buffers (the raw buffers of one layout) and no tensor is copied first, instead
+  // of lending views to the CPU's _foreach_add_, which sets up a TensorIterator per tensor: the
+  // demo's MLP and attention SGD steps 3-10 us shorter (builds alternated). ATen's bits
+  // (fused_add). False, having written nothing, otherwise.
+  bool run_add_list(c10::ArrayRef<c10::IValue> args) const {
+    const AddScaled add = fused_add();
+    if (!add || !copies.empty() || list_args.size() != 2 || args.size() != 3) return false;
+    const c10::ArrayRef<c10::IValue> selfs = args[list_args[0]].toListRef(), others = args[list_args[1]].toListRef();
+    for (size_t i = 0; i < selfs.size(); ++i) {
+      const at::Tensor &a = selfs[i].toTensor(), &b = others[i].toTensor();
+      const BufferView &va = views[0][i], &vb = views[1][i];
+      if (a.scalar_type() != at::kFloat || b.scalar_type() != at::kFloat || !one_run(va, device_nbytes(a.storage()) / 4) || !one_run(vb, device_nbytes(b.storage()) / 4) ||
+          (a.storage().is_alias_of(b.storage()) && va.offset != vb.offset)) {  // in place only element by element
+        return false;
       }
     }
-    (void)results;  // in place: the op returns nothing
+    const float alpha = args[2].toScalar().to<float>();
+    for (size_t i = 0; i < selfs.size(); ++i) {
+      const at::Tensor &a = selfs[i].toTensor(), &b = others[i].toTensor();
+      float* x = static_cast<float*>(a.storage().mutable_data()) + views[0][i].offset;
+      const float* y = static_cast<const float*>(b.storage().data()) + views[1][i].offset;
+      const int64_t n = c10::multiply_integers(views[0][i].sizes);
+      at::parallel_for(0, n, at::internal::GRAIN_SIZE, [&](int64_t begin, int64_t end) {
+        add(x + begin, y + begin, alpha, end - begin);
+      });
+    }
+    return true;
   }
 };
 
@@ -75,6 +173,7 @@ bool offer_foreach(const std::string& op, const std::vector<std::pair<int64_t, s
   auto handle = find_op(op);
   if (!handle) return false;
   auto r = std::make_shared<ForeachReplay>(*handle);
+  r->add_list = op == "aten::_foreach_add_.List";
   for (const auto& [p, tensors] : lists) r->list_args.push_back(p);
   r->views = std::move(views);
   r->copies = std::move(copies);

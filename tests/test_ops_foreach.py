@@ -306,3 +306,37 @@ def test_replayed_calls_lend_the_lists_tensors_without_references():
         assert counts() == before
     for d, h in zip(params, host_p):
         assert torch.equal(bits(d.cpu()), bits(h))
+
+
+# An SGD step's _foreach_add_(params, grads, alpha=-lr), replayed: the runtime adds the runs itself
+# (csrc/foreach_recipe.cpp) with the rounding of ATen's kernels, fused on AVX2 and AVX-512, the CPU
+# op's own where ATen runs its DEFAULT kernels.
+ADD_SCRIPT = """
+import torch, torch_layouts
+shapes = [(5, 70), (48,), (33,), (64, 96)]
+gen = torch.Generator().manual_seed(0)
+for call in range(3):
+    host = [torch.randn(s, generator=gen) for s in shapes]
+    grads = [torch.randn(s, generator=gen) * 1e3 for s in shapes]
+    dev, dgrads = [t.to("spyre") for t in host], [g.to("spyre") for g in grads]
+    torch_layouts.reset_stats()
+    torch._foreach_add_(dev, dgrads, alpha=-0.1)
+    torch._foreach_add_(host, grads, alpha=-0.1)
+    assert torch_layouts.stats()["kernel_calls"] == {"aten::_foreach_add_.List": 1}
+    for d, h in zip(dev, host):
+        assert torch.equal(d.cpu().view(torch.int32), h.view(torch.int32)), (call, d.shape)
+print("ok", torch.backends.cpu.get_cpu_capability())
+"""
+
+
+@pytest.mark.parametrize("capability", ["default", "avx2", "avx512"])
+def test_replayed_sgd_adds_round_as_atens_kernels(capability):
+    """Under each of ATen's CPU capabilities (one this CPU lacks falls back to a lower one), the
+    replayed ``_foreach_add_`` with alpha gives the CPU op's bits, ragged tails included."""
+    import os
+    import subprocess
+    from pathlib import Path
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": capability}
+    proc = subprocess.run([sys.executable, "-c", ADD_SCRIPT], cwd=Path(__file__).resolve().parents[1], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "ok" in proc.stdout, proc.stdout + proc.stderr
