@@ -17,34 +17,39 @@ namespace torch_layouts {
 namespace {
 
 #if defined(__x86_64__)
-// a[j] += alpha * b[j] in one rounding (fused), as ATen's float32 add with alpha computes it on its
-// AVX2 and AVX-512 kernels: its vectorized loop's fmadd, and its scalar tail contracted to an FMA.
+// a[j sa] += alpha * b[j sb] for j < n in one rounding (fused), as ATen's float32 add with alpha
+// computes it on its AVX2 and AVX-512 kernels: its vectorized loop's fmadd, and its scalar loop
+// contracted to an FMA.
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
-void add_scaled_avx2(float* a, const float* b, float alpha, int64_t n) {
-  const __m256 s = _mm256_set1_ps(alpha);
+void add_scaled_avx2(float* a, int64_t sa, const float* b, int64_t sb, float alpha, int64_t n) {
   int64_t j = 0;
-  for (; j + 8 <= n; j += 8) {
-    _mm256_storeu_ps(a + j, _mm256_fmadd_ps(_mm256_loadu_ps(b + j), s, _mm256_loadu_ps(a + j)));
+  if (sa == 1 && sb == 1) {
+    const __m256 s = _mm256_set1_ps(alpha);
+    for (; j + 8 <= n; j += 8) {
+      _mm256_storeu_ps(a + j, _mm256_fmadd_ps(_mm256_loadu_ps(b + j), s, _mm256_loadu_ps(a + j)));
+    }
   }
-  for (; j < n; ++j) a[j] = std::fma(b[j], alpha, a[j]);
+  for (; j < n; ++j) a[j * sa] = std::fma(b[j * sb], alpha, a[j * sa]);
 }
 #pragma GCC pop_options
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx2,fma")
-void add_scaled_avx512(float* a, const float* b, float alpha, int64_t n) {
-  const __m512 s = _mm512_set1_ps(alpha);
+void add_scaled_avx512(float* a, int64_t sa, const float* b, int64_t sb, float alpha, int64_t n) {
   int64_t j = 0;
-  for (; j + 16 <= n; j += 16) {
-    _mm512_storeu_ps(a + j, _mm512_fmadd_ps(_mm512_loadu_ps(b + j), s, _mm512_loadu_ps(a + j)));
+  if (sa == 1 && sb == 1) {
+    const __m512 s = _mm512_set1_ps(alpha);
+    for (; j + 16 <= n; j += 16) {
+      _mm512_storeu_ps(a + j, _mm512_fmadd_ps(_mm512_loadu_ps(b + j), s, _mm512_loadu_ps(a + j)));
+    }
   }
-  for (; j < n; ++j) a[j] = std::fma(b[j], alpha, a[j]);
+  for (; j < n; ++j) a[j * sa] = std::fma(b[j * sb], alpha, a[j * sa]);
 }
 #pragma GCC pop_options
 
 // The fused add of this CPU, or null where ATen's kernels are not AVX2's or AVX-512's (its
 // DEFAULT kernels round the product and the sum apart: the CPU op runs there).
-using AddScaled = void (*)(float*, const float*, float, int64_t);
+using AddScaled = void (*)(float*, int64_t, const float*, int64_t, float, int64_t);
 AddScaled fused_add() {
   static const AddScaled chosen = [] () -> AddScaled {
     const std::string capability = at::get_cpu_capability();
@@ -55,18 +60,59 @@ AddScaled fused_add() {
   return chosen;
 }
 #else
-using AddScaled = void (*)(float*, const float*, float, int64_t);
+using AddScaled = void (*)(float*, int64_t, const float*, int64_t, float, int64_t);
 AddScaled fused_add() { return nullptr; }
 #endif
 
-// Whether a view's elements are one run of its buffer in row-major order, within `numel` elements.
-bool one_run(const BufferView& v, int64_t numel) {
+// Whether a view's elements are one run of its buffer in row-major order.
+bool one_run(const BufferView& v) {
   int64_t expected = 1;
   for (size_t d = v.sizes.size(); d-- > 0;) {
     if (v.sizes[d] != 1 && v.strides[d] != expected) return false;
     expected *= v.sizes[d];
   }
-  return v.offset >= 0 && v.offset + expected <= numel;
+  return true;
+}
+
+// Whether a view's elements all lie within the `numel` elements of its buffer.
+bool within(const BufferView& v, int64_t numel) {
+  int64_t last = v.offset;
+  for (size_t d = 0; d < v.sizes.size(); ++d) {
+    if (v.sizes[d] < 0 || v.strides[d] < 0) return false;
+    if (v.sizes[d] == 0) return true;
+    last += (v.sizes[d] - 1) * v.strides[d];
+  }
+  return v.offset >= 0 && last < numel;
+}
+
+// a's view += alpha * b's view (one shape): one run over the intra-op threads, else run by run
+// along the innermost dim (a gradient laid out by the reduction that made it).
+void add_views(AddScaled add, float* a, const BufferView& va, const float* b, const BufferView& vb, float alpha) {
+  const int64_t n = c10::multiply_integers(va.sizes);
+  if (n == 0) return;
+  a += va.offset;
+  b += vb.offset;
+  if (one_run(va) && one_run(vb)) {
+    at::parallel_for(0, n, at::internal::GRAIN_SIZE, [&](int64_t begin, int64_t end) {
+      add(a + begin, 1, b + begin, 1, alpha, end - begin);
+    });
+    return;
+  }
+  const size_t dims = va.sizes.size();
+  const int64_t run = dims ? va.sizes.back() : 1, sa = dims ? va.strides.back() : 1, sb = dims ? vb.strides.back() : 1;
+  std::vector<int64_t> index(dims, 0);
+  for (int64_t done = 0; done < n; done += run) {
+    int64_t oa = 0, ob = 0;
+    for (size_t d = 0; d + 1 < dims; ++d) {
+      oa += index[d] * va.strides[d];
+      ob += index[d] * vb.strides[d];
+    }
+    add(a + oa, sa, b + ob, sb, alpha, run);
+    for (size_t d = dims - 1; d-- > 0;) {  // the next position of the outer dims
+      if (++index[d] < va.sizes[d]) break;
+      index[d] = 0;
+    }
+  }
 }
 
 class ForeachReplay final : public Replay {
@@ -119,11 +165,11 @@ class ForeachReplay final : public Replay {
     }
   }
 
-  // self[i] += alpha * other[i] over each index's runs, where every index's two views are one run
-  // each of float32 buffers (the raw buffers of one layout) and no tensor is copied first, instead
-  // of lending views to the CPU's _foreach_add_, which sets up a TensorIterator per tensor: the
-  // demo's MLP and attention SGD steps 3-10 us shorter (builds alternated). ATen's bits
-  // (fused_add). False, having written nothing, otherwise.
+  // self[i] += alpha * other[i] where each index's two views are float32 views of their buffers
+  // (the raw buffers of one layout, or a strided view of a gradient laid out by the reduction that
+  // made it) and no tensor is copied first, instead of lending views to the CPU's _foreach_add_,
+  // which sets up a TensorIterator per tensor: the demo's MLP and attention SGD steps 3-10 us
+  // shorter (builds alternated). ATen's bits (fused_add). False, having written nothing, otherwise.
   bool run_add_list(c10::ArrayRef<c10::IValue> args) const {
     const AddScaled add = fused_add();
     if (!add || !copies.empty() || list_args.size() != 2 || args.size() != 3) return false;
@@ -131,20 +177,17 @@ class ForeachReplay final : public Replay {
     for (size_t i = 0; i < selfs.size(); ++i) {
       const at::Tensor &a = selfs[i].toTensor(), &b = others[i].toTensor();
       const BufferView &va = views[0][i], &vb = views[1][i];
-      if (a.scalar_type() != at::kFloat || b.scalar_type() != at::kFloat || !one_run(va, device_nbytes(a.storage()) / 4) || !one_run(vb, device_nbytes(b.storage()) / 4) ||
-          (a.storage().is_alias_of(b.storage()) && va.offset != vb.offset)) {  // in place only element by element
-        return false;
+      if (a.scalar_type() != at::kFloat || b.scalar_type() != at::kFloat || va.sizes != vb.sizes ||
+          va.strides.size() != va.sizes.size() || vb.strides.size() != vb.sizes.size() ||
+          !within(va, device_nbytes(a.storage()) / 4) || !within(vb, device_nbytes(b.storage()) / 4) ||
+          (a.storage().is_alias_of(b.storage()) && (va.offset != vb.offset || va.strides != vb.strides))) {
+        return false;  // in place only element by element
       }
     }
     const float alpha = args[2].toScalar().to<float>();
     for (size_t i = 0; i < selfs.size(); ++i) {
-      const at::Tensor &a = selfs[i].toTensor(), &b = others[i].toTensor();
-      float* x = static_cast<float*>(a.storage().mutable_data()) + views[0][i].offset;
-      const float* y = static_cast<const float*>(b.storage().data()) + views[1][i].offset;
-      const int64_t n = c10::multiply_integers(views[0][i].sizes);
-      at::parallel_for(0, n, at::internal::GRAIN_SIZE, [&](int64_t begin, int64_t end) {
-        add(x + begin, y + begin, alpha, end - begin);
-      });
+      add_views(add, static_cast<float*>(selfs[i].toTensor().storage().mutable_data()), views[0][i],
+                static_cast<const float*>(others[i].toTensor().storage().data()), views[1][i], alpha);
     }
     return true;
   }

@@ -340,3 +340,19 @@ def test_replayed_sgd_adds_round_as_atens_kernels(capability):
     proc = subprocess.run([sys.executable, "-c", ADD_SCRIPT], cwd=Path(__file__).resolve().parents[1], env=env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and "ok" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_replayed_adds_read_a_sparse_gradient_in_place():
+    """A gradient in Spyre's sparse result layout (a stick-dim sum's: a value per stick) is read
+    through a strided view of its buffer, in the first call and in the front's replays: no copy,
+    the CPU's bits, the parameter's padding untouched."""
+    gen = torch.Generator().manual_seed(3)
+    x, p = torch.randn(70, 32, generator=gen), torch.randn(70, generator=gen)
+    dp, grad = p.to("spyre"), x.to("spyre").sum(-1)
+    assert grad.device_tensor_layout().device_size[-1] == 32  # a value per stick of 32
+    for _ in range(3):
+        torch_layouts.reset_stats()
+        torch._foreach_add_([dp], [grad], alpha=-0.1)
+        p.add_(x.sum(-1), alpha=-0.1)
+        assert torch_layouts.stats()["d2d_bytes"] == 0
+        assert torch.equal(bits(dp.cpu()), bits(p)) and padding_holds_pad_value(dp)
