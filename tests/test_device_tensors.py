@@ -207,6 +207,25 @@ def test_host_moves_name_their_device_in_any_form(helpers, device):
         assert same_bits(y.cpu(), x) and not y.requires_grad
 
 
+def test_empty_with_a_layout_keeps_its_record(monkeypatch):
+    """``torch.empty(..., device_layout=L)`` binds ``L`` once per size, strides and dtype: later
+    calls take the kept record (no Python binding), each a fresh tensor in ``L``; a size ``L``
+    cannot hold raises every time."""
+    from torch_layouts.runtime import tensor_methods
+    binds = []
+    monkeypatch.setattr(tensor_methods, "bind", lambda *a, original=tensor_methods.bind: binds.append(a) or original(*a))
+    spec = SpyreTensorLayout((6, 40), F16, [1, 0])
+    made = [torch.empty(6, 40, dtype=F16, device="spyre", device_layout=spec) for _ in range(3)]
+    assert len(binds) == 1
+    assert all(t.device_tensor_layout() == spec and t.shape == (6, 40) for t in made)
+    assert len({t.untyped_storage().data_ptr() for t in made}) == 3  # a buffer each
+    torch.empty(240, dtype=F16, device="spyre", device_layout=spec)  # another size: bound anew
+    assert len(binds) == 2
+    for _ in range(2):
+        with pytest.raises(ValueError, match="41"):
+            torch.empty(6, 41, dtype=F16, device="spyre", device_layout=spec)
+
+
 BAD_CREATION = [
     ("layout dtype differs", lambda: torch.empty((3, 40), device="spyre", device_layout=L34), ValueError, "float16"),
     ("layout for another shape", lambda: torch.zeros(3, 41, dtype=F16).to("spyre", device_layout=L34), ValueError,

@@ -48,8 +48,10 @@ def empty_with_layout(spec: object, size: Sequence[int], dtype: torch.dtype, dev
     those the layout was made for, else row-major).
     """
     size = tuple(size)
-    layout = bind(spec, size, dtype, stride)
-    return _C._empty_with_layout(_record(layout, size, None if stride is None else tuple(stride)), device.index)
+    stride = None if stride is None else tuple(stride)
+    info = _kept(("empty", id(spec), size, stride, dtype), spec, dtype,
+                 lambda: _record(bind(spec, size, dtype, stride), size, stride))
+    return _C._empty_with_layout(info, device.index)
 
 
 def _record(layout: DeviceLayout, size: tuple[int, ...], stride: tuple[int, ...] | None) -> _C.BoundLayout:
@@ -100,26 +102,33 @@ class _ToLayout(torch.autograd.Function):
         return grad.to(ctx.source_device), None, None, None
 
 
-# A host tensor's moves into a layout, per (layout object, size, strides, dtype): the runtime
-# record its new tensor gets (a training loop moves each batch into the same layout). The layout
-# object is kept beside its record, so that its id is not reused while the entry lives.
-_HOST_MOVES: dict[tuple, tuple[object, _C.BoundLayout]] = {}
-MAX_HOST_MOVES = 256
+# The runtime records new tensors get in a layout given by the caller, per (layout object, size,
+# strides, dtype): a training loop moves each batch into the same layout, a model makes its
+# buffers in it. The layout object is kept beside its record, so that its id is not reused while
+# the entry lives.
+_KEPT: dict[tuple, tuple[object, _C.BoundLayout]] = {}
+MAX_KEPT = 256
+
+
+def _kept(key: tuple, spec: object, dtype: torch.dtype, make: Callable[[], _C.BoundLayout]) -> _C.BoundLayout:
+    """The record ``make()`` gives, kept under ``key`` (whose second item is ``id(spec)``)."""
+    hit = _KEPT.get(key)
+    if hit is not None and hit[0] is spec:
+        int64_downcast(dtype)  # as bind() does: once, or every time under set_warn_always
+        return hit[1]
+    info = make()
+    if len(_KEPT) >= MAX_KEPT:
+        _KEPT.pop(next(iter(_KEPT)))
+    _KEPT[key] = (spec, info)
+    return info
 
 
 def _host_move(x: torch.Tensor, spec: object) -> _C.BoundLayout:
     """The runtime record of a new tensor holding host tensor ``x`` in ``spec``."""
-    key = (id(spec), x.shape, x.stride(), x.dtype)
-    hit = _HOST_MOVES.get(key)
-    if hit is not None and hit[0] is spec:
-        int64_downcast(x.dtype)  # as bind() does: once, or every time under set_warn_always
-        return hit[1]
-    layout = bind(spec, x.shape, x.dtype, x.stride())
-    info = _record(layout, tuple(x.shape), storage_strides(layout, x.shape, x.stride()))
-    if len(_HOST_MOVES) >= MAX_HOST_MOVES:
-        _HOST_MOVES.pop(next(iter(_HOST_MOVES)))
-    _HOST_MOVES[key] = (spec, info)
-    return info
+    def make() -> _C.BoundLayout:
+        layout = bind(spec, x.shape, x.dtype, x.stride())
+        return _record(layout, tuple(x.shape), storage_strides(layout, x.shape, x.stride()))
+    return _kept(("move", id(spec), x.shape, x.stride(), x.dtype), spec, x.dtype, make)
 
 
 def _plain_host(x: torch.Tensor) -> bool:
