@@ -4,48 +4,34 @@
 #include <ATen/Parallel.h>
 #include <ATen/Version.h>
 
-#include <cmath>
 #include <unordered_map>
-
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
 
 #include "device_memory.h"
 
 namespace torch_layouts {
 namespace {
 
-#if defined(__x86_64__)
 // a[j sa] += alpha * b[j sb] for j < n in one rounding (fused), as ATen's float32 add with alpha
 // computes it on its AVX2 and AVX-512 kernels: its vectorized loop's fmadd, and its scalar loop
-// contracted to an FMA.
-#pragma GCC push_options
-#pragma GCC target("avx2,fma")
-void add_scaled_avx2(float* a, int64_t sa, const float* b, int64_t sb, float alpha, int64_t n) {
-  int64_t j = 0;
+// contracted to an FMA. Written once; each instruction set's copy below vectorizes it.
+[[gnu::always_inline]] inline void add_scaled(float* a, int64_t sa, const float* b, int64_t sb, float alpha,
+                                              int64_t n) {
   if (sa == 1 && sb == 1) {
-    const __m256 s = _mm256_set1_ps(alpha);
-    for (; j + 8 <= n; j += 8) {
-      _mm256_storeu_ps(a + j, _mm256_fmadd_ps(_mm256_loadu_ps(b + j), s, _mm256_loadu_ps(a + j)));
-    }
+    for (int64_t j = 0; j < n; ++j) a[j] = __builtin_fmaf(b[j], alpha, a[j]);
+    return;
   }
-  for (; j < n; ++j) a[j * sa] = std::fma(b[j * sb], alpha, a[j * sa]);
+  for (int64_t j = 0; j < n; ++j) a[j * sa] = __builtin_fmaf(b[j * sb], alpha, a[j * sa]);
 }
-#pragma GCC pop_options
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx2,fma")
-void add_scaled_avx512(float* a, int64_t sa, const float* b, int64_t sb, float alpha, int64_t n) {
-  int64_t j = 0;
-  if (sa == 1 && sb == 1) {
-    const __m512 s = _mm512_set1_ps(alpha);
-    for (; j + 16 <= n; j += 16) {
-      _mm512_storeu_ps(a + j, _mm512_fmadd_ps(_mm512_loadu_ps(b + j), s, _mm512_loadu_ps(a + j)));
-    }
-  }
-  for (; j < n; ++j) a[j * sa] = std::fma(b[j * sb], alpha, a[j * sa]);
+
+#if defined(__x86_64__)
+__attribute__((target("avx2,fma"))) void add_scaled_avx2(float* a, int64_t sa, const float* b, int64_t sb,
+                                                         float alpha, int64_t n) {
+  add_scaled(a, sa, b, sb, alpha, n);
 }
-#pragma GCC pop_options
+__attribute__((target("avx512f,avx2,fma"))) void add_scaled_avx512(float* a, int64_t sa, const float* b, int64_t sb,
+                                                                   float alpha, int64_t n) {
+  add_scaled(a, sa, b, sb, alpha, n);
+}
 
 // The fused add of this CPU, or null where ATen's kernels are not AVX2's or AVX-512's (its
 // DEFAULT kernels round the product and the sum apart: the CPU op runs there).
