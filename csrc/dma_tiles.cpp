@@ -733,10 +733,10 @@ void copy_tile(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a, in
   // plainly where destination rows lie far apart (rows 1 KiB apart measured 1.5x slower staged:
   // NCHW -> NHWC float32 at 1 MiB). Unstaged, a line block's 32 stores to rows 4 KiB apart all
   // fall in one L1 set of 12 ways: staged, with the rows written out in whole-line moves, the D2H
-  // of kCHW32, nChw16c float32 and a Spyre dim_order change at 1 MiB, 2 threads took 1.4-1.5x
-  // memcpy against 2.1-2.3, NHWC float16 1.9 against 3.0 (thirty-second session). Up to 4
-  // destination rows (the deinterleaves of kCHW2 and kCHW4) stay within the L1's ways: unstaged,
-  // their D2H at 1 MiB took 15-25% less time.
+  // of kCHW32, nChw16c float32 and a Spyre dim_order change at 1 MiB, 2 threads took 1.4-1.8x
+  // memcpy against 2.1-2.3, NHWC float16 1.9-2.0 against 2.8-3.1 (AMD Zen 5; benchmarks/RESULTS.md,
+  // thirty-second session). Up to 4 destination rows (the deinterleaves of kCHW2 and kCHW4) stay
+  // within the L1's ways: unstaged, their D2H at 1 MiB took 15-25% less time.
   const bool far_rows = dst_b >= 2048 && nb > 4;
   const bool staged = unit <= 8 && row * nb <= kStageBytes && (stream ? row % 16 == 0 || dst_b == row : far_rows);
   if (staged) {

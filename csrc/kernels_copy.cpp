@@ -12,8 +12,8 @@
 #include <limits>
 #include <string>
 
-#include "device_memory.h"
 #include "converting_copies.h"
+#include "device_memory.h"
 #include "dma_executor.h"
 #include "int64_format.h"
 #include "layout_records.h"
