@@ -19,6 +19,7 @@
 #include "bounded_table.h"
 #include "comparisons.h"
 #include "gathers.h"
+#include "nll_loss_rows.h"
 #include "piece_copies.h"
 
 namespace py = pybind11;
@@ -46,6 +47,7 @@ class AtenRecipe final : public Replay {
   std::optional<Comparison> compare;   // a comparison's compute, run by compare_runs where it takes the views
   std::optional<Arithmetic> arithmetic;  // add, sub, mul, div: run by arithmetic_runs where it takes them
   bool gather = false;                 // index_select's compute, run by gather_slices where it takes the views
+  bool nll_loss = false;               // nll_loss_forward's compute, run by nll_loss_rows where it takes the views
 
   void run(c10::ArrayRef<c10::IValue> args, int64_t target, std::vector<c10::IValue>& results) const override;
 };
@@ -291,6 +293,14 @@ void AtenRecipe::run(c10::ArrayRef<c10::IValue> args, int64_t target, std::vecto
         at::index_select(args[0].toTensor().cpu(), args[1].toInt(), args[2].toTensor().cpu());
         throw;
       }
+      continue;
+    }
+    // ATen's nll_loss makes its strided input contiguous first (32x10 float32 in sticks: 3.3 us
+    // against 1.4 on a contiguous tensor).
+    if (nll_loss && call.size() == 7 && call[0].isTensor() && call[1].isTensor() && call[2].isNone() &&
+        call[3].isInt() && call[4].isInt() &&
+        nll_loss_rows(call[0].toTensor(), call[1].toTensor(), call[3].toInt(), call[4].toInt(), call[5].toTensor(),
+                      call[6].toTensor())) {
       continue;
     }
     compute->callBoxed(call);
@@ -585,6 +595,7 @@ bool offer_recipe(const std::vector<std::optional<at::Tensor>>& args, std::vecto
   recipe->compare = comparison_of(compute);
   recipe->arithmetic = arithmetic_of(compute);
   recipe->gather = compute == "aten::index_select.out";
+  recipe->nll_loss = compute == "aten::nll_loss_forward.output";
   AtenRecipe::Part whole{std::move(reads), std::move(result_views)};
   if (!pieces.empty()) {
     for (auto& [piece_reads, piece_results] : pieces) {

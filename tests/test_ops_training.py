@@ -393,6 +393,25 @@ def test_nll_loss_matches_the_cpu_bit_for_bit_and_is_replayed(shape, order, redu
     assert len(entered) == calls
 
 
+@pytest.mark.parametrize("rows", [1, 15, 16, 17, 300, 4097])
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_replayed_nll_loss_sums_rows_as_the_cpu(rows, reduction):
+    """The front's replay of nll_loss (``csrc/nll_loss_rows.cpp``) over batches that fill ATen's
+    cascade of partial sums to several levels, some rows ignored: the CPU's loss bit for bit on
+    every call; a target out of bounds in a replayed call raises the CPU's IndexError."""
+    gen = torch.Generator().manual_seed(rows)
+    for call in range(3):
+        x = torch.randn(rows, 7, generator=gen).log_softmax(-1) * 100
+        target = torch.randint(0, 7, (rows,), generator=gen)
+        target[::5] = -100
+        got = nn.functional.nll_loss(x.to("spyre"), target.to("spyre"), reduction=reduction)
+        assert torch.equal(got.cpu().view(torch.int32), nn.functional.nll_loss(x, target, reduction=reduction)
+                           .view(torch.int32)), (call, got)
+    target[-1] = 7
+    with pytest.raises(IndexError, match="Target 7 is out of bounds"):
+        nn.functional.nll_loss(x.to("spyre"), target.to("spyre"), reduction=reduction)
+
+
 def test_nll_loss_errors_are_the_cpus():
     x, target = randn(4, 3).to("spyre"), torch.tensor([0, 5, 1, 1]).to("spyre")
     with pytest.raises(IndexError, match="Target 5 is out of bounds"):
