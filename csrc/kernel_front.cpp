@@ -48,6 +48,7 @@ class AtenRecipe final : public Replay {
   std::optional<Arithmetic> arithmetic;  // add, sub, mul, div: run by arithmetic_runs where it takes them
   bool gather = false;                 // index_select's compute, run by gather_slices where it takes the views
   bool nll_loss = false;               // nll_loss_forward's compute, run by nll_loss_rows where it takes the views
+  bool nll_loss_backward = false;      // nll_loss_backward's, run by nll_loss_backward_rows likewise
 
   void run(c10::ArrayRef<c10::IValue> args, int64_t target, std::vector<c10::IValue>& results) const override;
 };
@@ -296,11 +297,19 @@ void AtenRecipe::run(c10::ArrayRef<c10::IValue> args, int64_t target, std::vecto
       continue;
     }
     // ATen's nll_loss makes its strided input contiguous first (32x10 float32 in sticks: 3.3 us
-    // against 1.4 on a contiguous tensor).
-    if (nll_loss && call.size() == 7 && call[0].isTensor() && call[1].isTensor() && call[2].isNone() &&
+    // against 1.4 on a contiguous tensor); its backward zeroes the strided view with a
+    // TensorIterator before writing one element a row.
+    auto absent = [](const c10::IValue& v) { return v.isNone() || (v.isTensor() && !v.toTensor().defined()); };
+    if (nll_loss && call.size() == 7 && call[0].isTensor() && call[1].isTensor() && absent(call[2]) &&
         call[3].isInt() && call[4].isInt() &&
         nll_loss_rows(call[0].toTensor(), call[1].toTensor(), call[3].toInt(), call[4].toInt(), call[5].toTensor(),
                       call[6].toTensor())) {
+      continue;
+    }
+    if (nll_loss_backward && call.size() == 8 && call[0].isTensor() && call[2].isTensor() && absent(call[3]) &&
+        call[4].isInt() && call[5].isInt() && call[6].isTensor() &&
+        nll_loss_backward_rows(call[0].toTensor(), call[2].toTensor(), call[4].toInt(), call[5].toInt(),
+                               call[6].toTensor(), call[7].toTensor())) {
       continue;
     }
     compute->callBoxed(call);
@@ -596,6 +605,7 @@ bool offer_recipe(const std::vector<std::optional<at::Tensor>>& args, std::vecto
   recipe->arithmetic = arithmetic_of(compute);
   recipe->gather = compute == "aten::index_select.out";
   recipe->nll_loss = compute == "aten::nll_loss_forward.output";
+  recipe->nll_loss_backward = compute == "aten::nll_loss_backward.grad_input";
   AtenRecipe::Part whole{std::move(reads), std::move(result_views)};
   if (!pieces.empty()) {
     for (auto& [piece_reads, piece_results] : pieces) {

@@ -10,6 +10,15 @@
 namespace torch_layouts {
 namespace {
 
+// Whether `rows` (2-D float32, at least one row) and `target` (1-D int64, an entry per row) are
+// what the row kernels take, with float32 scalars `a` and `b` of one element each.
+bool row_operands(const at::Tensor& rows, const at::Tensor& target, int64_t reduction, const at::Tensor& a,
+                  const at::Tensor& b) {
+  return rows.scalar_type() == at::kFloat && rows.dim() == 2 && rows.size(0) > 0 && target.dim() == 1 &&
+         target.scalar_type() == at::kLong && target.size(0) == rows.size(0) && (reduction == 1 || reduction == 2) &&
+         a.scalar_type() == at::kFloat && a.numel() == 1 && b.scalar_type() == at::kFloat && b.numel() == 1;
+}
+
 // ceil(log2(x)) for x > 2, else 1: the exponent ATen's cascade takes its level size from.
 int64_t ceil_log2(int64_t x) {
   if (x <= 2) return 1;
@@ -22,12 +31,7 @@ int64_t ceil_log2(int64_t x) {
 
 bool nll_loss_rows(const at::Tensor& self, const at::Tensor& target, int64_t reduction, int64_t ignore_index,
                    const at::Tensor& output, const at::Tensor& total_weight) {
-  if (self.scalar_type() != at::kFloat || self.dim() != 2 || self.size(0) == 0 || target.dim() != 1 ||
-      target.scalar_type() != at::kLong || target.size(0) != self.size(0) || (reduction != 1 && reduction != 2) ||
-      output.scalar_type() != at::kFloat || output.numel() != 1 || total_weight.scalar_type() != at::kFloat ||
-      total_weight.numel() != 1) {
-    return false;
-  }
+  if (!row_operands(self, target, reduction, output, total_weight)) return false;
   const int64_t rows = self.size(0), classes = self.size(1), row_step = self.stride(0), class_step = self.stride(1);
   const int64_t target_step = target.stride(0);
   const float* x = self.const_data_ptr<float>();
@@ -55,6 +59,27 @@ bool nll_loss_rows(const at::Tensor& self, const at::Tensor& target, int64_t red
   if (reduction == 1) loss /= count;
   *output.mutable_data_ptr<float>() = loss;
   *total_weight.mutable_data_ptr<float>() = count;
+  return true;
+}
+
+bool nll_loss_backward_rows(const at::Tensor& grad_output, const at::Tensor& target, int64_t reduction,
+                            int64_t ignore_index, const at::Tensor& total_weight, const at::Tensor& grad_input) {
+  if (!row_operands(grad_input, target, reduction, grad_output, total_weight)) return false;
+  const int64_t rows = grad_input.size(0), classes = grad_input.size(1);
+  const int64_t row_step = grad_input.stride(0), class_step = grad_input.stride(1), target_step = target.stride(0);
+  float* g = grad_input.mutable_data_ptr<float>();
+  const int64_t* t = target.const_data_ptr<int64_t>();
+  const float out = *grad_output.const_data_ptr<float>();
+  const float grad = -(reduction == 1 ? out / *total_weight.const_data_ptr<float>() : out);
+  for (int64_t b = 0; b < rows; ++b) {  // zeros first, as ATen's zero_()
+    for (int64_t c = 0; c < classes; ++c) g[b * row_step + c * class_step] = 0.0f;
+  }
+  for (int64_t b = 0; b < rows; ++b) {
+    const int64_t cls = t[b * target_step];
+    if (cls == ignore_index) continue;
+    TORCH_CHECK_INDEX(cls >= 0 && cls < classes, "Target ", cls, " is out of bounds.");
+    g[b * row_step + cls * class_step] = grad;
+  }
   return true;
 }
 

@@ -1,5 +1,5 @@
-// nll_loss's forward over rows (its replay in the runtime's front: strided views of device
-// buffers), summed as ATen's CPU kernel sums them.
+// nll_loss's forward and backward over rows (their replays in the runtime's front: strided views
+// of device buffers), computed as ATen's CPU kernels compute them.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -15,5 +15,13 @@ namespace torch_layouts {
 // written nothing (ATen's kernel then runs).
 bool nll_loss_rows(const at::Tensor& self, const at::Tensor& target, int64_t reduction, int64_t ignore_index,
                    const at::Tensor& output, const at::Tensor& total_weight);
+
+// grad_input := zeros but grad_input[b, target[b]] = -(grad_output / total_weight) (reduction 1,
+// mean) or -grad_output (2, sum) on the rows whose target is not ignore_index, where grad_input is
+// a 2-D float32 view of at least one row, target a 1-D int64 view of one entry per row, grad_output
+// and total_weight float32 views of one element: true, ATen's bits, or its IndexError naming a
+// target out of bounds; else false, having written nothing (ATen's kernel then runs).
+bool nll_loss_backward_rows(const at::Tensor& grad_output, const at::Tensor& target, int64_t reduction,
+                            int64_t ignore_index, const at::Tensor& total_weight, const at::Tensor& grad_input);
 
 }  // namespace torch_layouts

@@ -396,17 +396,23 @@ def test_nll_loss_matches_the_cpu_bit_for_bit_and_is_replayed(shape, order, redu
 @pytest.mark.parametrize("rows", [1, 15, 16, 17, 300, 4097])
 @pytest.mark.parametrize("reduction", ["mean", "sum"])
 def test_replayed_nll_loss_sums_rows_as_the_cpu(rows, reduction):
-    """The front's replay of nll_loss (``csrc/nll_loss_rows.cpp``) over batches that fill ATen's
-    cascade of partial sums to several levels, some rows ignored: the CPU's loss bit for bit on
-    every call; a target out of bounds in a replayed call raises the CPU's IndexError."""
+    """The front's replays of nll_loss and its backward (``csrc/nll_loss_rows.cpp``) over batches
+    that fill ATen's cascade of partial sums to several levels, some rows ignored: the CPU's loss
+    and gradient bit for bit on every call; a target out of bounds in a replayed call raises the
+    CPU's IndexError."""
     gen = torch.Generator().manual_seed(rows)
     for call in range(3):
         x = torch.randn(rows, 7, generator=gen).log_softmax(-1) * 100
         target = torch.randint(0, 7, (rows,), generator=gen)
         target[::5] = -100
-        got = nn.functional.nll_loss(x.to("spyre"), target.to("spyre"), reduction=reduction)
-        assert torch.equal(got.cpu().view(torch.int32), nn.functional.nll_loss(x, target, reduction=reduction)
-                           .view(torch.int32)), (call, got)
+        scale = torch.randn((), generator=gen)
+        results = []
+        for device in ("cpu", "spyre"):
+            leaf = x.detach().to(device).requires_grad_()
+            loss = nn.functional.nll_loss(leaf, target.to(device), reduction=reduction)
+            loss.backward(scale.to(device))
+            results.append((loss.detach().cpu().view(torch.int32), leaf.grad.cpu().view(torch.int32)))
+        assert all(torch.equal(got, want) for got, want in zip(*results)), (call, results)
     target[-1] = 7
     with pytest.raises(IndexError, match="Target 7 is out of bounds"):
         nn.functional.nll_loss(x.to("spyre"), target.to("spyre"), reduction=reduction)
