@@ -1,12 +1,12 @@
 #include "foreach_recipe.h"
 
 #include <ATen/ATen.h>
-#include <ATen/Parallel.h>
 #include <ATen/Version.h>
 
 #include <unordered_map>
 
 #include "device_memory.h"
+#include "run_stretches.h"
 
 namespace torch_layouts {
 namespace {
@@ -50,16 +50,6 @@ using AddScaled = void (*)(float*, int64_t, const float*, int64_t, float, int64_
 AddScaled fused_add() { return nullptr; }
 #endif
 
-// Whether a view's elements are one run of its buffer in row-major order.
-bool one_run(const BufferView& v) {
-  int64_t expected = 1;
-  for (size_t d = v.sizes.size(); d-- > 0;) {
-    if (v.sizes[d] != 1 && v.strides[d] != expected) return false;
-    expected *= v.sizes[d];
-  }
-  return true;
-}
-
 // Whether a view's elements all lie within the `numel` elements of its buffer.
 bool within(const BufferView& v, int64_t numel) {
   int64_t last = v.offset;
@@ -71,34 +61,20 @@ bool within(const BufferView& v, int64_t numel) {
   return v.offset >= 0 && last < numel;
 }
 
-// a's view += alpha * b's view (one shape): one run over the intra-op threads, else run by run
-// along the innermost dim (a gradient laid out by the reduction that made it).
+// a's view += alpha * b's view (one shape) as a nest of strided loops over both buffers
+// (run_stretches.h: dims that continue each other merged, stretches over the intra-op threads),
+// each stretch one call along its loop: a whole buffer is one contiguous loop, a gradient laid
+// out by the reduction that made it runs along its innermost dims.
 void add_views(AddScaled add, float* a, const BufferView& va, const float* b, const BufferView& vb, float alpha) {
-  const int64_t n = c10::multiply_integers(va.sizes);
-  if (n == 0) return;
-  a += va.offset;
-  b += vb.offset;
-  if (one_run(va) && one_run(vb)) {
-    at::parallel_for(0, n, at::internal::GRAIN_SIZE, [&](int64_t begin, int64_t end) {
-      add(a + begin, 1, b + begin, 1, alpha, end - begin);
-    });
-    return;
+  std::vector<StridedLoop<2>> loops;
+  for (size_t d = 0; d < va.sizes.size(); ++d) {
+    if (va.sizes[d] == 0) return;
+    if (va.sizes[d] != 1) push_merged<2>(loops, {va.sizes[d], {va.strides[d], vb.strides[d]}});
   }
-  const size_t dims = va.sizes.size();
-  const int64_t run = dims ? va.sizes.back() : 1, sa = dims ? va.strides.back() : 1, sb = dims ? vb.strides.back() : 1;
-  std::vector<int64_t> index(dims, 0);
-  for (int64_t done = 0; done < n; done += run) {
-    int64_t oa = 0, ob = 0;
-    for (size_t d = 0; d + 1 < dims; ++d) {
-      oa += index[d] * va.strides[d];
-      ob += index[d] * vb.strides[d];
-    }
-    add(a + oa, sa, b + ob, sb, alpha, run);
-    for (size_t d = dims - 1; d-- > 0;) {  // the next position of the outer dims
-      if (++index[d] < va.sizes[d]) break;
-      index[d] = 0;
-    }
-  }
+  for_stretches<2>(std::move(loops), {va.offset, vb.offset}, 1, sizeof(float),
+                   [&](const std::array<int64_t, 2>& at, int64_t count, const StridedLoop<2>& inner) {
+                     add(a + at[0], inner.strides[0], b + at[1], inner.strides[1], alpha, count);
+                   });
 }
 
 class ForeachReplay final : public Replay {
@@ -163,8 +139,8 @@ class ForeachReplay final : public Replay {
     for (size_t i = 0; i < selfs.size(); ++i) {
       const at::Tensor &a = selfs[i].toTensor(), &b = others[i].toTensor();
       const BufferView &va = views[0][i], &vb = views[1][i];
-      if (a.scalar_type() != at::kFloat || b.scalar_type() != at::kFloat || va.sizes != vb.sizes ||
-          va.strides.size() != va.sizes.size() || vb.strides.size() != vb.sizes.size() ||
+      if (a.scalar_type() != at::kFloat || b.scalar_type() != at::kFloat ||
+          !copy_views_fit({va, vb}, c10::multiply_integers(va.sizes)) ||
           !within(va, device_nbytes(a.storage()) / 4) || !within(vb, device_nbytes(b.storage()) / 4) ||
           (a.storage().is_alias_of(b.storage()) && (va.offset != vb.offset || va.strides != vb.strides))) {
         return false;  // in place only element by element
