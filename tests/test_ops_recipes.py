@@ -907,6 +907,25 @@ def test_converting_copy_into_a_device_tensor_gives_the_cpus_bits(src, dst, shap
             assert padding_holds_pad_value(out)
 
 
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(1, 80), min_size=1, max_size=3), st.sampled_from([F32, F16, BF16, torch.int32]),
+       st.sampled_from([F32, F16, BF16, torch.int32]), st.booleans(), st.data())
+def test_copies_between_device_tensors_of_any_dtypes_give_the_cpus_bits(shape, src, dst, same_order, data):
+    """``dst.copy_(src)`` between two whole device tensors of any two dtypes, in any Spyre dim
+    orders (the same on both sides, where the runs are converted on the device, or each its own):
+    the CPU's conversion bit for bit, values of every kind, the destination's padding its pad value."""
+    order = list(data.draw(st.permutations(range(len(shape)))))
+    other = order if same_order else list(data.draw(st.permutations(range(len(shape)))))
+    x = (any_values(tuple(shape), src, len(shape)) if src != torch.int32
+         else torch.randint(-2**31, 2**31 - 1, tuple(shape), dtype=torch.int32))
+    source = x.to("spyre", device_layout=SpyreTensorLayout(tuple(shape), src, order))
+    out = torch.empty(shape, dtype=dst, device="spyre", device_layout=SpyreTensorLayout(tuple(shape), dst, other))
+    out.copy_(source)
+    ints = {F32: torch.int32, F16: torch.int16, BF16: torch.int16, torch.int32: torch.int32}
+    assert torch.equal(out.cpu().view(ints[dst]), x.to(dst).view(ints[dst]))
+    assert padding_holds_pad_value(out)
+
+
 @ROW_SETS
 @pytest.mark.parametrize("columns", [8, 24, 40, 56, 70], ids=lambda c: f"{c}-columns")
 def test_bfloat16_ties_and_nans_in_runs_of_any_length(columns, instructions):

@@ -418,6 +418,30 @@ def test_replayed_nll_loss_sums_rows_as_the_cpu(rows, reduction):
         nn.functional.nll_loss(x.to("spyre"), target.to("spyre"), reduction=reduction)
 
 
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1, 300), st.integers(1, 40), st.sampled_from(["mean", "sum"]), st.floats(0, 1),
+       st.sampled_from([None, [1, 0]]), st.integers(0, 2**31))
+def test_replayed_nll_loss_of_any_batch_and_layout_gives_the_cpus_bits(rows, classes, reduction, ignored, order, seed):
+    """``nll_loss`` and its backward over any batch and class count, in either Spyre dim order,
+    any share of the rows ignored: the loss and the gradient are the CPU's bits on the first call
+    and on the front's replays, the gradient's padding its pad value."""
+    gen = torch.Generator().manual_seed(seed)
+    layout = None if order is None else SpyreTensorLayout((rows, classes), F32, order)
+    for _ in range(3):
+        x = torch.randn(rows, classes, generator=gen).log_softmax(-1) * 30
+        target = torch.randint(0, classes, (rows,), generator=gen)
+        target[torch.rand(rows, generator=gen) < ignored] = -100
+        scale = torch.randn((), generator=gen)
+        results = []
+        for device in ("cpu", "spyre"):
+            leaf = (x if device == "cpu" else x.to(device, device_layout=layout)).detach().requires_grad_()
+            loss = nn.functional.nll_loss(leaf, target.to(device), reduction=reduction)
+            loss.backward(scale.to(device))
+            results.append((loss.detach().cpu().view(torch.int32), leaf.grad.cpu().view(torch.int32)))
+        assert all(torch.equal(got, want) for got, want in zip(*results))
+        assert padding_holds_pad_value(leaf.grad)
+
+
 def test_nll_loss_errors_are_the_cpus():
     x, target = randn(4, 3).to("spyre"), torch.tensor([0, 5, 1, 1]).to("spyre")
     with pytest.raises(IndexError, match="Target 5 is out of bounds"):
