@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 
 import pytest
 import torch
-from hypothesis import assume, given
+from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
 from ops_support import kernels_in
@@ -340,6 +340,19 @@ def layer_norm_backward_ref(g: torch.Tensor, x: torch.Tensor, mean: torch.Tensor
                                                      torch.zeros(n, dtype=torch.float64), [True, True, True])
 
 
+def assert_close_in_rows(got: torch.Tensor, ref: torch.Tensor, tol: float) -> None:
+    """assert_close(got, ref, tol) with the absolute tolerance scaled by each row's largest
+    element where that exceeds 1: a row's elements come from terms of that size which cancel (a
+    layer norm input gradient of a 3-element row: 16.417 and -16.199 beside -0.21703, off by 1.3e-5
+    in float32), and float32 loses tol relative to them, not to the small result."""
+    scale = ref.double().abs().amax(-1, keepdim=True).clamp(min=1.0)
+    diff = (got.double() - ref.double()).abs()
+    ok = (diff <= tol * ref.double().abs() + tol * scale) | (got.isnan() & ref.isnan())
+    bad = (~ok).nonzero()
+    assert bad.numel() == 0, f"{bad.shape[0]} elements differ, first at {bad[:3].tolist()}: " \
+        f"{got[tuple(bad[0])].item()} against {ref[tuple(bad[0])].item()}"
+
+
 def sum_bound(x: torch.Tensor) -> torch.Tensor:
     """What float32 accumulation may lose: relative to the sum of magnitudes."""
     return 1e-5 * x.abs().sum(-1) + 1e-6
@@ -394,7 +407,7 @@ def check_layer_norm_backward(case: Case, weight: bool, want: tuple[bool, bool, 
                                                w, want)
     ref_gi, ref_gw, ref_gb = layer_norm_backward_ref(g, x, mean, rstd, w)
     if want[0]:
-        assert_close(gi, ref_gi, TOL[case.dtype])
+        assert_close_in_rows(gi, ref_gi, TOL[case.dtype])
     column_tol = 1e-5 * max(1.0, math.sqrt(case.rows))  # float32 sums over the rows
     if want[1]:
         assert_close(gw, ref_gw, 1e-5, column_tol)
@@ -483,6 +496,8 @@ def test_layer_norm_matches_aten_on_any_geometry(instructions: str, case: Case, 
 @MODES
 @given(case=cases(3), weight=st.booleans(), want=st.tuples(st.booleans(), st.booleans(), st.booleans()),
        scale=st.sampled_from([0.5, 1.0, 3.0]))
+@example(case=Case((4, 4, 4, 8), 1, torch.float32, (Placement((128, 32, 8, 1), 0, 512),) * 3, 187, 3), weight=True,
+         want=(True, False, False), scale=1.0)  # 3-element rows whose terms cancel (found by CI)
 def test_layer_norm_backward_matches_aten_on_any_geometry(instructions: str, case: Case, weight: bool,
                                                           want: tuple[bool, bool, bool], scale: float) -> None:
     with row_math(instructions):
