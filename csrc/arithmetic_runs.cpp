@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
-#include <functional>
 #include <optional>
 #include <vector>
 
@@ -17,10 +17,34 @@ namespace torch_layouts {
 namespace {
 
 // Two loops of runs of `run` elements: for i1 < n1, i0 < n0, the runs of out, self and other at
-// i1 * s1[k] + i0 * s0[k] (k = 0, 1, 2) from the pointers passed.
+// i1 * s1[k] + i0 * s0[k] (k = 0, 1, 2) from the pointers passed; alpha: the scaled add's.
 struct RunNest {
   int64_t n1, n0, run;
   std::array<int64_t, 3> s1, s0;
+  float alpha = 1.0f;
+};
+
+// The ops on two elements. ScaledAdd: self + alpha * other in one rounding, as ATen's AVX2 and
+// AVX-512 kernels compute an add or sub with alpha (aten_fuses_scaled_add; sub's alpha negated).
+struct Add {
+  float alpha;
+  float operator()(float x, float y) const { return x + y; }
+};
+struct Sub {
+  float alpha;
+  float operator()(float x, float y) const { return x - y; }
+};
+struct Mul {
+  float alpha;
+  float operator()(float x, float y) const { return x * y; }
+};
+struct Div {
+  float alpha;
+  float operator()(float x, float y) const { return x / y; }
+};
+struct ScaledAdd {
+  float alpha;
+  float operator()(float x, float y) const { return __builtin_fmaf(y, alpha, x); }
 };
 
 using ArithmeticRuns = void (*)(float* o, const float* a, const float* b, const RunNest& nest);
@@ -31,6 +55,7 @@ using ArithmeticRuns = void (*)(float* o, const float* a, const float* b, const 
 template <typename Op, bool AVaries, bool BVaries>
 inline void arithmetic_loop(float* o, const float* a, const float* b, const RunNest& nest) {
   const int64_t n = nest.run;
+  const Op op{nest.alpha};
   for (int64_t i1 = 0; i1 < nest.n1; ++i1) {
     for (int64_t i0 = 0; i0 < nest.n0; ++i0) {
       float* to = o + i1 * nest.s1[0] + i0 * nest.s0[0];
@@ -38,22 +63,22 @@ inline void arithmetic_loop(float* o, const float* a, const float* b, const RunN
       const float* y = b + i1 * nest.s1[2] + i0 * nest.s0[2];
       if constexpr (AVaries && BVaries) {
 #pragma GCC ivdep
-        for (int64_t i = 0; i < n; ++i) to[i] = Op{}(x[i], y[i]);
+        for (int64_t i = 0; i < n; ++i) to[i] = op(x[i], y[i]);
       } else if constexpr (AVaries) {
         const float v = *y;
 #pragma GCC ivdep
-        for (int64_t i = 0; i < n; ++i) to[i] = Op{}(x[i], v);
+        for (int64_t i = 0; i < n; ++i) to[i] = op(x[i], v);
       } else {
         const float v = *x;
 #pragma GCC ivdep
-        for (int64_t i = 0; i < n; ++i) to[i] = Op{}(v, y[i]);
+        for (int64_t i = 0; i < n; ++i) to[i] = op(v, y[i]);
       }
     }
   }
 }
 
-// The four ops, with both operands varying along the run, self only, other only: one table per
-// instruction set.
+// The four ops and the scaled add, with both operands varying along the run, self only, other
+// only: one table per instruction set (theirs with FMA: their scaled add one instruction).
 #define TORCH_LAYOUTS_ARITHMETIC_TABLE(name)                                                             \
   template <typename Op, bool AVaries, bool BVaries>                                                      \
   void name##_runs(float* o, const float* a, const float* b, const RunNest& nest) {                      \
@@ -63,18 +88,18 @@ inline void arithmetic_loop(float* o, const float* a, const float* b, const RunN
   constexpr std::array<ArithmeticRuns, 3> name##_variants = {name##_runs<Op, true, true>,                 \
                                                              name##_runs<Op, true, false>,                \
                                                              name##_runs<Op, false, true>};              \
-  const std::array<ArithmeticRuns, 3> name##_table[4] = {                                                 \
-      name##_variants<std::plus<float>>, name##_variants<std::minus<float>>,                              \
-      name##_variants<std::multiplies<float>>, name##_variants<std::divides<float>>};
+  const std::array<ArithmeticRuns, 3> name##_table[5] = {name##_variants<Add>, name##_variants<Sub>,      \
+                                                         name##_variants<Mul>, name##_variants<Div>,      \
+                                                         name##_variants<ScaledAdd>};
 
 TORCH_LAYOUTS_ARITHMETIC_TABLE(base)
 #if defined(__x86_64__)
 #pragma GCC push_options
-#pragma GCC target("avx2")
+#pragma GCC target("avx2,fma")
 TORCH_LAYOUTS_ARITHMETIC_TABLE(avx2)
 #pragma GCC pop_options
 #pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx2")
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx2,fma")
 TORCH_LAYOUTS_ARITHMETIC_TABLE(avx512)
 #pragma GCC pop_options
 #endif
@@ -99,11 +124,17 @@ bool overlap(const at::Tensor& a, const at::Tensor& b) {
   return a0 < b1 && b0 < a1;
 }
 
-bool is_one(const c10::IValue& alpha) {
-  if (alpha.isNone()) return true;
-  if (alpha.isInt()) return alpha.toInt() == 1;
-  if (alpha.isDouble()) return alpha.toDouble() == 1.0;
-  return false;
+// alpha as the kernel computes with it (ATen's Scalar::to<float>), 1 where absent; nullopt for
+// another kind of scalar (complex, bool). negated: sub's, negated as ATen negates the Scalar before
+// the cast (an integer 0 stays +0).
+std::optional<float> alpha_of(const c10::IValue& alpha, bool negated) {
+  if (alpha.isNone()) return negated ? -1.0f : 1.0f;
+  if (alpha.isInt()) {
+    const int64_t a = alpha.toInt();
+    return a == 0 ? 0.0f : negated ? -static_cast<float>(a) : static_cast<float>(a);
+  }
+  if (alpha.isDouble()) return static_cast<float>(negated ? -alpha.toDouble() : alpha.toDouble());
+  return std::nullopt;
 }
 
 // A 0-dim operand's number as the op computes with it: ATen casts a CPU scalar (a Python number
@@ -133,7 +164,17 @@ std::optional<Arithmetic> arithmetic_of(const std::string& op) {
 
 bool arithmetic_runs(Arithmetic op, const at::Tensor& self, const at::Tensor& other, const at::Tensor& out,
                      const c10::IValue& alpha) {
-  if (!is_one(alpha) || out.scalar_type() != at::kFloat || !out.device().is_cpu() || out.numel() == 0) return false;
+  if (out.scalar_type() != at::kFloat || !out.device().is_cpu() || out.numel() == 0) return false;
+  // An add or sub with alpha other than 1: self + alpha * other fused, as ATen's AVX2 and AVX-512
+  // kernels compute it (sub: alpha negated); under its DEFAULT kernels, or for mul and div (which
+  // take no alpha), ATen's op.
+  const bool sub = op == Arithmetic::kSub;
+  const std::optional<float> factor = alpha_of(alpha, sub);
+  if (!factor) return false;
+  const bool scaled = *factor != (sub ? -1.0f : 1.0f);
+  // A NaN alpha: which NaN the sum keeps where an operand is NaN too depends on the order of the
+  // FMA's operands, which ATen's compiler chose.
+  if (scaled && (!aten_fuses_scaled_add() || (op != Arithmetic::kAdd && !sub) || std::isnan(*factor))) return false;
   // Each operand: a float32 CPU view of out's shape, or a number (stride 0 along every dim).
   const std::optional<float> self_number = number_of(self), other_number = number_of(other);
   for (const auto& [t, number] : {std::pair{&self, self_number}, std::pair{&other, other_number}}) {
@@ -167,7 +208,10 @@ bool arithmetic_runs(Arithmetic op, const at::Tensor& self, const at::Tensor& ot
     for (; at > 0 && std::abs(loops[at - 1].strides[0]) < std::abs(loop.strides[0]); --at) loops[at] = loops[at - 1];
     loops[at] = loop;
   }
-  if (run == 0) return false;
+  // ATen fuses the scaled add where both operands vary along its inner loop; with one of them
+  // broadcast along it (or a number), its scalar tail rounds some elements apart (in a pattern
+  // that depends on the tail's length and alignment: add of 200x8, other broadcast along the 8).
+  if (run == 0 || (scaled && !(a_varies && b_varies))) return false;
   c10::SmallVector<StridedLoop<3>, 6> merged;
   for (const StridedLoop<3>& loop : loops) push_merged(merged, loop);
   // The innermost loop that continues the run in all three (each operand by its run's length, or
@@ -183,7 +227,7 @@ bool arithmetic_runs(Arithmetic op, const at::Tensor& self, const at::Tensor& ot
   }
   const std::array<ArithmeticRuns, 3>* const table =
       TORCH_LAYOUTS_BEST_ISA_TABLE(base_table, avx2_table, avx512_table);
-  const ArithmeticRuns f = table[static_cast<int>(op)][a_varies && b_varies ? 0 : a_varies ? 1 : 2];
+  const ArithmeticRuns f = table[scaled ? 4 : static_cast<int>(op)][a_varies && b_varies ? 0 : a_varies ? 1 : 2];
   float* o = out.data_ptr<float>();
   const float* a = self_number ? &*self_number : self.const_data_ptr<float>();
   const float* b = other_number ? &*other_number : other.const_data_ptr<float>();
@@ -197,7 +241,7 @@ bool arithmetic_runs(Arithmetic op, const at::Tensor& self, const at::Tensor& ot
         const int64_t first = (item % chunks) * kChunk;
         std::array<int64_t, 3> at{first, a_varies ? first : 0, b_varies ? first : 0};
         add_position(at, merged, item / chunks);
-        const RunNest nest{1, 1, std::min(kChunk, run - first), {}, {}};
+        const RunNest nest{1, 1, std::min(kChunk, run - first), {}, {}, *factor};
         f(o + at[0], a + at[1], b + at[2], nest);
       }
     });
@@ -218,7 +262,7 @@ bool arithmetic_runs(Arithmetic op, const at::Tensor& self, const at::Tensor& ot
       std::array<int64_t, 3> at{};
       for (size_t k = 0; k < 3; ++k) at[k] = first * l1.strides[k];
       add_position(at, merged, item / stretches);
-      const RunNest nest{std::min(stretch, l1.size - first), l0.size, run, l1.strides, l0.strides};
+      const RunNest nest{std::min(stretch, l1.size - first), l0.size, run, l1.strides, l0.strides, *factor};
       f(o + at[0], a + at[1], b + at[2], nest);
     }
   });

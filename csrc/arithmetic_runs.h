@@ -19,7 +19,9 @@ enum class Arithmetic { kAdd, kSub, kMul, kDiv };
 // with a rounding mode is "aten::div.out_mode": nullopt).
 std::optional<Arithmetic> arithmetic_of(const std::string& op);
 
-// out := self `op` other (add and sub: alpha, when given, must be 1), where self, other and out are
+// out := self `op` other (add and sub: self + alpha * other, alpha other than 1 where ATen's kernels
+// fuse it, aten_fuses_scaled_add, and both operands vary along the run; mul and div: alpha absent
+// or 1), where self, other and out are
 // float32 CPU views of one shape (broadcast dims of stride 0) or 0-dim CPU numbers (float32, float64
 // or int64, cast to float32 as ATen casts a wrapped Python number), one dim of at least 8
 // elements has stride 1 in out and stride 1 or 0 in self and other (not 0 in both), and out

@@ -1,11 +1,11 @@
 #include "foreach_recipe.h"
 
 #include <ATen/ATen.h>
-#include <ATen/Version.h>
 
 #include <unordered_map>
 
 #include "device_memory.h"
+#include "isa_tables.h"
 #include "run_stretches.h"
 
 namespace torch_layouts {
@@ -33,13 +33,12 @@ __attribute__((target("avx512f,avx2,fma"))) void add_scaled_avx512(float* a, int
   add_scaled(a, sa, b, sb, alpha, n);
 }
 
-// The fused add of this CPU, or null where ATen's kernels are not AVX2's or AVX-512's (its
-// DEFAULT kernels round the product and the sum apart: the CPU op runs there).
+// The fused add of this CPU, or null where ATen's kernels do not fuse (aten_fuses_scaled_add: the
+// CPU op runs there).
 using AddScaled = void (*)(float*, int64_t, const float*, int64_t, float, int64_t);
 AddScaled fused_add() {
   static const AddScaled chosen = [] () -> AddScaled {
-    const std::string capability = at::get_cpu_capability();
-    if (capability != "AVX2" && capability != "AVX512") return nullptr;
+    if (!aten_fuses_scaled_add()) return nullptr;
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512f") ? add_scaled_avx512 : add_scaled_avx2;
   }();

@@ -1,5 +1,6 @@
 #include "isa_tables.h"
 
+#include <ATen/Version.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
@@ -44,5 +45,13 @@ std::string set_isa_tables(const std::string& set) {
 }
 
 int isa_level() { return g_level.load(std::memory_order_relaxed); }
+
+bool aten_fuses_scaled_add() {
+  static const bool fused = [] {
+    const std::string capability = at::get_cpu_capability();
+    return capability == "AVX2" || capability == "AVX512";
+  }();
+  return fused;
+}
 
 }  // namespace torch_layouts

@@ -18,6 +18,12 @@ std::string set_isa_tables(const std::string& set);
 // The chosen set: 2 avx512, 1 avx2, 0 portable.
 int isa_level();
 
+// Whether ATen's CPU kernels are its AVX2 or AVX-512 ones (at::get_cpu_capability(), which
+// ATEN_CPU_CAPABILITY can lower): their float32 a + alpha * b is one fused multiply-add, in the
+// vectorized loop (fmadd) and in the scalar one (contracted); the DEFAULT kernels round the product
+// and the sum apart. Those capabilities need FMA, so that kernels fusing under it may use it.
+bool aten_fuses_scaled_add();
+
 #if defined(__x86_64__)
 template <typename Table>
 Table* best_isa_table(Table* portable, Table* avx2, Table* avx512) {

@@ -527,12 +527,17 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def(
       "_arithmetic_runs",
       [](const std::string& op, const at::Tensor& self, const at::Tensor& other, const at::Tensor& out,
-         std::optional<double> alpha) {
+         const py::object& alpha) {
         const std::optional<Arithmetic> a = arithmetic_of("aten::" + op + ".out");
         TORCH_CHECK_VALUE(a, "op='", op, "' is not one of add, sub, mul, div");
-        return arithmetic_runs(*a, self, other, out, alpha ? c10::IValue(*alpha) : c10::IValue());
+        // alpha as the dispatcher passes it: an int stays an int (ATen negates sub's before the cast)
+        const c10::IValue scale = alpha.is_none() ? c10::IValue()
+                                  : py::isinstance<py::int_>(alpha) ? c10::IValue(alpha.cast<int64_t>())
+                                                                    : c10::IValue(alpha.cast<double>());
+        py::gil_scoped_release released;
+        return arithmetic_runs(*a, self, other, out, scale);
       },
-      py::arg("op"), py::arg("self"), py::arg("other"), py::arg("out"), py::arg("alpha") = py::none(), nogil);
+      py::arg("op"), py::arg("self"), py::arg("other"), py::arg("out"), py::arg("alpha") = py::none());
   m.def("_scaled_product", &scaled_product, nogil);
   m.def("_dropout_apply", &dropout_apply, nogil);
   m.def("_rows_set_math", &rows_set_math);

@@ -7,6 +7,10 @@ zeros included), in place too; the views it declines are left untouched."""
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -178,8 +182,6 @@ def _declined(x, y, out, name="add", alpha=None):
 
 # id, how (x, y, out) are made from a (64, 32) float32 tensor a and a (32,) one b, the alpha.
 DECLINES = [
-    ("alpha-2", lambda a, b: (a, b.expand(64, 32), torch.empty(64, 32)), 2.0),
-    ("alpha-half", lambda a, b: (a, b.expand(64, 32), torch.empty(64, 32)), 0.5),
     ("float64", lambda a, b: (a.double(), b.double().expand(64, 32), torch.empty(64, 32, dtype=torch.float64)), None),
     ("float16-out", lambda a, b: (a, b.expand(64, 32), torch.empty(64, 32, dtype=torch.float16)), None),
     ("shapes-differ", lambda a, b: (a, b, torch.empty(64, 32)), None),
@@ -201,6 +203,81 @@ def test_views_it_declines_are_left_untouched(_, make, alpha):
     gen = torch.Generator().manual_seed(1)
     a, b = values(64 * 32, gen).view(64, 32), values(32, gen)
     _declined(*make(a, b), alpha=alpha)
+
+
+ALPHAS = [2.0, 0.5, -0.1, 1e-9, -3, 7, 1, 3.4e38, -1e-40, math.inf, math.nan, 0.0, -0.0]
+FUSED = torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")  # ATen's a + alpha * b in one rounding
+
+
+@pytest.mark.parametrize("isa", ISA_SETS)
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.integers(1, 12), min_size=1, max_size=4), st.sampled_from(["add", "sub"]),
+       st.sampled_from(ALPHAS) | st.floats(-1e3, 1e3) | st.integers(-5, 5), st.data())
+def test_add_and_sub_with_alpha_give_atens_bits(isa, shape, name, alpha, data):
+    """self + alpha * other (sub: alpha negated), other a view or a number, in place or not: where
+    ATen's kernels fuse the product into the sum (its AVX2 and AVX-512 ones, both operands varying
+    along the run), ATen's bits in each instruction set's kernels this CPU runs; otherwise (alpha
+    other than 1) it declines, writing nothing: a broadcast or number operand, whose elements ATen
+    rounds apart in part, a NaN alpha, or ATen's DEFAULT kernels
+    (test_replayed_scaled_adds_round_as_atens_kernels)."""
+    with kernels_in(_C._set_isa_tables, isa):
+        shape[-1] = data.draw(st.sampled_from([8, 16, 37, 64]))
+        gen = torch.Generator().manual_seed(data.draw(st.integers(0, 2**16)))
+        order = list(data.draw(st.permutations(range(len(shape)))))
+        order.remove(len(shape) - 1)
+        order.append(len(shape) - 1)
+        x = strided(shape, order, gen, frozenset(), data.draw(st.integers(0, 15)))
+        if data.draw(st.booleans()):
+            y = torch.tensor(data.draw(st.sampled_from(SPECIAL) | st.floats(-1e6, 1e6, width=32)))
+        else:
+            y = strided(shape, list(data.draw(st.permutations(range(len(shape))))), gen,
+                        frozenset(data.draw(st.sets(st.integers(0, len(shape) - 1)))), data.draw(st.integers(0, 15)))
+        in_place = data.draw(st.booleans())
+        out = x if in_place else strided(shape, order, gen, frozenset(), data.draw(st.integers(0, 15)))
+        before = out.clone()
+        expected = OPS[name](x, y, alpha=alpha)
+        took = _C._arithmetic_runs(name, x, y, out, alpha)
+        varies = y.dim() > 0 and y.stride(-1) == 1  # ATen fuses where both operands vary along the run
+        takes = y.dim() == 0 or y.stride(-1) in (0, 1)
+        assert took == (takes and (float(alpha) == 1.0 or (FUSED and varies and not math.isnan(alpha))))
+        assert torch.equal(bits(out), bits(expected if took else before))
+
+
+SCALED_SCRIPT = """
+import torch, torch_layouts
+from torch_layouts import SpyreTensorLayout
+gen = torch.Generator().manual_seed(0)
+for shape, order in [((5, 70), [0, 1]), ((33,), [0]), ((64, 96), [1, 0]), ((3, 7, 40), [2, 0, 1])]:
+    for alpha in (-0.1, 3, 1e-7):
+        x, y = torch.randn(shape, generator=gen), torch.randn(shape, generator=gen) * 1e3
+        layout = SpyreTensorLayout(shape, torch.float32, order)
+        dx, dy = x.to("spyre", device_layout=layout), y.to("spyre", device_layout=layout)
+        for call in range(3):  # the first call plans (ATen's op on the views), the others replay
+            for got, want in ((dx.add(dy, alpha=alpha), x.add(y, alpha=alpha)),
+                              (dx.sub(dy, alpha=alpha), x.sub(y, alpha=alpha)),
+                              (dx.clone().add_(dy, alpha=alpha), x.clone().add_(y, alpha=alpha))):
+                assert torch.equal(got.cpu().view(torch.int32), want.view(torch.int32)), (shape, order, alpha, call)
+print("ok", torch.backends.cpu.get_cpu_capability())
+"""
+
+
+@pytest.mark.parametrize("capability", ["default", "avx2", "avx512"])
+def test_replayed_scaled_adds_round_as_atens_kernels(capability):
+    """Under each of ATen's CPU capabilities (one this CPU lacks falls back to a lower one), device
+    add, sub and add_ with alpha in Spyre's dim orders give the CPU op's bits: fused where ATen's
+    kernels fuse, ATen's own op under its DEFAULT kernels."""
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": capability}
+    proc = subprocess.run([sys.executable, "-c", SCALED_SCRIPT], cwd=Path(__file__).resolve().parents[1], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "ok" in proc.stdout, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("name", ["mul", "div"])
+def test_mul_and_div_decline_an_alpha(name):
+    """ATen's mul and div take no alpha: the kernel declines one other than 1, writing nothing."""
+    gen = torch.Generator().manual_seed(2)
+    a, b = values(64 * 32, gen).view(64, 32), values(32, gen)
+    _declined(a, b.expand(64, 32), torch.empty(64, 32), name, 2.0)
 
 
 def test_an_unknown_op_is_a_value_error():
