@@ -19,6 +19,11 @@
 namespace torch_layouts {
 namespace {
 
+// A few dims or operands: held inline, so that setting up a call allocates nothing on the heap
+// (a 16x16 softmax's set-up took ~20 allocations).
+template <typename T>
+using Small = c10::SmallVector<T, 6>;
+
 constexpr int64_t kBlockFloats = 32768;  // floats of every operand's rows gathered at once (L1/L2)
 // ... and of every operand's rows per block when all are read where they lie: a tile's rows of
 // a block are then one stream of ~40 runs per operand (layer norm 1024x1024 float32: backward
@@ -35,8 +40,8 @@ struct Operand {
   char* data;
   at::ScalarType dtype;
   int64_t esize;
-  std::vector<int64_t> outer_stride;  // per coalesced outer dim (elements)
-  std::vector<int64_t> run_offset;    // each run's offset within a row (elements)
+  Small<int64_t> outer_stride;       // per coalesced outer dim (elements)
+  c10::SmallVector<int64_t, 32> run_offset;  // each run's offset within a row (elements)
   int64_t run_stride;                 // between elements of a run
   bool per_row = false;               // one value per row (stride 0 along the row): read, never blocked
 };
@@ -46,18 +51,18 @@ struct Operand {
 // continue each other's runs (a stick tile's rows) goes innermost, so that a block of rows is
 // one stretch of each run. Row r of that order is host row index(r) (per-row results).
 struct Rows {
-  std::vector<int64_t> outer_size;
-  std::vector<int64_t> index_stride;  // the host row index's stride per outer dim
+  Small<int64_t> outer_size;
+  Small<int64_t> index_stride;  // the host row index's stride per outer dim
   bool host_order = true;             // whether row r is host row r
   // len: a row's real elements; its runs of run_len but the last, of `last` (a padded stick);
   // span: a gathered row's floats (its runs whole)
   int64_t rows = 1, len = 1, run_len = 1, last = 1, span = 1;
-  std::vector<Operand> ops;
+  c10::SmallVector<Operand, 5> ops;
 
   // f(r, offset of row first + r along `strides`) for r < count: the first row's outer
   // coordinates by division, the others by stepping them (no division per row).
   template <typename F>
-  void offsets(const std::vector<int64_t>& strides, int64_t first, int64_t count, F f) const {
+  void offsets(c10::ArrayRef<int64_t> strides, int64_t first, int64_t count, F f) const {
     const size_t nd = outer_size.size();
     c10::SmallVector<int64_t, 8> idx(nd);
     int64_t off = 0;
@@ -104,16 +109,16 @@ struct Rows {
 
 struct Dim {
   int64_t size;
-  std::vector<int64_t> strides;  // one per view
+  Small<int64_t> strides;  // one per view
 };
 
 // Dims [begin, end) of the views, size-1 dims dropped and dims merged where every view runs on.
-std::vector<Dim> coalesce(const std::vector<at::Tensor>& views, int64_t begin, int64_t end) {
-  std::vector<Dim> dims;
+Small<Dim> coalesce(c10::ArrayRef<at::Tensor> views, int64_t begin, int64_t end) {
+  Small<Dim> dims;
   for (int64_t d = begin; d < end; ++d) {
     const int64_t size = views[0].size(d);
     if (size == 1) continue;
-    std::vector<int64_t> strides;
+    Small<int64_t> strides;
     for (const auto& v : views) strides.push_back(v.stride(d));
     bool merge = !dims.empty();
     for (size_t k = 0; merge && k < views.size(); ++k) merge = dims.back().strides[k] == strides[k] * size;
@@ -130,7 +135,7 @@ std::vector<Dim> coalesce(const std::vector<at::Tensor>& views, int64_t begin, i
 // The last `per_row` views hold one value per row (a row view of layer norm's mean: stride 0 along
 // the row dims): float32, read by their row offsets, and no part of the blocking or of the choice of
 // the innermost outer dim.
-Rows make_rows(const std::vector<at::Tensor>& views, const std::vector<const char*>& names, int64_t width,
+Rows make_rows(c10::ArrayRef<at::Tensor> views, c10::ArrayRef<const char*> names, int64_t width,
                int64_t length, size_t per_row = 0) {
   const at::Tensor& first = views[0];
   TORCH_CHECK_VALUE(width >= 1 && width <= first.dim(), "row width ", width, " is outside [1, ", first.dim(),
@@ -152,10 +157,10 @@ Rows make_rows(const std::vector<at::Tensor>& views, const std::vector<const cha
     }
   }
   Rows g;
-  std::vector<Dim> outer = coalesce(views, 0, first.dim() - width);
-  std::vector<Dim> row = coalesce(views, first.dim() - width, first.dim());
-  if (row.empty()) row.push_back({1, std::vector<int64_t>(views.size(), 1)});
-  std::vector<int64_t> index_stride(outer.size());
+  Small<Dim> outer = coalesce(views, 0, first.dim() - width);
+  Small<Dim> row = coalesce(views, first.dim() - width, first.dim());
+  if (row.empty()) row.push_back({1, Small<int64_t>(views.size(), 1)});
+  Small<int64_t> index_stride(outer.size());
   for (size_t d = outer.size(); d-- > 0;) {
     index_stride[d] = g.rows;
     g.rows *= outer[d].size;
@@ -251,7 +256,7 @@ void store(char* d, const float* s, int64_t n, int64_t stride, at::ScalarType t,
 
 // Whether the rows starting at `base` continue each other's runs (a stick's rows in a tile): then
 // the block's piece of every run is one contiguous stretch.
-bool adjacent(const Rows& g, const Operand& op, const std::vector<int64_t>& base) {
+bool adjacent(const Rows& g, const Operand& op, c10::ArrayRef<int64_t> base) {
   for (size_t r = 1; r < base.size(); ++r) {
     if (base[r] != base[0] + static_cast<int64_t>(r) * g.run_len * op.run_stride) return false;
   }
@@ -266,7 +271,7 @@ bool adjacent(const Rows& g, const Operand& op, const std::vector<int64_t>& base
 template <typename F>
 void for_pieces(const Rows& g, size_t k, int64_t first, int64_t count, int64_t block, F f) {
   const Operand& op = g.ops[k];
-  std::vector<int64_t> base(count);
+  c10::SmallVector<int64_t, kMaxBlockRows> base(count);
   g.row_offsets(op, first, count, [&](int64_t r, int64_t off) { base[r] = off; });
   const bool whole = adjacent(g, op, base);
   for (size_t j = 0; j < op.run_offset.size(); ++j) {
@@ -315,8 +320,8 @@ void for_chunks(const Rows& g, Body body) {
 // gathered into (or scattered from) float32 block buffers.
 struct Plan {
   RowShape shape;              // a row's runs, as the row math takes them
-  std::vector<char> direct;
-  std::vector<int64_t> dense;  // run offsets of a gathered row: buffers hold [run][row][element]
+  Small<char> direct;
+  c10::SmallVector<int64_t, 32> dense;  // run offsets of a gathered row: buffers hold [run][row][element]
   int64_t buffers = 0;
   int64_t block = 1;           // rows per block
 };
@@ -369,8 +374,8 @@ void for_blocks(const Rows& g, const Plan& p, Body body) {
   for_chunks(g, [&](int64_t c, int64_t begin, int64_t count) {
     // Left unset: a block's pieces are gathered before the math reads them, and the padding
     // between a last run's pieces is never read (a NaN-filled buffer passes every test).
-    const auto storage = std::make_unique_for_overwrite<float[]>(block * g.span * p.buffers);
-    std::vector<float*> bufs(g.ops.size(), nullptr);
+    const auto storage = p.buffers ? std::make_unique_for_overwrite<float[]>(block * g.span * p.buffers) : nullptr;
+    Small<float*> bufs(g.ops.size(), nullptr);
     float* next = storage.get();
     for (size_t k = 0; k < g.ops.size(); ++k) {
       if (!p.direct[k]) {
@@ -526,7 +531,7 @@ void rows_layer_norm_backward(const at::Tensor& grad, const at::Tensor& x, const
                               const std::optional<at::Tensor>& grad_weight,
                               const std::optional<at::Tensor>& grad_bias, int64_t width, int64_t length, bool rms) {
   const bool dx = grad_input.has_value() && grad_input->defined();
-  std::vector<at::Tensor> views{grad, x};
+  Small<at::Tensor> views{grad, x};
   if (dx) views.push_back(*grad_input);
   // mean and rstd as row views of grad's shape (one value per row, where the forward left them),
   // or as contiguous vectors in host row order
