@@ -49,6 +49,18 @@ struct ScaledAdd {
 
 using ArithmeticRuns = void (*)(float* o, const float* a, const float* b, const RunNest& nest);
 
+// a[j sa] += alpha * b[j sb] for j < n, ScaledAdd's rounding along one strided loop (the foreach
+// SGD add's views): the unit-stride case apart, so that it vectorizes.
+[[gnu::always_inline]] inline void strided_scaled_add(float* a, int64_t sa, const float* b, int64_t sb, float alpha,
+                                                      int64_t n) {
+  const ScaledAdd op{alpha};
+  if (sa == 1 && sb == 1) {
+    for (int64_t j = 0; j < n; ++j) a[j] = op(a[j], b[j]);
+    return;
+  }
+  for (int64_t j = 0; j < n; ++j) a[j * sa] = op(a[j * sa], b[j * sb]);
+}
+
 // The loops written once; GCC vectorizes them for the target each instantiation is compiled for.
 // An operand that does not vary along the run (AVaries, BVaries false) is one number a run. out may
 // be self itself (in place): each element is read before its own place is written, no other.
@@ -78,7 +90,8 @@ inline void arithmetic_loop(float* o, const float* a, const float* b, const RunN
 }
 
 // The four ops and the scaled add, with both operands varying along the run, self only, other
-// only: one table per instruction set (theirs with FMA: their scaled add one instruction).
+// only: one table per instruction set (theirs with FMA: their scaled add one instruction); and
+// the strided scaled add, compiled for each set alike.
 #define TORCH_LAYOUTS_ARITHMETIC_TABLE(name)                                                             \
   template <typename Op, bool AVaries, bool BVaries>                                                      \
   void name##_runs(float* o, const float* a, const float* b, const RunNest& nest) {                      \
@@ -90,7 +103,10 @@ inline void arithmetic_loop(float* o, const float* a, const float* b, const RunN
                                                              name##_runs<Op, false, true>};              \
   const std::array<ArithmeticRuns, 3> name##_table[5] = {name##_variants<Add>, name##_variants<Sub>,      \
                                                          name##_variants<Mul>, name##_variants<Div>,      \
-                                                         name##_variants<ScaledAdd>};
+                                                         name##_variants<ScaledAdd>};                     \
+  void name##_strided_scaled_add(float* a, int64_t sa, const float* b, int64_t sb, float alpha, int64_t n) {    \
+    strided_scaled_add(a, sa, b, sb, alpha, n);                                                           \
+  }
 
 TORCH_LAYOUTS_ARITHMETIC_TABLE(base)
 #if defined(__x86_64__)
@@ -150,6 +166,11 @@ std::optional<float> number_of(const at::Tensor& t) {
 }
 
 }  // namespace
+
+StridedScaledAdd strided_scaled_add_kernel() {
+  if (!aten_fuses_scaled_add()) return nullptr;
+  return TORCH_LAYOUTS_BEST_ISA_TABLE(&base_strided_scaled_add, &avx2_strided_scaled_add, &avx512_strided_scaled_add);
+}
 
 std::optional<Arithmetic> arithmetic_of(const std::string& op) {
   static const std::pair<const char*, Arithmetic> names[] = {{"aten::add.out", Arithmetic::kAdd},

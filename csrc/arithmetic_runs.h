@@ -30,4 +30,10 @@ std::optional<Arithmetic> arithmetic_of(const std::string& op);
 bool arithmetic_runs(Arithmetic op, const at::Tensor& self, const at::Tensor& other, const at::Tensor& out,
                      const c10::IValue& alpha = c10::IValue());
 
+// a[j sa] += alpha * b[j sb] for j < n in one rounding, as ATen's AVX2 and AVX-512 kernels add
+// with alpha, in the instruction set the ISA tables chose; null where ATen's kernels round twice
+// (aten_fuses_scaled_add: the caller runs ATen's op).
+using StridedScaledAdd = void (*)(float* a, int64_t sa, const float* b, int64_t sb, float alpha, int64_t n);
+StridedScaledAdd strided_scaled_add_kernel();
+
 }  // namespace torch_layouts

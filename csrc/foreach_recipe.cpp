@@ -4,50 +4,12 @@
 
 #include <unordered_map>
 
+#include "arithmetic_runs.h"
 #include "device_memory.h"
-#include "isa_tables.h"
 #include "run_stretches.h"
 
 namespace torch_layouts {
 namespace {
-
-// a[j sa] += alpha * b[j sb] for j < n in one rounding (fused), as ATen's float32 add with alpha
-// computes it on its AVX2 and AVX-512 kernels: its vectorized loop's fmadd, and its scalar loop
-// contracted to an FMA. Written once; each instruction set's copy below vectorizes it.
-[[gnu::always_inline]] inline void add_scaled(float* a, int64_t sa, const float* b, int64_t sb, float alpha,
-                                              int64_t n) {
-  if (sa == 1 && sb == 1) {
-    for (int64_t j = 0; j < n; ++j) a[j] = __builtin_fmaf(b[j], alpha, a[j]);
-    return;
-  }
-  for (int64_t j = 0; j < n; ++j) a[j * sa] = __builtin_fmaf(b[j * sb], alpha, a[j * sa]);
-}
-
-#if defined(__x86_64__)
-__attribute__((target("avx2,fma"))) void add_scaled_avx2(float* a, int64_t sa, const float* b, int64_t sb,
-                                                         float alpha, int64_t n) {
-  add_scaled(a, sa, b, sb, alpha, n);
-}
-__attribute__((target("avx512f,avx2,fma"))) void add_scaled_avx512(float* a, int64_t sa, const float* b, int64_t sb,
-                                                                   float alpha, int64_t n) {
-  add_scaled(a, sa, b, sb, alpha, n);
-}
-
-// The fused add of this CPU, or null where ATen's kernels do not fuse (aten_fuses_scaled_add: the
-// CPU op runs there).
-using AddScaled = void (*)(float*, int64_t, const float*, int64_t, float, int64_t);
-AddScaled fused_add() {
-  static const AddScaled chosen = [] () -> AddScaled {
-    if (!aten_fuses_scaled_add()) return nullptr;
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") ? add_scaled_avx512 : add_scaled_avx2;
-  }();
-  return chosen;
-}
-#else
-using AddScaled = void (*)(float*, int64_t, const float*, int64_t, float, int64_t);
-AddScaled fused_add() { return nullptr; }
-#endif
 
 // Whether a view's elements all lie within the `numel` elements of its buffer.
 bool within(const BufferView& v, int64_t numel) {
@@ -64,7 +26,7 @@ bool within(const BufferView& v, int64_t numel) {
 // (run_stretches.h: dims that continue each other merged, stretches over the intra-op threads),
 // each stretch one call along its loop: a whole buffer is one contiguous loop, a gradient laid
 // out by the reduction that made it runs along its innermost dims.
-void add_views(AddScaled add, float* a, const BufferView& va, const float* b, const BufferView& vb, float alpha) {
+void add_views(StridedScaledAdd add, float* a, const BufferView& va, const float* b, const BufferView& vb, float alpha) {
   std::vector<StridedLoop<2>> loops;
   for (size_t d = 0; d < va.sizes.size(); ++d) {
     if (va.sizes[d] == 0) return;
@@ -130,9 +92,10 @@ class ForeachReplay final : public Replay {
   // (the raw buffers of one layout, or a strided view of a gradient laid out by the reduction that
   // made it) and no tensor is copied first, instead of lending views to the CPU's _foreach_add_,
   // which sets up a TensorIterator per tensor: the demo's MLP and attention SGD steps 3-10 us
-  // shorter (builds alternated). ATen's bits (fused_add). False, having written nothing, otherwise.
+  // shorter (builds alternated). ATen's bits (strided_scaled_add_kernel). False, having written
+  // nothing, otherwise.
   bool run_add_list(c10::ArrayRef<c10::IValue> args) const {
-    const AddScaled add = fused_add();
+    const StridedScaledAdd add = strided_scaled_add_kernel();
     if (!add || !copies.empty() || list_args.size() != 2 || args.size() != 3) return false;
     const c10::ArrayRef<c10::IValue> selfs = args[list_args[0]].toListRef(), others = args[list_args[1]].toListRef();
     for (size_t i = 0; i < selfs.size(); ++i) {
