@@ -25,6 +25,7 @@ template <typename VariableVersion>
 c10::intrusive_ptr<c10::TensorImpl> SpyreTensorImpl::detach_core(VariableVersion&& version_counter,
                                                                  bool allow_tensor_metadata_change) const {
   auto impl = c10::make_intrusive<SpyreTensorImpl>(c10::Storage(storage_), key_set_, data_type_, layout_);
+  impl->elements_view_ = elements_view_;
   copy_tensor_metadata(this, impl.get(), std::forward<VariableVersion>(version_counter),
                        allow_tensor_metadata_change);
   impl->refresh_numel();
@@ -46,6 +47,7 @@ void SpyreTensorImpl::shallow_copy_from(const c10::intrusive_ptr<c10::TensorImpl
   copy_tensor_metadata(impl.get(), this, version_counter(), allow_tensor_metadata_change());
   if (auto* other = dynamic_cast<SpyreTensorImpl*>(impl.get())) {
     layout_ = other->layout_;
+    elements_view_ = other->elements_view_;
   } else if (Block* block = block_of(storage_.data_ptr())) {
     layout_ = block->layout;
   }
@@ -82,9 +84,12 @@ std::vector<int64_t> geometry_key(const at::Tensor& tensor) {
   return key;
 }
 
-// A byte tensor spanning its whole storage from offset 0 that is not the layout's own base: the
-// storage itself (UntypedStorage.cpu(), copy_, clone), read and written raw, padding included.
+// A byte tensor spanning its whole storage from offset 0 that is not the layout's own base nor a
+// view of elements (make_alias): the storage itself (UntypedStorage.cpu(), copy_, clone, which
+// set_ a byte tensor onto it), read and written raw, padding included.
 bool is_storage_bytes(const at::Tensor& tensor, const BoundLayout& layout) {
+  const auto* impl = dynamic_cast<const SpyreTensorImpl*>(tensor.unsafeGetTensorImpl());
+  if (impl != nullptr && impl->elements_view()) return false;
   if (tensor.scalar_type() != at::kByte || tensor.dim() != 1 || tensor.storage_offset() != 0 ||
       tensor.stride(0) != 1 || tensor.numel() != static_cast<int64_t>(tensor.storage().nbytes())) {
     return false;
@@ -133,8 +138,10 @@ void fill_padding(const at::Tensor& tensor, const BoundLayout& layout) {
 
 at::Tensor make_alias(const at::Tensor& self, c10::IntArrayRef sizes, c10::IntArrayRef strides,
                       int64_t storage_offset) {
+  LayoutPtr layout = layout_of(self);
   auto impl = c10::make_intrusive<SpyreTensorImpl>(c10::TensorImpl::VIEW, c10::Storage(self.storage()),
-                                                   self.key_set(), self.dtype(), layout_of(self));
+                                                   self.key_set(), self.dtype(), layout);
+  impl->set_elements_view(!(layout && is_storage_bytes(self, *layout)));  // a view of raw bytes stays raw
   at::Tensor result(std::move(impl));
   at::native::setStrided(result, sizes, strides, storage_offset);
   return result;

@@ -21,6 +21,10 @@ class SpyreTensorImpl final : public c10::TensorImpl {
 
   const LayoutPtr& layout() const { return layout_; }
   void set_layout(LayoutPtr layout) { layout_ = std::move(layout); }
+  // A view (view, reshape, as_strided, ...) of a tensor of elements: its elements too, even where
+  // its geometry matches the storage's raw bytes (a flat uint8 view of an unpadded uint8 buffer).
+  bool elements_view() const { return elements_view_; }
+  void set_elements_view(bool on) { elements_view_ = on; }
 
   c10::intrusive_ptr<c10::TensorImpl> shallow_copy_and_detach(const c10::VariableVersion& version_counter,
                                                               bool allow_tensor_metadata_change) const override;
@@ -33,6 +37,7 @@ class SpyreTensorImpl final : public c10::TensorImpl {
   c10::intrusive_ptr<c10::TensorImpl> detach_core(VariableVersion&& version_counter,
                                                   bool allow_tensor_metadata_change) const;
   LayoutPtr layout_;
+  bool elements_view_ = false;
 };
 
 // The layout of a device tensor's buffer: carried by its impl, else recorded with

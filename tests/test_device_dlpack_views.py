@@ -13,6 +13,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from torch_layouts import _C
+from torch_layouts import device_memory as torch_layouts_device_memory
 from torch_layouts.runtime.dlpack import host_order_copy
 
 PROPERTY = settings(max_examples=25, deadline=None)
@@ -189,6 +190,30 @@ def test_resize_relays_tiled_buffers(helpers, data, seed):
     y.resize_(new)
     assert same(y.cpu().reshape(-1)[:keep], x.reshape(-1)[:keep])
     assert same(alias.cpu()[:keep], x.reshape(-1)[:keep])
+
+
+@settings(max_examples=150, deadline=None)
+@given(shape=st.lists(st.sampled_from([2, 3, 128, 256]), min_size=1, max_size=3),
+       dtype=st.sampled_from([torch.uint8, torch.int8, torch.float16, torch.float32]), data=st.data(),
+       seed=st.integers(0, 2**31))
+def test_flat_views_of_unpadded_buffers_are_elements(helpers, shape, dtype, data, seed):
+    """A flat view (view(-1), reshape, a dim-dropping view of it) of a tensor whose buffer has no
+    padding, in any Spyre dim order, reads and writes the elements in host order, as CPU views do:
+    a uint8 one spans the storage's bytes exactly, which UntypedStorage's raw reads also do, and
+    was once read raw in device order. The storage's own bytes stay raw."""
+    from torch_layouts import SpyreTensorLayout
+    order = list(data.draw(st.permutations(range(len(shape)))))
+    layout = SpyreTensorLayout(tuple(shape), dtype, order)
+    x = helpers.random_bits(math.prod(shape), dtype, seed).view(shape)
+    y = x.to("spyre", device_layout=layout)
+    assume(y.untyped_storage().nbytes() == x.numel() * x.element_size())  # no padding: the bytes' size
+    for flat in (y.view(-1), y.reshape(-1), y.view(-1).view(-1), y.view(-1).detach()):
+        assert same(flat.cpu(), x.reshape(-1))
+    z = helpers.random_bits(math.prod(shape), dtype, seed + 1)
+    y.view(-1).copy_(z)
+    assert same(y.cpu(), z.view(shape))
+    raw = torch.empty(0, dtype=torch.uint8, device="spyre").set_(y.untyped_storage())
+    assert same(raw.cpu(), torch_layouts_device_memory(y).cpu().view(torch.uint8).reshape(-1))
 
 
 def test_resize_of_a_view_shares_the_grown_storage():
