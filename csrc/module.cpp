@@ -22,6 +22,7 @@
 #include "generator.h"
 #include "int64_format.h"
 #include "kernel_front.h"
+#include "layout_moves.h"
 #include "layout_records.h"
 #include "pointwise.h"
 #include "row_kernels.h"
@@ -64,6 +65,17 @@ std::vector<std::pair<BufferView, BufferView>> view_pairs(const py::handle& piec
     views.emplace_back(buffer_view(pair[0]), buffer_view(pair[1]));
   }
   return views;
+}
+
+// "move" or "empty", the kind of a kept layout record.
+KeptKind kept_kind(const std::string& kind) {
+  TORCH_CHECK_VALUE(kind == "move" || kind == "empty", "a kept record's kind is 'move' or 'empty', got '", kind, "'");
+  return kind == "move" ? KeptKind::Move : KeptKind::Empty;
+}
+
+std::optional<c10::IntArrayRef> optional_ref(const std::optional<std::vector<int64_t>>& v) {
+  if (!v) return std::nullopt;
+  return c10::IntArrayRef(*v);
 }
 
 std::optional<BufferView> optional_view(const py::object& v) {
@@ -377,6 +389,21 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     return new_device_tensor(info, c10::Device(c10::DeviceType::PrivateUse1, device));
   });
   m.def("_layout_of", &layout_object);
+  // runtime/tensor_methods.py: the records kept per layout object, and Tensor.to's C method.
+  m.def("_kept_record", [](const std::string& kind, const py::object& spec, std::vector<int64_t> size,
+                           std::optional<std::vector<int64_t>> stride, at::ScalarType dtype) -> py::object {
+    LayoutPtr record = kept_record(kept_kind(kind), spec.ptr(), size, optional_ref(stride), dtype);
+    if (!record) return py::none();
+    return py::cast(std::const_pointer_cast<BoundLayout>(record));
+  });
+  m.def("_keep_record", [](const std::string& kind, py::object spec, std::vector<int64_t> size,
+                           std::optional<std::vector<int64_t>> stride, at::ScalarType dtype,
+                           std::shared_ptr<BoundLayout> record) {
+    keep_record(kept_kind(kind), std::move(spec), size, optional_ref(stride), dtype, std::move(record));
+  });
+  m.def("_kept_records", &kept_records);
+  m.def("_clear_kept_records", &clear_kept_records);
+  m.def("_tensor_to_method", &tensor_to_method);
   m.def("_bound_layout_of", [](const at::Tensor& t) -> py::object {
     LayoutPtr layout = t.is_privateuseone() ? layout_of(t) : nullptr;
     if (!layout) return py::none();

@@ -49,8 +49,7 @@ def empty_with_layout(spec: object, size: Sequence[int], dtype: torch.dtype, dev
     """
     size = tuple(size)
     stride = None if stride is None else tuple(stride)
-    info = _kept(("empty", id(spec), size, stride, dtype), spec, dtype,
-                 lambda: _record(bind(spec, size, dtype, stride), size, stride))
+    info = _kept("empty", spec, size, stride, dtype, lambda: _record(bind(spec, size, dtype, stride), size, stride))
     return _C._empty_with_layout(info, device.index)
 
 
@@ -103,23 +102,19 @@ class _ToLayout(torch.autograd.Function):
 
 
 # The runtime records new tensors get in a layout given by the caller, per (layout object, size,
-# strides, dtype): a training loop moves each batch into the same layout, a model makes its
-# buffers in it. The layout object is kept beside its record, so that its id is not reused while
-# the entry lives.
-_KEPT: dict[tuple, tuple[object, _C.BoundLayout]] = {}
-MAX_KEPT = 256
-
-
-def _kept(key: tuple, spec: object, dtype: torch.dtype, make: Callable[[], _C.BoundLayout]) -> _C.BoundLayout:
-    """The record ``make()`` gives, kept under ``key`` (whose second item is ``id(spec)``)."""
-    hit = _KEPT.get(key)
-    if hit is not None and hit[0] is spec:
+# strides, dtype), are kept by the runtime (csrc/layout_moves.cpp): a training loop moves each
+# batch into the same layout, a model makes its buffers in it. The runtime holds the layout
+# object beside its record, so that its id is not reused while the entry lives, and moves a host
+# tensor into a kept record without this module (``Tensor.to`` is its C method).
+def _kept(kind: str, spec: object, size: Sequence[int], stride: Sequence[int] | None, dtype: torch.dtype,
+          make: Callable[[], _C.BoundLayout]) -> _C.BoundLayout:
+    """The record ``make()`` gives, kept for (``kind``, ``spec``, ``size``, ``stride``, ``dtype``)."""
+    hit = _C._kept_record(kind, spec, size, stride, dtype)
+    if hit is not None:
         int64_downcast(dtype)  # as bind() does: once, or every time under set_warn_always
-        return hit[1]
+        return hit
     info = make()
-    if len(_KEPT) >= MAX_KEPT:
-        _KEPT.pop(next(iter(_KEPT)))
-    _KEPT[key] = (spec, info)
+    _C._keep_record(kind, spec, size, stride, dtype, info)
     return info
 
 
@@ -128,7 +123,7 @@ def _host_move(x: torch.Tensor, spec: object) -> _C.BoundLayout:
     def make() -> _C.BoundLayout:
         layout = bind(spec, x.shape, x.dtype, x.stride())
         return _record(layout, tuple(x.shape), storage_strides(layout, x.shape, x.stride()))
-    return _kept(("move", id(spec), x.shape, x.stride(), x.dtype), spec, x.dtype, make)
+    return _kept("move", spec, x.shape, x.stride(), x.dtype, make)
 
 
 def _plain_host(x: torch.Tensor) -> bool:
@@ -243,7 +238,7 @@ def install() -> None:
     _device_constructors()
     _original.update(to=torch.Tensor.to, new_empty=torch.Tensor.new_empty,
                      new_empty_strided=torch.Tensor.new_empty_strided, empty=torch.empty)
-    torch.Tensor.to = functools.wraps(_original["to"])(_to)
+    torch.Tensor.to = _C._tensor_to_method(_original["to"], _to)  # _to: what the C method does not move itself
     torch.Tensor.new_empty = functools.wraps(_original["new_empty"])(_new_empty)
     torch.Tensor.new_empty_strided = functools.wraps(_original["new_empty_strided"])(_new_empty_strided)
     torch.empty = functools.wraps(_original["empty"])(_empty)

@@ -1,0 +1,228 @@
+#include "layout_moves.h"
+
+#include <ATen/PythonTorchFunctionTLS.h>
+#include <ATen/ops/_to_copy.h>
+#include <c10/core/GradMode.h>
+#include <torch/csrc/Device.h>
+#include <torch/csrc/Exceptions.h>
+#include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/jit/frontend/tracer.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include <deque>
+#include <string>
+#include <unordered_map>
+
+#include "device_guard.h"
+#include "int64_format.h"
+
+namespace torch_layouts {
+
+namespace py = pybind11;
+
+namespace {
+
+// A training loop moves each batch into the same layout, a model makes its buffers in it: a few
+// dozen records at most; the oldest goes first beyond this.
+constexpr size_t kMaxKept = 256;
+
+struct KeptKey {
+  PyObject* spec;  // identity: the entry holds the object, so its address is not reused meanwhile
+  KeptKind kind;
+  bool strided;  // strides given (always for a move)
+  c10::ScalarType dtype;
+  c10::SmallVector<int64_t, 12> dims;  // the sizes, then the strides where given
+
+  bool operator==(const KeptKey& o) const {
+    return spec == o.spec && kind == o.kind && strided == o.strided && dtype == o.dtype && dims == o.dims;
+  }
+};
+
+struct KeptHash {
+  size_t operator()(const KeptKey& k) const {
+    uint64_t h = reinterpret_cast<uintptr_t>(k.spec) * 8 + static_cast<uint64_t>(k.kind) * 2 + k.strided;
+    h = h * 31 + static_cast<uint64_t>(k.dtype);
+    for (int64_t d : k.dims) h = h * 1000003 + static_cast<uint64_t>(d);
+    return static_cast<size_t>((h * 0x9E3779B97F4A7C15ull) >> 7);
+  }
+};
+
+struct KeptEntry {
+  py::object spec;
+  LayoutPtr record;
+};
+
+// Touched with the GIL held only (every caller is a Python call); never destroyed, since its
+// Python objects must not be released after the interpreter has gone.
+struct KeptTable {
+  std::unordered_map<KeptKey, KeptEntry, KeptHash> entries;
+  std::deque<KeptKey> order;  // oldest first
+};
+
+KeptTable& table() {
+  static auto* kept = new KeptTable();
+  return *kept;
+}
+
+KeptKey make_key(KeptKind kind, PyObject* spec, c10::IntArrayRef size, std::optional<c10::IntArrayRef> stride,
+                 c10::ScalarType dtype) {
+  KeptKey key{spec, kind, stride.has_value(), dtype, {}};
+  key.dims.append(size.begin(), size.end());
+  if (stride) key.dims.append(stride->begin(), stride->end());
+  return key;
+}
+
+// The spyre device a `to` argument names (a string or a torch.device), else nullopt. The last
+// string parsed is kept (held), as loops pass the same "spyre" object each time.
+std::optional<c10::Device> spyre_device(PyObject* where) {
+  static auto* last = new std::pair<py::object, c10::Device>(py::none(), c10::Device(c10::kCPU));
+  std::optional<c10::Device> device;
+  if (THPDevice_Check(where)) {
+    device = reinterpret_cast<THPDevice*>(where)->device;
+  } else if (where == last->first.ptr()) {
+    device = last->second;
+  } else if (PyUnicode_Check(where)) {
+    Py_ssize_t n = 0;
+    const char* text = PyUnicode_AsUTF8AndSize(where, &n);
+    if (text == nullptr) {
+      PyErr_Clear();
+      return std::nullopt;
+    }
+    try {
+      device = c10::Device(std::string(text, static_cast<size_t>(n)));
+    } catch (const c10::Error&) {
+      return std::nullopt;  // Python's path raises PyTorch's own error for it
+    }
+    *last = {py::reinterpret_borrow<py::object>(where), *device};
+  }
+  if (!device || device->type() != c10::DeviceType::PrivateUse1) return std::nullopt;
+  return device;
+}
+
+// `self` as a tensor a move may take without Python: a Tensor (or Parameter) that no
+// __torch_function__ mode sees, off the device, whose move autograd does not record and the JIT
+// does not trace; else nullptr.
+const at::Tensor* plain_host(PyObject* self) {
+  if (!THPVariable_CheckExact(self) || at::impl::torch_function_mode_enabled() || torch::jit::tracer::isTracing()) {
+    return nullptr;
+  }
+  const at::Tensor& x = THPVariable_Unpack(self);
+  if (x.is_privateuseone() || (x.requires_grad() && c10::GradMode::is_enabled())) return nullptr;
+  return &x;
+}
+
+// `self.to(where)` of a CPU tensor to a spyre device: what PyTorch's method calls for it
+// (`_to_copy` to that device, keeping the dtype and strides), without parsing its arguments.
+PyObject* move_default(PyObject* self, PyObject* where) {
+  const at::Tensor* x = plain_host(self);
+  if (x == nullptr || !x->device().is_cpu()) return nullptr;
+  const std::optional<c10::Device> device = spyre_device(where);
+  if (!device) return nullptr;
+  at::Tensor out;
+  {
+    py::gil_scoped_release no_gil;
+    out = at::_to_copy(*x, x->scalar_type(), std::nullopt, *device, std::nullopt, false, std::nullopt);
+  }
+  return THPVariable_Wrap(std::move(out));
+}
+
+// `self.to(where, device_layout=spec)` of a host tensor into a layout record already kept: the
+// new tensor (a new reference), or nullptr for Python's path.
+PyObject* move_kept(PyObject* self, PyObject* where, PyObject* spec) {
+  const at::Tensor* host = plain_host(self);
+  if (spec == Py_None || host == nullptr) return nullptr;
+  const at::Tensor& x = *host;
+  const std::optional<c10::Device> device = spyre_device(where);
+  if (!device) return nullptr;
+  LayoutPtr record = kept_record(KeptKind::Move, spec, x.sizes(), x.strides(), x.scalar_type());
+  if (!record) return nullptr;
+  if (x.scalar_type() == at::kLong) warn_int64_downcast();  // as Python's path does on a kept record
+  const c10::DeviceIndex index = device->has_index() ? device->index() : current_device();
+  at::Tensor out;
+  {
+    py::gil_scoped_release no_gil;
+    out = new_device_tensor(record, c10::Device(c10::DeviceType::PrivateUse1, index));
+    out.copy_(x);
+  }
+  return THPVariable_Wrap(std::move(out));
+}
+
+struct ToMethod {
+  py::object original, slow;
+};
+
+PyObject* tensor_to(PyObject* capsule, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+  HANDLE_TH_ERRORS
+  const auto* to = static_cast<const ToMethod*>(PyCapsule_GetPointer(capsule, nullptr));
+  const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+  const Py_ssize_t nkw = kwnames == nullptr ? 0 : PyTuple_GET_SIZE(kwnames);
+  Py_ssize_t at = -1;
+  for (Py_ssize_t i = 0; i < nkw; ++i) {
+    if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, i), "device_layout") == 0) at = i;
+  }
+  if (at < 0) {
+    if (nargs == 2 && nkw == 0) {
+      if (PyObject* moved = move_default(args[0], args[1])) return moved;
+      if (PyErr_Occurred()) return nullptr;
+    }
+    return PyObject_Vectorcall(to->original.ptr(), args, nargsf, kwnames);
+  }
+  if (nargs == 2 && nkw == 1) {
+    if (PyObject* moved = move_kept(args[0], args[1], args[nargs + at])) return moved;
+    if (PyErr_Occurred()) return nullptr;
+  }
+  return PyObject_Vectorcall(to->slow.ptr(), args, nargsf, kwnames);
+  END_HANDLE_TH_ERRORS
+}
+
+PyMethodDef tensor_to_def{
+    "to", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(tensor_to)), METH_FASTCALL | METH_KEYWORDS,
+    "to(*args, device_layout=None, **kwargs) -> Tensor\n\nPyTorch's Tensor.to; with device_layout= (torch_layouts), "
+    "the result is a spyre tensor in that device layout or layout template."};
+
+}  // namespace
+
+LayoutPtr kept_record(KeptKind kind, PyObject* spec, c10::IntArrayRef size, std::optional<c10::IntArrayRef> stride,
+                      c10::ScalarType dtype) {
+  const auto& entries = table().entries;
+  auto it = entries.find(make_key(kind, spec, size, stride, dtype));
+  return it == entries.end() ? nullptr : it->second.record;
+}
+
+void keep_record(KeptKind kind, py::object spec, c10::IntArrayRef size, std::optional<c10::IntArrayRef> stride,
+                 c10::ScalarType dtype, LayoutPtr record) {
+  TORCH_CHECK_VALUE(record != nullptr, "keep_record: no record");
+  KeptTable& kept = table();
+  KeptKey key = make_key(kind, spec.ptr(), size, stride, dtype);
+  auto it = kept.entries.find(key);
+  if (it != kept.entries.end()) {
+    it->second.record = std::move(record);
+    return;
+  }
+  if (kept.entries.size() >= kMaxKept) {
+    kept.entries.erase(kept.order.front());
+    kept.order.pop_front();
+  }
+  kept.order.push_back(key);
+  kept.entries.emplace(std::move(key), KeptEntry{std::move(spec), std::move(record)});
+}
+
+size_t kept_records() { return table().entries.size(); }
+
+void clear_kept_records() {
+  KeptTable& kept = table();
+  kept.entries.clear();
+  kept.order.clear();
+}
+
+py::object tensor_to_method(py::object original, py::object slow) {
+  py::capsule state(new ToMethod{std::move(original), std::move(slow)},
+                    [](void* p) { delete static_cast<ToMethod*>(p); });
+  py::object function = py::reinterpret_steal<py::object>(PyCFunction_New(&tensor_to_def, state.ptr()));
+  if (!function) throw py::error_already_set();
+  py::object method = py::reinterpret_steal<py::object>(PyInstanceMethod_New(function.ptr()));
+  if (!method) throw py::error_already_set();
+  return method;
+}
+
+}  // namespace torch_layouts
