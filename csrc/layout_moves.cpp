@@ -11,7 +11,9 @@
 
 #include <deque>
 #include <string>
+#include <string_view>
 #include <unordered_map>
+#include <vector>
 
 #include "device_guard.h"
 #include "int64_format.h"
@@ -72,8 +74,9 @@ KeptKey make_key(KeptKind kind, PyObject* spec, c10::IntArrayRef size, std::opti
   return key;
 }
 
-// The spyre device a `to` argument names (a string or a torch.device), else nullopt. The last
-// string parsed is kept (held), as loops pass the same "spyre" object each time.
+// The spyre device a `to` argument names (a string or a torch.device), else nullopt. Strings
+// are parsed only where they start with the backend's name ("cpu" is not), and the last one
+// parsed is kept (held), as loops pass the same "spyre" object each time.
 std::optional<c10::Device> spyre_device(PyObject* where) {
   static auto* last = new std::pair<py::object, c10::Device>(py::none(), c10::Device(c10::kCPU));
   std::optional<c10::Device> device;
@@ -88,6 +91,8 @@ std::optional<c10::Device> spyre_device(PyObject* where) {
       PyErr_Clear();
       return std::nullopt;
     }
+    static const std::string backend = c10::get_privateuse1_backend();
+    if (std::string_view(text, static_cast<size_t>(n)).substr(0, backend.size()) != backend) return std::nullopt;
     try {
       device = c10::Device(std::string(text, static_cast<size_t>(n)));
     } catch (const c10::Error&) {
@@ -111,33 +116,29 @@ const at::Tensor* plain_host(PyObject* self) {
   return &x;
 }
 
-// `self.to(where)` of a CPU tensor to a spyre device: what PyTorch's method calls for it
+// `self.to(device)` of a CPU tensor to a spyre device: what PyTorch's method calls for it
 // (`_to_copy` to that device, keeping the dtype and strides), without parsing its arguments.
-PyObject* move_default(PyObject* self, PyObject* where) {
+PyObject* move_default(PyObject* self, c10::Device device) {
   const at::Tensor* x = plain_host(self);
   if (x == nullptr || !x->device().is_cpu()) return nullptr;
-  const std::optional<c10::Device> device = spyre_device(where);
-  if (!device) return nullptr;
   at::Tensor out;
   {
     py::gil_scoped_release no_gil;
-    out = at::_to_copy(*x, x->scalar_type(), std::nullopt, *device, std::nullopt, false, std::nullopt);
+    out = at::_to_copy(*x, x->scalar_type(), std::nullopt, device, std::nullopt, false, std::nullopt);
   }
   return THPVariable_Wrap(std::move(out));
 }
 
-// `self.to(where, device_layout=spec)` of a host tensor into a layout record already kept: the
+// `self.to(device, device_layout=spec)` of a host tensor into a layout record already kept: the
 // new tensor (a new reference), or nullptr for Python's path.
-PyObject* move_kept(PyObject* self, PyObject* where, PyObject* spec) {
+PyObject* move_kept(PyObject* self, c10::Device device, PyObject* spec) {
   const at::Tensor* host = plain_host(self);
   if (spec == Py_None || host == nullptr) return nullptr;
   const at::Tensor& x = *host;
-  const std::optional<c10::Device> device = spyre_device(where);
-  if (!device) return nullptr;
   LayoutPtr record = kept_record(KeptKind::Move, spec, x.sizes(), x.strides(), x.scalar_type());
   if (!record) return nullptr;
   if (x.scalar_type() == at::kLong) warn_int64_downcast();  // as Python's path does on a kept record
-  const c10::DeviceIndex index = device->has_index() ? device->index() : current_device();
+  const c10::DeviceIndex index = device.has_index() ? device.index() : current_device();
   at::Tensor out;
   {
     py::gil_scoped_release no_gil;
@@ -147,32 +148,49 @@ PyObject* move_kept(PyObject* self, PyObject* where, PyObject* spec) {
   return THPVariable_Wrap(std::move(out));
 }
 
-struct ToMethod {
+// PyTorch's Tensor.to, and Python's path for the moves with device_layout this file leaves.
+struct ToMethods {
   py::object original, slow;
 };
 
-PyObject* tensor_to(PyObject* capsule, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+ToMethods& to_methods() {
+  static auto* methods = new ToMethods();  // never destroyed, as the table
+  return *methods;
+}
+
+// `fn(self, *args, **kwargs)`. A method descriptor calls its C function with `args` just past
+// `self` in its own array, so that array is passed on where it is there.
+PyObject* call_with_self(PyObject* fn, PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  if (args[-1] == self) return PyObject_Vectorcall(fn, args - 1, static_cast<size_t>(nargs + 1), kwnames);
+  const Py_ssize_t nkw = kwnames == nullptr ? 0 : PyTuple_GET_SIZE(kwnames);
+  std::vector<PyObject*> all{self};
+  all.insert(all.end(), args, args + nargs + nkw);
+  return PyObject_Vectorcall(fn, all.data(), static_cast<size_t>(nargs + 1), kwnames);
+}
+
+// A move's result, or nullptr with or without a Python error (then: none made here).
+template <typename Move>
+PyObject* guarded(Move move) {
   HANDLE_TH_ERRORS
-  const auto* to = static_cast<const ToMethod*>(PyCapsule_GetPointer(capsule, nullptr));
-  const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+  return move();
+  END_HANDLE_TH_ERRORS
+}
+
+// Tensor.to's C function (a method descriptor's: `self` the tensor, `args` what follows it).
+PyObject* tensor_to(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  const ToMethods& to = to_methods();
   const Py_ssize_t nkw = kwnames == nullptr ? 0 : PyTuple_GET_SIZE(kwnames);
   Py_ssize_t at = -1;
   for (Py_ssize_t i = 0; i < nkw; ++i) {
     if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, i), "device_layout") == 0) at = i;
   }
-  if (at < 0) {
-    if (nargs == 2 && nkw == 0) {
-      if (PyObject* moved = move_default(args[0], args[1])) return moved;
-      if (PyErr_Occurred()) return nullptr;
+  if (nargs == 1 && nkw == (at < 0 ? 0 : 1)) {
+    if (const std::optional<c10::Device> device = spyre_device(args[0])) {
+      PyObject* moved = guarded([&] { return at < 0 ? move_default(self, *device) : move_kept(self, *device, args[1]); });
+      if (moved != nullptr || PyErr_Occurred()) return moved;
     }
-    return PyObject_Vectorcall(to->original.ptr(), args, nargsf, kwnames);
   }
-  if (nargs == 2 && nkw == 1) {
-    if (PyObject* moved = move_kept(args[0], args[1], args[nargs + at])) return moved;
-    if (PyErr_Occurred()) return nullptr;
-  }
-  return PyObject_Vectorcall(to->slow.ptr(), args, nargsf, kwnames);
-  END_HANDLE_TH_ERRORS
+  return call_with_self(at < 0 ? to.original.ptr() : to.slow.ptr(), self, args, nargs, kwnames);
 }
 
 PyMethodDef tensor_to_def{
@@ -216,13 +234,12 @@ void clear_kept_records() {
 }
 
 py::object tensor_to_method(py::object original, py::object slow) {
-  py::capsule state(new ToMethod{std::move(original), std::move(slow)},
-                    [](void* p) { delete static_cast<ToMethod*>(p); });
-  py::object function = py::reinterpret_steal<py::object>(PyCFunction_New(&tensor_to_def, state.ptr()));
-  if (!function) throw py::error_already_set();
-  py::object method = py::reinterpret_steal<py::object>(PyInstanceMethod_New(function.ptr()));
-  if (!method) throw py::error_already_set();
-  return method;
+  to_methods() = ToMethods{std::move(original), std::move(slow)};
+  // A method descriptor of torch.Tensor, as PyTorch's own methods are: `x.to(...)` calls it with
+  // no bound method made per call.
+  PyObject* method = PyDescr_NewMethod(reinterpret_cast<PyTypeObject*>(THPVariableClass), &tensor_to_def);
+  if (method == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::object>(method);
 }
 
 }  // namespace torch_layouts
