@@ -104,6 +104,20 @@ std::optional<c10::Device> spyre_device(PyObject* where) {
   return device;
 }
 
+// The GIL released while a move of this many bytes runs, as PyTorch's methods release it, where
+// the move is long enough for another thread to use it: a small move keeps it, since each copy of
+// the tensor's handle made meanwhile (PyTorch's PyObject preservation) would take it back.
+class ReleasedFor {
+ public:
+  explicit ReleasedFor(size_t nbytes) {
+    if (nbytes >= kReleaseBytes) released_.emplace();
+  }
+
+ private:
+  static constexpr size_t kReleaseBytes = size_t(1) << 16;
+  std::optional<py::gil_scoped_release> released_;
+};
+
 // `self` as a tensor a move may take without Python: a Tensor (or Parameter) that no
 // __torch_function__ mode sees, off the device, whose move autograd does not record and the JIT
 // does not trace; else nullptr.
@@ -123,7 +137,7 @@ PyObject* move_default(PyObject* self, c10::Device device) {
   if (x == nullptr || !x->device().is_cpu()) return nullptr;
   at::Tensor out;
   {
-    py::gil_scoped_release no_gil;
+    const ReleasedFor released(x->nbytes());
     out = at::_to_copy(*x, x->scalar_type(), std::nullopt, device, std::nullopt, false, std::nullopt);
   }
   return THPVariable_Wrap(std::move(out));
@@ -141,7 +155,7 @@ PyObject* move_kept(PyObject* self, c10::Device device, PyObject* spec) {
   const c10::DeviceIndex index = device.has_index() ? device.index() : current_device();
   at::Tensor out;
   {
-    py::gil_scoped_release no_gil;
+    const ReleasedFor released(x.nbytes());
     out = new_device_tensor(record, c10::Device(c10::DeviceType::PrivateUse1, index));
     out.copy_(x);
   }

@@ -153,23 +153,11 @@ def to_layout(x: torch.Tensor, spec: object, device: torch.device | None = None,
     return relayout(x, layout, device, x.dtype, stride)
 
 
-@functools.lru_cache(maxsize=64)
-def _spyre_index(device: str | torch.device) -> tuple[bool, int | None]:
-    """Whether a ``Tensor.to`` argument names a spyre device, and its index (None: the current one)."""
-    try:
-        parsed = torch.device(device)
-    except (RuntimeError, ValueError):
-        return False, None
-    return parsed.type == "spyre", parsed.index
-
-
 def _to(self: torch.Tensor, *args: Any, device_layout: object = None, **kwargs: Any) -> torch.Tensor:
+    """``Tensor.to`` where its C method (csrc/layout_moves.cpp) does not move the tensor itself: a
+    first move into a layout object, a move autograd records, a mode or subclass sees."""
     if device_layout is None:
         return _original["to"](self, *args, **kwargs)
-    if len(args) == 1 and not kwargs and isinstance(args[0], (str, torch.device)) and _plain_host(self):
-        spyre, index = _spyre_index(args[0])  # a host tensor moved as to_layout would, its arguments resolved once
-        if spyre:
-            return _host_copy(self, device_layout, _C._get_device() if index is None else index)
     copy = kwargs.pop("copy", False)
     device, dtype, _non_blocking, _memory_format = torch._C._nn._parse_to(*args, **kwargs)
     return to_layout(self, device_layout, device, dtype, copy)
