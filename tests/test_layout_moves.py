@@ -5,6 +5,7 @@ path, as before; the kept records stay bounded."""
 
 from __future__ import annotations
 
+import os
 import sys
 import warnings
 
@@ -35,9 +36,10 @@ def same_tensor(a: torch.Tensor, b: torch.Tensor) -> bool:
 def package_calls(fn) -> list[str]:
     """The Python functions of this package that ``fn()`` runs (the C method's moves run none)."""
     calls: list[str] = []
+    package = os.path.dirname(torch_layouts.__file__)
 
     def profile(frame, event, arg):
-        if event == "call" and "torch_layouts" in frame.f_code.co_filename:
+        if event == "call" and frame.f_code.co_filename.startswith(package):
             calls.append(frame.f_code.co_name)
     sys.setprofile(profile)
     try:
