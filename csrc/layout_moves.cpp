@@ -13,7 +13,6 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
-#include <vector>
 
 #include "device_guard.h"
 #include "int64_format.h"
@@ -172,13 +171,12 @@ ToMethods& to_methods() {
   return *methods;
 }
 
-// `fn(self, *args, **kwargs)`. A method descriptor calls its C function with `args` just past
-// `self` in its own array, so that array is passed on where it is there.
+// `fn(self, *args, **kwargs)`, the arguments copied after `self` (a bound `x.to` gets `args`
+// without `self` before them, so nothing before `args` is read).
 PyObject* call_with_self(PyObject* fn, PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
-  if (args[-1] == self) return PyObject_Vectorcall(fn, args - 1, static_cast<size_t>(nargs + 1), kwnames);
   const Py_ssize_t nkw = kwnames == nullptr ? 0 : PyTuple_GET_SIZE(kwnames);
-  std::vector<PyObject*> all{self};
-  all.insert(all.end(), args, args + nargs + nkw);
+  c10::SmallVector<PyObject*, 8> all{self};
+  all.append(args, args + nargs + nkw);
   return PyObject_Vectorcall(fn, all.data(), static_cast<size_t>(nargs + 1), kwnames);
 }
 

@@ -5,6 +5,7 @@ path, as before; the kept records stay bounded."""
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import warnings
@@ -147,6 +148,32 @@ def test_moves_the_c_method_leaves_to_pytorch_and_python():
         x.to("bogus")
     with pytest.raises(RuntimeError, match="bogus"):
         x.to("bogus", device_layout=spec)
+
+
+# Ways of calling Tensor.to: bound first, through the class, by keyword, with extra arguments,
+# from the C API with a tuple (functools.partial): each gives what the plain call gives.
+SPEC = SpyreTensorLayout((6, 40), torch.float32, [1, 0])
+CALL_FORMS = [
+    ("bound first", lambda x: (lambda to: to("spyre"))(x.to), lambda x: x.to("spyre")),
+    ("bound, with a layout", lambda x: (lambda to: to("spyre", device_layout=SPEC))(x.to),
+     lambda x: x.to("spyre", device_layout=SPEC)),
+    ("through the class", lambda x: torch.Tensor.to(x, "spyre", device_layout=SPEC),
+     lambda x: x.to("spyre", device_layout=SPEC)),
+    ("partial", lambda x: functools.partial(torch.Tensor.to, x)("spyre"), lambda x: x.to("spyre")),
+    ("device by keyword", lambda x: x.to(device="spyre"), lambda x: x.to("spyre")),
+    ("layout and copy", lambda x: x.to("spyre", device_layout=SPEC, copy=True),
+     lambda x: x.to("spyre", device_layout=SPEC)),
+    ("layout and dtype", lambda x: x.half().to("spyre", torch.float32, device_layout=SPEC),
+     lambda x: x.half().float().to("spyre", device_layout=SPEC)),
+    ("layout None", lambda x: x.to("spyre", device_layout=None), lambda x: x.to("spyre")),
+]
+
+
+@pytest.mark.parametrize("_, call, plain", CALL_FORMS, ids=[c[0] for c in CALL_FORMS])
+def test_every_form_of_the_call_moves_alike(_, call, plain):
+    x = random_bits(6 * 40, torch.float32, 9).view(6, 40)
+    for _ in range(2):  # the second time from the kept record
+        assert same_tensor(call(x), plain(x))
 
 
 def test_int64_out_of_range_is_refused_on_a_kept_move():
