@@ -60,14 +60,17 @@ class CloneRecipe final : public Replay {
   std::vector<std::pair<BufferView, BufferView>> pieces;  // the source's and the result's views; none: the runtime's copy
 
   void run(c10::ArrayRef<c10::IValue> args, int64_t, std::vector<c10::IValue>& results) const override {
-    const at::Tensor& src = args[0].toTensor();
+    results.emplace_back(copy_of(args[0].toTensor()));
+  }
+
+  at::Tensor copy_of(const at::Tensor& src) const {
     at::Tensor result = new_device_tensor(out, src.device());
     if (pieces.empty()) {
       result.copy_(src);
     } else {
       copy_pieces(result, src, pieces);
     }
-    results.emplace_back(std::move(result));
+    return result;
   }
 };
 
@@ -683,7 +686,6 @@ namespace {
 // Same-device conversions kept per (the input's geometry, the dtype): keys tagged apart from the
 // fronts' calls (their first entry, a front's id, is >= 0). Counted as "aten::_to_copy" calls.
 constexpr int64_t kConversionTag = -100;
-std::atomic<int64_t>* g_conversions_count = nullptr;
 
 std::vector<int64_t> conversion_key(const at::Tensor& self, c10::ScalarType dtype) {
   std::vector<int64_t> key{kConversionTag, static_cast<int64_t>(dtype)};
@@ -691,13 +693,13 @@ std::vector<int64_t> conversion_key(const at::Tensor& self, c10::ScalarType dtyp
   return key;
 }
 
-std::atomic<int64_t>& conversions_count() {
-  std::lock_guard<std::mutex> lock(g_fronts_mutex);
-  if (g_conversions_count == nullptr) {
-    g_conversions_count = &g_counts.emplace_back(std::piecewise_construct, std::forward_as_tuple("aten::_to_copy"),
-                                                 std::forward_as_tuple(0)).second;
-  }
-  return *g_conversions_count;
+std::atomic<int64_t>& conversions_count() {  // registered once, then no lock per call
+  static std::atomic<int64_t>& count = [] () -> std::atomic<int64_t>& {
+    std::lock_guard<std::mutex> lock(g_fronts_mutex);
+    return g_counts.emplace_back(std::piecewise_construct, std::forward_as_tuple("aten::_to_copy"),
+                                 std::forward_as_tuple(0)).second;
+  }();
+  return count;
 }
 }  // namespace
 
@@ -707,10 +709,9 @@ std::optional<at::Tensor> replay_conversion(const at::Tensor& self, c10::ScalarT
   const std::shared_ptr<const Replay> kept = key.empty() ? nullptr : g_recipes.find(key).value_or(nullptr);
   if (!kept) return std::nullopt;
   conversions_count().fetch_add(1, std::memory_order_relaxed);
-  std::vector<c10::IValue> results;
-  const c10::IValue arg(self);
-  kept->run(c10::ArrayRef<c10::IValue>(&arg, 1), -1, results);
-  return results.front().toTensor();
+  // keep_conversion keeps CloneRecipes only. Called on `self` itself, not boxed: an IValue's copy
+  // of a tensor Python holds would take the GIL back twice (PyTorch's PyObject preservation).
+  return static_cast<const CloneRecipe&>(*kept).copy_of(self);
 }
 
 bool keep_conversion(const at::Tensor& self, c10::ScalarType dtype, LayoutPtr out,
