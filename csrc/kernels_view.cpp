@@ -50,10 +50,14 @@ at::Tensor unfold(const at::Tensor& self, int64_t dimension, int64_t size, int64
   return make_alias(self, sizes, strides, self.storage_offset());
 }
 
-// PyTorch's dtype view (same bytes, sizes rescaled), checked at once: a view whose elements
-// the buffer's layout cannot address is refused here rather than read wrongly later.
+// PyTorch's dtype view (same bytes, sizes rescaled: ATen's checks and geometry), made as the
+// runtime's own view of the elements (make_alias), and checked at once: a view whose elements the
+// buffer's layout cannot address is refused here rather than read wrongly later. ATen's own view
+// (a plain TensorImpl) of 4 float16 as 8 uint8 spanned the storage's bytes exactly and was read
+// as the raw storage, in device order.
 at::Tensor view_dtype(const at::Tensor& self, c10::ScalarType dtype) {
-  at::Tensor out = at::native::view_dtype(self, dtype);
+  const at::Tensor geometry = at::native::view_dtype(self, dtype);
+  at::Tensor out = make_alias(self, geometry.sizes(), geometry.strides(), geometry.storage_offset(), geometry.dtype());
   if (out.element_size() != self.element_size()) element_layout_of(out);
   return out;
 }

@@ -137,10 +137,10 @@ void fill_padding(const at::Tensor& tensor, const BoundLayout& layout) {
 }
 
 at::Tensor make_alias(const at::Tensor& self, c10::IntArrayRef sizes, c10::IntArrayRef strides,
-                      int64_t storage_offset) {
+                      int64_t storage_offset, std::optional<caffe2::TypeMeta> dtype) {
   LayoutPtr layout = layout_of(self);
   auto impl = c10::make_intrusive<SpyreTensorImpl>(c10::TensorImpl::VIEW, c10::Storage(self.storage()),
-                                                   self.key_set(), self.dtype(), layout);
+                                                   self.key_set(), dtype.value_or(self.dtype()), layout);
   impl->set_elements_view(!(layout && is_storage_bytes(self, *layout)));  // a view of raw bytes stays raw
   at::Tensor result(std::move(impl));
   at::native::setStrided(result, sizes, strides, storage_offset);

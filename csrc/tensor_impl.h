@@ -64,9 +64,9 @@ at::Tensor new_device_tensor(const LayoutPtr& layout, c10::Device device, bool f
 // Sets every padding position of `tensor`'s buffer (laid out as `layout`) to the pad value.
 void fill_padding(const at::Tensor& tensor, const BoundLayout& layout);
 
-// A view of `self` (same storage, same layout).
+// A view of `self` (same storage, same layout), of `dtype`'s elements where given (a dtype view).
 at::Tensor make_alias(const at::Tensor& self, c10::IntArrayRef sizes, c10::IntArrayRef strides,
-                      int64_t storage_offset);
+                      int64_t storage_offset, std::optional<caffe2::TypeMeta> dtype = std::nullopt);
 
 // True when `tensor` spans exactly the host tensor its layout holds.
 bool is_whole_base(const at::Tensor& tensor, const BoundLayout& layout);

@@ -216,6 +216,42 @@ def test_flat_views_of_unpadded_buffers_are_elements(helpers, shape, dtype, data
     assert same(raw.cpu(), torch_layouts_device_memory(y).cpu().view(torch.uint8).reshape(-1))
 
 
+@settings(max_examples=150, deadline=None)
+@given(shape=st.lists(st.sampled_from([2, 3, 64, 128]), min_size=1, max_size=3),
+       dtype=st.sampled_from([torch.float16, torch.float32, torch.int32]), target=st.sampled_from([torch.uint8, torch.int8]),
+       data=st.data(), seed=st.integers(0, 2**31))
+def test_byte_views_of_unpadded_buffers_are_elements(helpers, shape, dtype, target, data, seed):
+    """A byte view (``view(dtype)``) of a flat view of a tensor whose buffer has no padding, in any
+    Spyre dim order, reads and writes the elements' bytes in host order, as CPU views do: a uint8
+    one spans the storage's bytes exactly, and ATen's own dtype view (a plain TensorImpl) was
+    read as the raw storage, in device order."""
+    from torch_layouts import SpyreTensorLayout
+    assume(math.prod(shape) <= 32768)
+    order = list(data.draw(st.permutations(range(len(shape)))))
+    x = helpers.random_bits(math.prod(shape), dtype, seed).view(shape)
+    y = x.to("spyre", device_layout=SpyreTensorLayout(tuple(shape), dtype, order))
+    assume(y.untyped_storage().nbytes() == x.numel() * x.element_size())  # no padding: the bytes' size
+    views = [y.view(-1).view(target)] + ([y.view(target)] if len(shape) == 1 else [])
+    for view in views:
+        assert same(view.cpu(), x.reshape(-1).view(target))
+    z = helpers.random_bits(x.numel() * x.element_size(), target, seed + 1)
+    views[0].copy_(z.to("spyre"))
+    assert same(y.cpu(), z.view(dtype).view(shape))
+
+
+# A hand-built layout holding a 1-D tensor transposed ((2, 2) device dims, host index i + 2j at
+# device [i][j]): its uint8 view spans the storage's bytes exactly (the draw that found the bug).
+def test_byte_view_of_a_transposed_1d_layout_reads_host_order(helpers):
+    from conftest import LayoutCase
+    case = LayoutCase(host_size=(4,), host_stride=(1,), host_offset=0, storage_numel=4, device_size=(2, 2),
+                      stride_map=(1, 2), roles=(("digit", 0, 1), ("digit", 0, 2)), groups=(((0,), None),),
+                      dtype=torch.float16, pad_value=0)
+    x = helpers.random_bits(4, torch.float16, 0)
+    y = x.to("spyre", device_layout=case.layout())
+    assert same(y.view(torch.uint8).cpu(), x.view(torch.uint8))
+    assert same(y.view(torch.uint8)[2:6].cpu(), x.view(torch.uint8)[2:6])
+
+
 def test_resize_of_a_view_shares_the_grown_storage():
     host, dev = torch.arange(10.0), torch.arange(10.0).to("spyre")
     host_view, dev_view = host[2:5], dev[2:5]
