@@ -6,6 +6,7 @@ path, as before; the kept records stay bounded."""
 from __future__ import annotations
 
 import functools
+import math
 import os
 import sys
 import warnings
@@ -19,11 +20,9 @@ from torch.overrides import TorchFunctionMode
 import torch_layouts
 from conftest import as_bits, random_bits
 from torch_layouts import SpyreTensorLayout, _C, tensorrt
-from torch_layouts.runtime import tensor_methods
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.int8, torch.int32, torch.int64, torch.bool)
 PROPERTY = settings(max_examples=60, deadline=None)
-PYTORCH_TO = tensor_methods._original["to"]
 
 
 def same_tensor(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -55,9 +54,7 @@ def host_tensors(draw) -> torch.Tensor:
     """A host tensor of any dtype and 1-3 dims: contiguous, permuted or a slice."""
     dtype = draw(st.sampled_from(DTYPES))
     shape = draw(st.lists(st.integers(1, 70), min_size=1, max_size=3))
-    numel = 1
-    for n in shape:
-        numel *= n
+    numel = math.prod(shape)
     x = random_bits(numel, dtype, draw(st.integers(0, 2**16))).view(shape)
     form = draw(st.sampled_from(["contiguous", "permuted", "sliced"]))
     if form == "permuted" and x.dim() > 1:
