@@ -1,5 +1,8 @@
 #include "device_memory.h"
 
+#include "device_guard.h"
+
+#include <c10/core/TensorOptions.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
 
@@ -287,6 +290,14 @@ void check_device_index(c10::DeviceIndex device) {
               device_count(), "), but got spyre:", int(device), " (there ",
               device_count() == 1 ? "is 1 spyre device" : "are " + std::to_string(device_count()) + " spyre devices",
               "; set TORCH_LAYOUTS_DEVICE_COUNT for more)");
+}
+
+c10::Device resolved_device(std::optional<c10::Device> device_opt) {
+  c10::Device device = c10::device_or_default(device_opt);
+  TORCH_CHECK_VALUE(device.is_privateuseone(), "expected a spyre device, got ", device);
+  if (!device.has_index()) device = c10::Device(device.type(), current_device());
+  check_device_index(device.index());
+  return device;
 }
 
 int64_t device_capacity(c10::DeviceIndex device) { return memory_of(device).capacity; }

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace torch_layouts {
@@ -37,6 +38,9 @@ struct MemoryStats {
 int device_count();
 int64_t device_capacity(c10::DeviceIndex device);
 void check_device_index(c10::DeviceIndex device);
+// The spyre device `device` names (the default device where absent), with the current device's
+// index where it names none; its index checked.
+c10::Device resolved_device(std::optional<c10::Device> device);
 
 // The PrivateUse1 allocator: blocks come from the current device's memory.
 c10::Allocator* device_allocator();

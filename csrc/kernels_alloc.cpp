@@ -14,16 +14,6 @@
 namespace torch_layouts {
 namespace {
 
-c10::Device device_of(std::optional<c10::Device> device_opt) {
-  c10::Device device = c10::device_or_default(device_opt);
-  TORCH_CHECK_VALUE(device.is_privateuseone(), "expected a spyre device, got ", device);
-  if (!device.has_index()) {
-    device = c10::Device(device.type(), c10::impl::getDeviceGuardImpl(device.type())->getDevice().index());
-  }
-  check_device_index(device.index());
-  return device;
-}
-
 void check_options(std::optional<c10::Layout> layout_opt, std::optional<bool> pin_memory_opt) {
   TORCH_CHECK_NOT_IMPLEMENTED(c10::layout_or_default(layout_opt) == c10::Layout::Strided,
                               "spyre tensors are strided; got layout ", c10::layout_or_default(layout_opt));
@@ -47,7 +37,7 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::op
                          std::optional<c10::Layout> layout_opt, std::optional<c10::Device> device_opt,
                          std::optional<bool> pin_memory_opt) {
   check_options(layout_opt, pin_memory_opt);
-  const c10::Device device = device_of(device_opt);
+  const c10::Device device = resolved_device(device_opt);
   at::detail::check_size_nonnegative(size);
   return new_device_tensor(default_layout(c10::dtype_or_default(dtype_opt), size, stride), device);
 }

@@ -13,7 +13,6 @@
 #include <string>
 
 #include "converting_copies.h"
-#include "device_guard.h"
 #include "device_memory.h"
 #include "dma_executor.h"
 #include "int64_format.h"
@@ -307,9 +306,8 @@ at::Tensor to_copy(const at::Tensor& self, std::optional<c10::ScalarType> dtype,
   // thousand instructions).
   if (plain && self.is_cpu() && target.is_privateuseone() && self.layout() == c10::kStrided && !self.is_conj() &&
       !self.is_neg() && self.is_non_overlapping_and_dense()) {
-    const c10::Device on(target.type(), target.has_index() ? target.index() : current_device());
-    check_device_index(on.index());
-    at::Tensor out = new_device_tensor(default_layout(dtype.value_or(self.scalar_type()), self.sizes(), self.strides()), on);
+    at::Tensor out = new_device_tensor(default_layout(dtype.value_or(self.scalar_type()), self.sizes(), self.strides()),
+                                       resolved_device(target));
     copy_from(self, out, non_blocking);
     return out;
   }

@@ -14,7 +14,7 @@
 #include <string_view>
 #include <unordered_map>
 
-#include "device_guard.h"
+#include "device_memory.h"
 #include "int64_format.h"
 
 namespace torch_layouts {
@@ -151,11 +151,10 @@ PyObject* move_kept(PyObject* self, c10::Device device, PyObject* spec) {
   LayoutPtr record = kept_record(KeptKind::Move, spec, x.sizes(), x.strides(), x.scalar_type());
   if (!record) return nullptr;
   if (x.scalar_type() == at::kLong) warn_int64_downcast();  // as Python's path does on a kept record
-  const c10::DeviceIndex index = device.has_index() ? device.index() : current_device();
   at::Tensor out;
   {
     const ReleasedFor released(x.nbytes());
-    out = new_device_tensor(record, c10::Device(c10::DeviceType::PrivateUse1, index));
+    out = new_device_tensor(record, resolved_device(device));
     out.copy_(x);
   }
   return THPVariable_Wrap(std::move(out));

@@ -21,8 +21,8 @@ class SpyreTensorImpl final : public c10::TensorImpl {
 
   const LayoutPtr& layout() const { return layout_; }
   void set_layout(LayoutPtr layout) { layout_ = std::move(layout); }
-  // A view (view, reshape, as_strided, ...) of a tensor of elements: its elements too, even where
-  // its geometry matches the storage's raw bytes (a flat uint8 view of an unpadded uint8 buffer).
+  // A view (view, reshape, as_strided, view(dtype), ...) of a tensor of elements: its elements too,
+  // even where its geometry matches the storage's raw bytes (a flat uint8 view of an unpadded buffer).
   bool elements_view() const { return elements_view_; }
   void set_elements_view(bool on) { elements_view_ = on; }
 
