@@ -73,6 +73,8 @@ std::vector<Loop> destination_order(const Transfer& nest) {
 // A nest as copy_tile's problem: units of `unit` contiguous bytes on both sides; loop `a` runs
 // along the destination (dst stride == unit), loop `b` along the source (src stride == unit);
 // either may be absent (size 1). The other loops (byte strides, destination order) repeat the tile.
+// Units of whole lines whose destination runs are not adjacent take the destination's innermost
+// other loop as `a` (dst stride > unit: copy_spaced_runs).
 struct TilePlan {
   int64_t unit;
   Loop a{1, 0, 0}, b{1, 0, 0};
@@ -115,6 +117,11 @@ TilePlan tile_plan(const Transfer& nest, int64_t esize) {
         return plan;
       }
     }
+  }
+  if (plan.a.size == 1 && plan.b.size > 1 && plan.unit % 64 == 0 && !loops.empty() && loops.back().dst > plan.unit &&
+      loops.back().size * plan.b.size >= 64) {
+    plan.a = loops.back();
+    loops.pop_back();
   }
   if (plan.a.size * plan.b.size < 64 && !loops.empty()) {  // a tile too small to pay for itself
     plan.c = loops.back();
@@ -275,6 +282,7 @@ void run_tiles(char* d0, const char* s0, const TilePlan& plan, TileShape tile, b
   const int64_t nd = static_cast<int64_t>(plan.outer.size());
   const int64_t outer = outer_count(plan);
   const bool by_destination = split == Split::kDestination;
+  const bool spaced = na > 1 && plan.a.dst != unit;
   auto extent = [&](int64_t n, int64_t t, int64_t across) {  // units along a loop of n, tiles of t
     return std::min(n, std::max<int64_t>(1, kParallelBytes / (t * across * unit)) * t);
   };
@@ -288,8 +296,14 @@ void run_tiles(char* d0, const char* s0, const TilePlan& plan, TileShape tile, b
       for (int64_t b = b0; b < std::min(nb, b0 + cb); b += tb) {
         prefetch_rows(s + a * plan.a.src + (b + tb) * unit, std::min(ta, na - a), plan.a.src,
                       b + tb < nb ? std::min(tb, nb - b - tb) * unit : 0, unit);
-        copy_tile(d + a * unit + b * plan.b.dst, s + a * plan.a.src + b * unit, std::min(ta, na - a),
-                  std::min(tb, nb - b), plan.a.src, plan.b.dst, unit, stream);
+        char* to = d + a * plan.a.dst + b * plan.b.dst;
+        const char* from = s + a * plan.a.src + b * unit;
+        if (spaced) {
+          copy_spaced_runs(to, from, std::min(ta, na - a), std::min(tb, nb - b), plan.a.src, plan.a.dst, plan.b.dst,
+                           unit, stream);
+        } else {
+          copy_tile(to, from, std::min(ta, na - a), std::min(tb, nb - b), plan.a.src, plan.b.dst, unit, stream);
+        }
       }
   };
 

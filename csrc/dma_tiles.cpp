@@ -758,6 +758,22 @@ void copy_tile(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a, in
   plain_tile(d, s, na, nb, src_a, dst_b, unit);
 }
 
+void copy_spaced_runs(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a, int64_t dst_a, int64_t dst_b,
+                      int64_t unit, bool stream) {
+#if defined(__SSE2__)
+  if (stream && reinterpret_cast<uintptr_t>(d) % 16 == 0 && dst_a % 16 == 0 && dst_b % 16 == 0) {
+    for (int64_t b = 0; b < nb; ++b)
+      for (int64_t a = 0; a < na; ++a) stream16(d + a * dst_a + b * dst_b, s + a * src_a + b * unit, unit);
+    return;
+  }
+  if (kAvx) {
+    for (int64_t b = 0; b < nb; ++b) strided_words_avx(d + b * dst_b, s + b * unit, na, dst_a, src_a, unit);
+    return;
+  }
+#endif
+  for (int64_t b = 0; b < nb; ++b) strided_moves<memcpy_unit<0>>(d + b * dst_b, s + b * unit, na, dst_a, src_a, unit);
+}
+
 namespace {
 // n rows of R bytes, src_step apart, into adjacent rows of d.
 template <int64_t R>

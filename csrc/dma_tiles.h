@@ -16,6 +16,15 @@ void copy_tile(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a, in
                bool stream);
 void end_streaming();
 
+// d[a * dst_a + b * dst_b] = s[a * src_a + b * unit] for a < na, b < nb: units of whole lines
+// (unit a multiple of 64 bytes) whose destination runs are not adjacent (dst_a > unit: Spyre's
+// sticks of one batch entry, x[1] of a 3-D tensor, 128-byte runs 512 bytes apart). Destination row
+// b (its na runs dst_a apart) is written whole before the next, so that a tile never writes down a
+// column of rows dst_b apart (16 or more such rows 16 KiB apart took 2-4x memcpy). `stream` as
+// copy_tile.
+void copy_spaced_runs(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a, int64_t dst_a, int64_t dst_b,
+                      int64_t unit, bool stream);
+
 // d[a * unit + b * dst_b + e * na * unit] = s[a * src_a + b * unit + e * nb * unit] for a < na,
 // b < nb, e < ne: na source rows of ne * nb adjacent units become nb destination rows of
 // ne * na adjacent units. One transpose into an L1 buffer, then each destination row gathered

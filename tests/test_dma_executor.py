@@ -200,6 +200,42 @@ def test_whole_line_tiles_in_either_order(streaming: bool, esize: int, unit_byte
     assert torch.equal(dst, expected)
 
 
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(esize=st.sampled_from([1, 2, 4, 8]), unit_bytes=st.sampled_from([32, 64, 128, 192, 256]),
+       spaced=st.integers(1, 40), rows=st.integers(1, 300), gap=st.integers(1, 3), extra=st.sampled_from([0, 1, 5]),
+       pad=st.sampled_from([0, 1]), outer=st.integers(1, 3), threads=st.integers(1, 3),
+       split=st.sampled_from(["source", "destination"]),
+       tile=st.sampled_from([(0, 0), (1, 1), (3, 5), (8, 8), (40, 2), (2, 300)]))
+def test_runs_spaced_in_the_destination(streaming: bool, esize: int, unit_bytes: int, spaced: int, rows: int,
+                                        gap: int, extra: int, pad: int, outer: int, threads: int, split: str,
+                                        tile: tuple[int, int]) -> None:
+    """Runs adjacent in the source but ``gap`` runs (plus ``extra`` elements) apart in the
+    destination, as ``x[1].copy_(y)`` writes into a 3-D tensor in Spyre's layout: whole-line runs
+    take the spaced tiles (copy_spaced_runs), in any tile shape, over the threads, split by either
+    side, streamed where aligned; the others the unit-by-unit path. PyTorch's strided copy bit for bit, the destination's
+    gaps untouched."""
+    dtype, unit = BITS[esize], unit_bytes // esize
+    dst_a = (gap + 1) * unit + extra  # the spaced loop's destination stride
+    ranges = (outer, rows, spaced, unit)
+    dst_strides = (rows * (spaced * dst_a + pad), spaced * dst_a + pad, dst_a, 1)
+    src_strides = (rows * spaced * unit, unit, rows * unit, 1)  # each spaced index: rows adjacent runs
+    src_numel = outer * rows * spaced * unit
+    dst_numel = sum((n - 1) * s for n, s in zip(ranges, dst_strides)) + 1
+    src = torch.randint(-100, 100, (src_numel,), dtype=torch.int64).to(dtype)
+    dst = torch.full((dst_numel,), 7, dtype=dtype)
+    expected = dst.clone()
+    expected.as_strided(ranges, dst_strides).copy_(src.as_strided(ranges, src_strides))
+    old = torch.get_num_threads()
+    try:
+        torch.set_num_threads(threads)
+        _C._force_tile_shape(*tile)
+        _C._run_nests([(ranges, dst_strides, src_strides, 0, 0)], dst, src, split=split)
+    finally:
+        _C._force_tile_shape(0, 0)
+        torch.set_num_threads(old)
+    assert torch.equal(dst, expected)
+
+
 @pytest.mark.parametrize("split", ["source", "destination"])
 @pytest.mark.parametrize("threads", [2, 3])
 @pytest.mark.parametrize("esize, rows, cols, lanes", [(2, 256, 2048, 1), (2, 1000, 700, 1), (4, 129, 2053, 1),

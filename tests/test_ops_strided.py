@@ -114,6 +114,34 @@ def test_run_copies_take_the_executor_when_scattered_or_short(_, make, executor,
     assert len(calls) == executor
 
 
+# Runs written into a destination whose runs are spaced (x[1] of a 3-D tensor in Spyre's layout:
+# [rows][sticks][batch][stick]) go to the executor where they are whole lines adjacent in the source.
+SPACED = [
+    ("128-byte-runs", lambda: torch.zeros(64, 8, 4, 32)[:, :, 1], lambda t: _take(t, 8, 64, 32).permute(1, 0, 2), True),
+    ("256-byte-runs-float16", lambda: torch.zeros(32, 4, 3, 128, dtype=torch.float16)[:, :, 2],
+     lambda t: _take(t, 4, 32, 128).permute(1, 0, 2), True),
+    ("96-byte-runs", lambda: torch.zeros(64, 8, 4, 24)[:, :, 1], lambda t: _take(t, 8, 64, 24).permute(1, 0, 2), False),
+    ("source-spaced-too", lambda: torch.zeros(64, 8, 4, 32)[:, :, 1],
+     lambda t: _take(t, 8, 64, 2, 32)[:, :, 0].permute(1, 0, 2), False),
+    ("destination-adjacent", lambda: torch.zeros(64, 8, 32), lambda t: _take(t, 8, 64, 32).permute(1, 0, 2), False),
+]
+
+
+@pytest.mark.parametrize("_, make_dst, make_src, executor", SPACED, ids=[c[0] for c in SPACED])
+def test_runs_spaced_in_the_destination_take_the_executor(_, make_dst, make_src, executor, monkeypatch):
+    calls = []
+    real = strided._C._run_nests
+    monkeypatch.setattr(strided, "_C", SimpleNamespace(_run_nests=lambda *a: calls.append(real(*a))))
+    dst = make_dst()
+    src = make_src(_source(dst.dtype))
+    base = dst._base if dst._base is not None else dst
+    expected = base.clone()
+    expected.as_strided(dst.shape, dst.stride(), dst.storage_offset()).copy_(src)
+    strided_copy(dst, src)
+    assert torch.equal(_bits(base), _bits(expected))
+    assert len(calls) == executor
+
+
 def test_device_buffers_and_scratch():
     """Views of a device tensor's buffer into scratch device memory and back."""
     x = torch.randn(256, 96)

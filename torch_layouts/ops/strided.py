@@ -8,8 +8,9 @@ transpose: either side's innermost dim is not contiguous) it is 2-5x faster than
 PyTorch's ``copy_``; where both sides are runs of contiguous elements (tile gathers and
 scatters) PyTorch's copy is as fast up to a few MiB, so those stay with ``copy_`` unless they
 reach ``RUNS_BYTES``, where the executor's non-temporal stores make it up to 2x faster, their
-source runs lie far apart in two dims (``_scattered_runs``), or the runs are short for the outer
-dims they walk (``_short_runs``). Elements are copied as
+source runs lie far apart in two dims (``_scattered_runs``), the runs are short for the outer
+dims they walk (``_short_runs``), or they are whole lines adjacent in the source but spaced in the
+destination (``_spaced_runs``). Elements are copied as
 bits, so both views must have the same dtype; anything else, and copies too small to
 amortise the executor's fixed cost, go through ``copy_``.
 """
@@ -49,11 +50,9 @@ def _scattered_runs(dst: torch.Tensor, src: torch.Tensor) -> bool:
     return len(outer) >= 2 and abs(src_strides[outer[0]]) >= FAR and abs(src_strides[outer[1]]) >= FAR
 
 
-def _short_runs(dst: torch.Tensor, src: torch.Tensor) -> bool:
-    """Whether PyTorch's copy would walk many short runs through several outer dims (after
-    merging dims contiguous on both sides), where its per-run cost exceeds the executor's
-    (1 MiB, measured: runs under 64 bytes 1.1-4.8x the executor's time; 128-byte runs under
-    three outer dims 1.15-1.7x; any run under four outer dims 1.2-1.7x)."""
+def _merged_dims(dst: torch.Tensor, src: torch.Tensor) -> list[list[int]]:
+    """``[size, dst stride, src stride]`` per dim of more than one element, outermost first,
+    merged where a dim continues the next one on both sides."""
     dims: list[list[int]] = []
     for n, d, s in zip(dst.shape, dst.stride(), src.stride()):
         if n == 1:
@@ -62,6 +61,29 @@ def _short_runs(dst: torch.Tensor, src: torch.Tensor) -> bool:
             dims[-1] = [dims[-1][0] * n, d, s]
         else:
             dims.append([n, d, s])
+    return dims
+
+
+def _spaced_runs(dst: torch.Tensor, src: torch.Tensor) -> bool:
+    """Whether the runs are whole cache lines, adjacent in the source but not in the destination
+    (``x[1].copy_(y)`` into a 3-D tensor in Spyre's layout: 128-byte runs 512 bytes apart), which
+    PyTorch's copy walks in the destination's order, a run from each of many far-apart source
+    rows in turn; the executor's spaced tiles write each destination row's runs together
+    (docs/design.md, "How the executor runs a nest")."""
+    dims = _merged_dims(dst, src)
+    if len(dims) < 2 or dims[-1][1] != 1 or dims[-1][2] != 1:
+        return False
+    run = dims[-1][0]
+    return (run * dst.element_size() % 64 == 0 and all(d != run for _, d, _ in dims[:-1])
+            and any(s == run for _, _, s in dims[:-1]))
+
+
+def _short_runs(dst: torch.Tensor, src: torch.Tensor) -> bool:
+    """Whether PyTorch's copy would walk many short runs through several outer dims (after
+    merging dims contiguous on both sides), where its per-run cost exceeds the executor's
+    (1 MiB, measured: runs under 64 bytes 1.1-4.8x the executor's time; 128-byte runs under
+    three outer dims 1.15-1.7x; any run under four outer dims 1.2-1.7x)."""
+    dims = _merged_dims(dst, src)
     run_bytes, outer = dims[-1][0] * dst.element_size(), len(dims) - 1
     return run_bytes < 64 or outer >= 4 or outer == 3 and run_bytes <= 128
 
@@ -74,7 +96,7 @@ def on_executor(dst: torch.Tensor, src: torch.Tensor) -> bool:
                 or src.device.type != "cpu" or dst.element_size() not in BITS_DTYPE or dst.numel() < SMALL
                 or (_innermost_stride(dst) == _innermost_stride(src) == 1
                     and dst.numel() * dst.element_size() < RUNS_BYTES and not _scattered_runs(dst, src)
-                    and not _short_runs(dst, src)))
+                    and not _short_runs(dst, src) and not _spaced_runs(dst, src)))
 
 
 def executor_copy(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
