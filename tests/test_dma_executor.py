@@ -212,8 +212,8 @@ def test_runs_spaced_in_the_destination(streaming: bool, esize: int, unit_bytes:
     """Runs adjacent in the source but ``gap`` runs (plus ``extra`` elements) apart in the
     destination, as ``x[1].copy_(y)`` writes into a 3-D tensor in Spyre's layout: whole-line runs
     take the spaced tiles (copy_spaced_runs), in any tile shape, over the threads, split by either
-    side, streamed where aligned; the others the unit-by-unit path. PyTorch's strided copy bit for bit, the destination's
-    gaps untouched."""
+    side, streamed where aligned; the others the unit-by-unit path. PyTorch's strided copy bit for
+    bit, the destination's gaps untouched."""
     dtype, unit = BITS[esize], unit_bytes // esize
     dst_a = (gap + 1) * unit + extra  # the spaced loop's destination stride
     ranges = (outer, rows, spaced, unit)
