@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "row_math.h"
+#include "value_fill.h"
 
 namespace torch_layouts {
 namespace {
@@ -594,25 +595,17 @@ namespace {
 // Rows [first, first + count) of a sparse result written whole: each row's part of the buffer
 // (its value and the padding after it; the buffer's head before row 0 and its tail after the last
 // row with those rows), a block of kSparseBlock floats at a time, filled and then its values
-// written while it is in L1. A pad of one repeated byte (0.0, the usual one) is set by memset, whose
-// stores are the CPU's widest: std::fill compiles to 16-byte stores in this file, 42 thousand
-// instructions for the 128 KiB result of sum(-1) of 1024x256 float32 (that sum against the CPU's,
-// builds alternated three times: 1.19-1.22 -> 1.09-1.22x, amax 0.99-1.08 -> 0.86-0.99).
+// written while it is in L1. The pad by fill_value (memset for 0.0: against std::fill's 16-byte
+// stores, sum(-1) of 1024x256 float32 against the CPU's, builds alternated three times: 1.19-1.22 ->
+// 1.09-1.22x, amax 0.99-1.08 -> 0.86-0.99).
 constexpr int64_t kSparseBlock = 4096;
 void write_sparse(const SparseRows& s, int64_t rows, int64_t first, int64_t count, const float* values) {
   const int64_t begin = first == 0 ? 0 : s.offset + first * s.step;
   const int64_t end = first + count == rows ? s.numel : s.offset + (first + count) * s.step;
-  unsigned char bytes[sizeof(float)];
-  std::memcpy(bytes, &s.pad, sizeof(float));
-  const bool byte_pad = std::all_of(bytes, bytes + sizeof(float), [&](unsigned char b) { return b == bytes[0]; });
   int64_t i = first;
   for (int64_t b = begin; b < end; b += kSparseBlock) {
     const int64_t e = std::min(end, b + kSparseBlock);
-    if (byte_pad) {
-      std::memset(s.buffer + b, bytes[0], static_cast<size_t>(e - b) * sizeof(float));
-    } else {
-      std::fill(s.buffer + b, s.buffer + e, s.pad);
-    }
+    fill_value(s.buffer + b, e - b, s.pad);
     for (; i < first + count && s.offset + i * s.step < e; ++i) s.buffer[s.offset + i * s.step] = values[i - first];
   }
 }
