@@ -3,8 +3,9 @@
 Target for every op (issue 18): <= 1.05. Elementwise (``add``, in place and into a preallocated
 ``out=``; ``copy_`` into part of a buffer), matmul (2048x2048 float32, and a transformer's linear
 layer with its bias), reductions (``sum`` over rows and over the stick dim), ``softmax`` and
-``layer_norm`` (forward, and with their backward); and some of them at the training step's shapes
-(1-2 MiB), where a call's fixed cost counts, with a broadcast bias add, ``sum`` and ``amax`` over
+``layer_norm`` (forward, and with their backward), ``cross_entropy`` with its backward over 1000
+classes (in padded sticks); and some of them at the training step's shapes (1-2 MiB), where a
+call's fixed cost counts, with a broadcast bias add, ``sum`` and ``amax`` over
 the stick dim, a bias gradient's column sum, a row gather (``index_select``), a dtype conversion
 and a comparison (results of other stick lengths). Profiling 10 forward passes of a small model
 on the device, with Kineto (CPU + PrivateUse1 activities) and with the legacy profiler
@@ -53,6 +54,17 @@ def _rows(device: str) -> torch.Tensor:
     return torch.randint(0, 1024, (64,), generator=torch.Generator().manual_seed(0)).to(device)
 
 
+@functools.cache
+def _labels(device: str, classes: int) -> torch.Tensor:
+    """1024 class labels on ``device``: a classifier's targets."""
+    return torch.randint(0, classes, (1024,), generator=torch.Generator().manual_seed(0)).to(device)
+
+
+def _cross_entropy_with_backward(x: torch.Tensor) -> None:
+    """A classifier's loss over ``x``'s classes, and its backward (``x`` requires grad)."""
+    torch.nn.functional.cross_entropy(x, _labels(x.device.type, x.shape[1])).backward()
+
+
 CASES = (
     # name, shapes, dtype, op, repetitions, target ratio (None: reported only), whether op takes
     # a preallocated ``out`` (then neither side allocates, nor page-faults on the CPU side)
@@ -74,6 +86,8 @@ CASES = (
      _with_backward(lambda a: torch.softmax(a, -1)), 15, GOAL, False),
     ("layer_norm forward+backward", ((1024, 1024), (1024, 1024)), torch.float32, _with_backward(_layer_norm), 15,
      GOAL, False),
+    ("cross_entropy forward+backward over 1000 classes", ((1024, 1000),), torch.float32,
+     _cross_entropy_with_backward, 15, GOAL, False),
     # The training step's shapes (benchmarks/bench_models.py): 1-2 MiB operands, where a call's
     # fixed cost (dispatch, planning, allocation) weighs as much as its kernel.
     ("add (step size)", ((1024, 256), (1024, 256)), torch.float32, lambda a, b: a + b, 30, GOAL, False),

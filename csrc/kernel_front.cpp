@@ -49,6 +49,7 @@ class AtenRecipe final : public Replay {
   bool gather = false;                 // index_select's compute, run by gather_slices where it takes the views
   bool nll_loss = false;               // nll_loss_forward's compute, run by nll_loss_rows where it takes the views
   bool nll_loss_backward = false;      // nll_loss_backward's, run by nll_loss_backward_rows likewise
+  int64_t classes = -1;                // their views' real classes a row (nll_loss_rows.h; -1: every element)
 
   void run(c10::ArrayRef<c10::IValue> args, int64_t target, std::vector<c10::IValue>& results) const override;
 };
@@ -306,15 +307,18 @@ void AtenRecipe::run(c10::ArrayRef<c10::IValue> args, int64_t target, std::vecto
     if (nll_loss && call.size() == 7 && call[0].isTensor() && call[1].isTensor() && absent(call[2]) &&
         call[3].isInt() && call[4].isInt() &&
         nll_loss_rows(call[0].toTensor(), call[1].toTensor(), call[3].toInt(), call[4].toInt(), call[5].toTensor(),
-                      call[6].toTensor())) {
+                      call[6].toTensor(), classes)) {
       continue;
     }
     if (nll_loss_backward && call.size() == 8 && call[0].isTensor() && call[2].isTensor() && absent(call[3]) &&
         call[4].isInt() && call[5].isInt() && call[6].isTensor() &&
         nll_loss_backward_rows(call[0].toTensor(), call[2].toTensor(), call[4].toInt(), call[5].toInt(),
-                               call[6].toTensor(), call[7].toTensor())) {
+                               call[6].toTensor(), call[7].toTensor(), classes)) {
       continue;
     }
+    // a row view of classes in sticks (classes set) is no operand of ATen's kernel: the offer
+    // (ops/losses.py) made sure the row kernels take its calls
+    TORCH_INTERNAL_ASSERT(classes < 0 || !(nll_loss || nll_loss_backward), "nll_loss row views the row kernels refused");
     compute->callBoxed(call);
   }
   for (size_t i = 0; i < values.size(); ++i) {
@@ -492,7 +496,7 @@ bool offer_recipe(const std::vector<std::optional<at::Tensor>>& args, std::vecto
                   const std::vector<std::pair<int64_t, py::object>>& overrides, const std::string& compute,
                   const std::vector<std::vector<std::pair<int64_t, int64_t>>>& boxes,
                   std::vector<std::pair<std::vector<RecipeRead>, std::vector<BufferView>>> pieces,
-                  std::vector<LayoutPtr> staged_outs) {
+                  std::vector<LayoutPtr> staged_outs, int64_t classes) {
   if (t_calls.empty() || reads.empty() || (!pieces.empty() && !boxes.empty())) return false;
   Call& call = *t_calls.back();
   const std::vector<c10::IValue>& arguments = *call.arguments;
@@ -609,6 +613,8 @@ bool offer_recipe(const std::vector<std::optional<at::Tensor>>& args, std::vecto
   recipe->gather = compute == "aten::index_select.out";
   recipe->nll_loss = compute == "aten::nll_loss_forward.output";
   recipe->nll_loss_backward = compute == "aten::nll_loss_backward.grad_input";
+  if (classes >= 0 && !recipe->nll_loss && !recipe->nll_loss_backward) return false;
+  recipe->classes = classes;
   AtenRecipe::Part whole{std::move(reads), std::move(result_views)};
   if (!pieces.empty()) {
     for (auto& [piece_reads, piece_results] : pieces) {

@@ -25,6 +25,7 @@
 #include "layout_moves.h"
 #include "layout_records.h"
 #include "pointwise.h"
+#include "nll_loss_rows.h"
 #include "row_kernels.h"
 #include "isa_tables.h"
 #include "row_math.h"
@@ -186,7 +187,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
          const py::object& result_view, const std::vector<std::pair<int64_t, py::object>>& overrides,
          const std::string& compute, const std::vector<std::vector<std::pair<int64_t, int64_t>>>& boxes,
          const py::list& pieces, const std::vector<std::shared_ptr<BoundLayout>>& staged_outs,
-         const std::vector<int64_t>& dense) {
+         const std::vector<int64_t>& dense, int64_t classes) {
         // out: None, a record or a list of records; result_view: None, a (sizes, strides, offset)
         // tuple or a list of them
         std::vector<LayoutPtr> outs;
@@ -234,12 +235,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           parsed[i].dense_from = dense[i];
         }
         return offer_recipe(args, std::move(parsed), std::move(outs), std::move(results), overrides, compute, boxes,
-                            std::move(parts), {staged_outs.begin(), staged_outs.end()});
+                            std::move(parts), {staged_outs.begin(), staged_outs.end()}, classes);
       },
       py::arg("args"), py::arg("reads"), py::arg("out"), py::arg("result_view"), py::arg("overrides"),
       py::arg("compute"), py::arg("boxes") = std::vector<std::vector<std::pair<int64_t, int64_t>>>{},
       py::arg("pieces") = py::list(), py::arg("staged_outs") = std::vector<std::shared_ptr<BoundLayout>>{},
-      py::arg("dense") = std::vector<int64_t>{});
+      py::arg("dense") = std::vector<int64_t>{}, py::arg("classes") = -1);
   m.def(
       "_offer_clone_recipe",
       [](const at::Tensor& src, std::shared_ptr<BoundLayout> out, const py::list& pieces) {
@@ -509,6 +510,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 
   // Row kernels (row_kernels.h): compute only, so the GIL is released.
   auto nogil = py::call_guard<py::gil_scoped_release>();
+  m.def("_nll_loss_rows", &nll_loss_rows, py::arg("self"), py::arg("target"), py::arg("reduction"),
+        py::arg("ignore_index"), py::arg("output"), py::arg("total_weight"), py::arg("classes") = -1);
+  m.def("_nll_loss_backward_rows", &nll_loss_backward_rows, py::arg("grad_output"), py::arg("target"),
+        py::arg("reduction"), py::arg("ignore_index"), py::arg("total_weight"), py::arg("grad_input"),
+        py::arg("classes") = -1);
   m.def("_rows_softmax", &rows_softmax, py::arg("x"), py::arg("out"), py::arg("width"), py::arg("log"),
         py::arg("safe"), py::arg("length") = -1, nogil);
   m.def("_rows_softmax_backward", &rows_softmax_backward, py::arg("grad"), py::arg("output"), py::arg("out"),

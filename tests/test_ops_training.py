@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import functools
+from unittest import mock
 
 import pytest
 import torch
@@ -349,8 +350,9 @@ def test_mse_loss_rejects_unknown_reduction():
 # ignore_index hit, Python calls over three calls). Loss, total weight and gradient are the CPU's
 # bits; after the first call of a geometry the runtime's front replays forward and backward without
 # Python (2 calls), also where the classes are split across tiles (70 classes in sticks of 32: no
-# strided view of the buffer holds them): the forward reads a dense copy and the backward writes
-# its gradient into one, then copied into the gradient's layout, and the front replays both.
+# strided view of the buffer holds them): weighted or unreduced, the forward reads a dense copy and
+# the backward writes its gradient into one, then copied into the gradient's layout; unweighted and
+# reduced, the runtime's row kernels read and write the rows' views; the front replays both.
 NLL_CASES = [
     ((32, 10), None, "mean", False, False, 2),
     ((32, 10), [1, 0], "mean", True, True, 2),
@@ -359,6 +361,9 @@ NLL_CASES = [
     ((5, 70), None, "mean", True, True, 2),
     ((5, 70), None, "none", False, False, 2),
     ((8, 1000), None, "mean", False, False, 2),
+    ((8, 1000), None, "sum", False, True, 2),
+    ((4, 30522), None, "mean", False, True, 2),
+    ((6, 64), None, "none", False, True, 2),
     ((10,), None, "mean", False, False, 2),
     ((10,), None, "none", True, False, 2),
 ]
@@ -369,8 +374,9 @@ def test_nll_loss_matches_the_cpu_bit_for_bit_and_is_replayed(shape, order, redu
                                                                 monkeypatch):
     from torch_layouts.ops import losses
     entered = []
-    original = losses.on_views
-    monkeypatch.setattr(losses, "on_views", lambda *a, **k: entered.append(1) or original(*a, **k))
+    for name in ("on_views", "_on_rows"):
+        original = getattr(losses, name)
+        monkeypatch.setattr(losses, name, lambda *a, original=original, **k: entered.append(1) or original(*a, **k))
     classes = shape[-1]
     for seed in range(3):
         x = randn(*shape, seed=seed).log_softmax(-1)
@@ -440,6 +446,68 @@ def test_replayed_nll_loss_of_any_batch_and_layout_gives_the_cpus_bits(rows, cla
             results.append((loss.detach().cpu().view(torch.int32), leaf.grad.cpu().view(torch.int32)))
         assert all(torch.equal(got, want) for got, want in zip(*results))
         assert padding_holds_pad_value(leaf.grad)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1, 70), st.integers(33, 300), st.sampled_from(["mean", "sum"]), st.floats(0, 1),
+       st.integers(0, 2**31))
+def test_nll_loss_of_classes_in_sticks_runs_on_the_rows_views(rows, classes, reduction, ignored, seed):
+    """Float32 classes in Spyre's sticks (more than one stick a row: no 2-D view of the buffer),
+    padded or not: ``nll_loss`` and its backward run the runtime's row kernels on the rows' views,
+    on the first call of a geometry (``_on_rows``, once each, unless an earlier example planned it)
+    and on the front's replays after (no Python), with no copy of the classes (no relayout, no
+    bytes moved between buffers); loss and gradient are the CPU's bits, the gradient's padding
+    its pad value."""
+    from torch_layouts.ops import losses
+    entered = []
+    gen = torch.Generator().manual_seed(seed)
+    with mock.patch.object(losses, "_on_rows", lambda *a, original=losses._on_rows: entered.append(1) or original(*a)):
+        _nll_loss_on_rows_matches_the_cpu(rows, classes, reduction, ignored, gen)
+        planned = len(entered)
+        assert planned <= 2
+        for _ in range(2):
+            _nll_loss_on_rows_matches_the_cpu(rows, classes, reduction, ignored, gen)
+        assert len(entered) == planned, entered
+
+
+def _nll_loss_on_rows_matches_the_cpu(rows: int, classes: int, reduction: str, ignored: float,
+                                      gen: torch.Generator) -> None:
+    """One call of ``nll_loss`` and its backward on random log-probabilities (a share ``ignored``
+    of the rows ignored), on the device and on the CPU: the same bits, no copy of the classes."""
+    x = torch.randn(rows, classes, generator=gen).log_softmax(-1) * 30
+    target = torch.randint(0, classes, (rows,), generator=gen)
+    target[torch.rand(rows, generator=gen) < ignored] = -100
+    scale = torch.randn((), generator=gen)
+    leaf = x.to("spyre").requires_grad_()
+    device_target, device_scale = target.to("spyre"), scale.to("spyre")
+    torch_layouts.reset_stats()
+    loss = nn.functional.nll_loss(leaf, device_target, reduction=reduction)
+    loss.backward(device_scale)
+    stats = torch_layouts.stats()
+    assert stats["relayouts"] == 0 and stats["d2d_bytes"] == 0, stats
+    cpu_leaf = x.clone().requires_grad_()
+    cpu_loss = nn.functional.nll_loss(cpu_leaf, target, reduction=reduction)
+    cpu_loss.backward(scale)
+    assert torch.equal(loss.detach().cpu().view(torch.int32), cpu_loss.detach().view(torch.int32))
+    assert torch.equal(leaf.grad.cpu().view(torch.int32), cpu_leaf.grad.view(torch.int32))
+    assert padding_holds_pad_value(leaf.grad)
+
+
+def test_nll_loss_of_classes_in_sticks_errors_are_the_cpus():
+    """A target out of bounds of 1000 classes in padded sticks (1010 lies in the padding) raises
+    the CPU's IndexError on the first call and on a replayed one, forward and backward; calls
+    with good targets still run after."""
+    x = randn(8, 1000).log_softmax(-1)
+    good, bad = torch.randint(0, 1000, (8,)), torch.randint(0, 1000, (8,))
+    bad[5] = 1010
+    dx = x.to("spyre")
+    loss, total = torch.ops.aten.nll_loss_forward(dx, good.to("spyre"), None, 1, -100)
+    for _ in range(2):
+        with pytest.raises(IndexError, match="Target 1010 is out of bounds"):
+            torch.ops.aten.nll_loss_forward(dx, bad.to("spyre"), None, 1, -100)
+        with pytest.raises(IndexError, match="Target 1010 is out of bounds"):
+            torch.ops.aten.nll_loss_backward(torch.ones((), device="spyre"), dx, bad.to("spyre"), None, 1, -100, total)
+        torch.ops.aten.nll_loss_backward(torch.ones((), device="spyre"), dx, good.to("spyre"), None, 1, -100, total)
 
 
 def test_nll_loss_errors_are_the_cpus():
