@@ -13,6 +13,7 @@
 #include "device_memory.h"
 #include "dma_executor.h"
 #include "dma_tiles.h"
+#include "embedding_rows.h"
 #include "gemm_recipe.h"
 #include "dropout_recipe.h"
 #include "fill_recipe.h"
@@ -510,6 +511,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 
   // Row kernels (row_kernels.h): compute only, so the GIL is released.
   auto nogil = py::call_guard<py::gil_scoped_release>();
+  m.def("_embedding_backward_rows", &embedding_backward_rows, py::arg("grad"), py::arg("indices"),
+        py::arg("padding_idx"), py::arg("grad_weight"));
   m.def("_nll_loss_rows", &nll_loss_rows, py::arg("self"), py::arg("target"), py::arg("reduction"),
         py::arg("ignore_index"), py::arg("output"), py::arg("total_weight"), py::arg("classes") = -1);
   m.def("_nll_loss_backward_rows", &nll_loss_backward_rows, py::arg("grad_output"), py::arg("target"),
@@ -608,6 +611,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 
   m.def("_counters", &counters);
   m.def("_fallback_counts", &fallback_counts);
+  m.def("_count_fallback", &count_fallback, py::arg("op"));
   m.def("_reset_stats", &reset_stats);
   m.def("_set_fallback_warning", &set_fallback_warning);
   m.def("_get_downcast_warning", &downcast_warning_enabled);
