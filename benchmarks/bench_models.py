@@ -1,9 +1,11 @@
 """Real models' training steps on the device against the same steps on CPU tensors.
 
 A 2-layer ``nn.TransformerEncoder`` (d_model 256, 4 heads, ffn 1024, fp32, batch_first, batch
-8x128): forward, MSE loss, backward and an optimizer step (SGD and Adam); and the demo's small
-models (``python -m torch_layouts demo``: an MLP, an attention block) with their losses and SGD;
-on spyre and on the CPU, interleaved in one process. Target: <= 1.1. Each figure's note counts
+8x128): forward, MSE loss, backward and an optimizer step (SGD and Adam); a small language
+model's step (an embedding of 5000 tokens, one such encoder layer, a head over the 5000 tokens,
+``cross_entropy`` against the next tokens; Adam); and the demo's small models (``python -m
+torch_layouts demo``: an MLP, an attention block) with their losses and SGD; on spyre and on the
+CPU, interleaved in one process. Target: <= 1.1. Each figure's note counts
 what one device step does besides device kernels: restickifies and CPU-fallback calls per op
 (``torch_layouts.stats``).
 Run alone with ``python benchmarks/bench_models.py [--threads N]``.
@@ -75,6 +77,35 @@ def steps(optimizer: str) -> tuple[Callable[[], None], Callable[[], None]]:
             training_step(cpu, make(cpu.parameters()), lambda m: nn.functional.mse_loss(m(x), y)))
 
 
+VOCAB = 5000
+
+
+class LanguageModel(nn.Module):
+    """Token embedding, one encoder layer, a head over the vocabulary."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, D_MODEL)
+        self.layer = nn.TransformerEncoderLayer(D_MODEL, HEADS, FFN, batch_first=True)
+        self.head = nn.Linear(D_MODEL, VOCAB)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.head(self.layer(self.embed(tokens)))
+
+
+def language_model_steps() -> tuple[Callable[[], None], Callable[[], None]]:
+    """(device step, CPU step) of ``LanguageModel`` predicting each next token, Adam."""
+    torch.manual_seed(0)
+    cpu = LanguageModel()
+    device = copy.deepcopy(cpu).to("spyre")
+    tokens = torch.randint(0, VOCAB, (BATCH, TOKENS + 1), generator=torch.Generator().manual_seed(0))
+
+    def loss(model: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
+        return nn.functional.cross_entropy(model(tokens[:, :-1]).flatten(0, 1), tokens[:, 1:].flatten())
+    return tuple(training_step(model, OPTIMIZERS["Adam"](model.parameters()), functools.partial(loss, tokens=t))
+                 for model, t in ((device, tokens.to("spyre")), (cpu, tokens)))
+
+
 def demo_steps() -> list[tuple[str, Callable[[], None], Callable[[], None]]]:
     """(name, device step, CPU step) of each of the demo's models (``cli/demo.demo_models``), SGD."""
     out = []
@@ -97,9 +128,11 @@ def _figure(name: str, device_step: Callable[[], None], cpu_step: Callable[[], N
 
 
 def run(repeat: int = 10) -> list[Figure]:
-    """One figure per optimizer for the TransformerEncoder, and one per demo model (SGD): the
-    device training step over the CPU one."""
+    """One figure per optimizer for the TransformerEncoder, one for the language model, and one
+    per demo model (SGD): the device training step over the CPU one."""
     figures = [_figure(f"TransformerEncoder ({name})", *steps(name), repeat) for name in OPTIMIZERS]
+    figures.append(_figure("language model (embedding, encoder layer, 5000-token head; Adam)",
+                           *language_model_steps(), repeat))
     return figures + [_figure(f"demo {name}", device, cpu, 5 * repeat) for name, device, cpu in demo_steps()]
 
 
