@@ -493,6 +493,26 @@ def _nll_loss_on_rows_matches_the_cpu(rows: int, classes: int, reduction: str, i
     assert padding_holds_pad_value(leaf.grad)
 
 
+@pytest.mark.parametrize("view", [lambda z: z[:, 3:1003], lambda z: z[2:18], lambda z: z[::2], lambda z: z[:, 40:]],
+                         ids=["columns across sticks", "rows", "every other row", "columns from a stick's middle"])
+def test_nll_loss_of_views_of_classes_in_sticks_is_the_cpus_on_every_call(view):
+    """Views of classes in sticks: where the rows' view is of a restickified copy (columns that
+    start within a stick), the first call computes on the copy and no replay is kept for the
+    view's geometry (one would read the next call's own buffer as the copy's); every call's loss
+    and gradient are the CPU's bits."""
+    z = randn(40, 1024).log_softmax(1)
+    dz = z.to("spyre")
+    target = torch.randint(0, view(z).shape[1], (view(z).shape[0],), generator=torch.Generator().manual_seed(1))
+    for call in range(3):
+        results = []
+        for source, device in ((z, "cpu"), (dz, "spyre")):
+            leaf = view(source).detach().requires_grad_()
+            loss = nn.functional.nll_loss(leaf, target.to(device))
+            loss.backward()
+            results.append((loss.detach().cpu().view(torch.int32), leaf.grad.cpu().view(torch.int32)))
+        assert all(torch.equal(got, want) for got, want in zip(*results)), call
+
+
 def test_nll_loss_of_classes_in_sticks_errors_are_the_cpus():
     """A target out of bounds of 1000 classes in padded sticks (1010 lies in the padding) raises
     the CPU's IndexError on the first call and on a replayed one, forward and backward; calls

@@ -81,8 +81,9 @@ def _on_rows(name: str, kernel: object, args: list, viewed: dict[int, tuple[torc
     ``outs`` through ``strided_or_staged``'s (the result at ``row_out`` through its rows' view).
     ``kernel_args`` lists the kernel's arguments: an int is that argument's view (a result's as
     ``-1 - k``), anything else passes as it is (wrapped in a 1-tuple). The recipe of ``name``, its
-    compute, is offered to the runtime's front. False, having written nothing, where the kernel
-    refuses the views."""
+    compute, is offered to the runtime's front where each rows' view is of the call's own tensor
+    (a copy's view would not fit the next call's buffer: a slice across sticks is read from a
+    restickified copy). False, having written nothing, where the kernel refuses the views."""
     reads = {i: (t, r, None) for i, (t, r) in viewed.items()}
     for i in inputs:
         if i not in reads and args[i] is not None:
@@ -98,6 +99,8 @@ def _on_rows(name: str, kernel: object, args: list, viewed: dict[int, tuple[torc
     for o, (t, _, staged) in zip(outs, written):
         if staged is not None:
             o.copy_(t)
+    if any(t is not args[i] for i, (t, _) in viewed.items()):
+        return True
     offered = [(i, *r) + (() if staged is None else (runtime_record(staged), 0)) for i, (_, r, staged) in reads.items()]
     _C._offer_recipe([a if isinstance(a, torch.Tensor) else None for a in args], offered,
                      [runtime_record(coords_for(o)) for o in outs], [r for _, r, _ in written], [], name,
