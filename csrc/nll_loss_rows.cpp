@@ -1,5 +1,6 @@
 #include "nll_loss_rows.h"
 
+#include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
 #include <c10/util/SmallVector.h>
 #include <c10/util/accumulate.h>
@@ -60,13 +61,16 @@ int64_t ceil_log2(int64_t x) {
   return bits;
 }
 
-// Zeros the first `c.count` classes of every row of `g` (rows of `row_step` elements apart), in
-// the buffer's order where a row's classes lie in runs of its last dim (a stick column's rows
+// Elements a thread zeroes at least: fewer run on the calling thread (PyTorch's grain for copies).
+constexpr int64_t kParallelElements = 32768;
+
+// Zeros the first `c.count` classes of rows [begin, end) of `g` (rows `row_step` elements apart),
+// in the buffer's order where a row's classes lie in runs of its last dim (a stick column's rows
 // together: adjacent rows' sticks are adjacent), else class by class.
-void zero_classes(float* g, int64_t rows, int64_t row_step, const Classes& c) {
+void zero_rows(float* g, int64_t begin, int64_t end, int64_t row_step, const Classes& c) {
   const size_t last = c.sizes.size() - 1;
   if (c.strides[last] != 1) {
-    for (int64_t b = 0; b < rows; ++b) {
+    for (int64_t b = begin; b < end; ++b) {
       for (int64_t k = 0; k < c.count; ++k) g[b * row_step + c.offset(k)] = 0.0f;
     }
     return;
@@ -74,13 +78,21 @@ void zero_classes(float* g, int64_t rows, int64_t row_step, const Classes& c) {
   const int64_t run = c.sizes[last];
   for (int64_t first = 0; first < c.count; first += run) {  // a run of classes of every row
     const int64_t n = std::min(run, c.count - first);
-    float* start = g + c.offset(first);
+    float* start = g + c.offset(first) + begin * row_step;
     if (n == run && row_step == run) {  // the rows' runs adjacent: one span
-      std::fill_n(start, rows * run, 0.0f);
+      std::fill_n(start, (end - begin) * run, 0.0f);
       continue;
     }
-    for (int64_t b = 0; b < rows; ++b) std::fill_n(start + b * row_step, n, 0.0f);
+    for (int64_t b = 0; b < end - begin; ++b) std::fill_n(start + b * row_step, n, 0.0f);
   }
+}
+
+// zero_rows over every row, split by rows over the intra-op threads as the row kernels split
+// them (each thread then zeroes the rows that it reads in the next row kernel, log_softmax's
+// backward): the backward of 1024x1000 float32, 2 threads, 44 -> 30 us (the CPU's 36-55).
+void zero_classes(float* g, int64_t rows, int64_t row_step, const Classes& c) {
+  const int64_t grain = std::max<int64_t>(1, kParallelElements / c.count);
+  at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) { zero_rows(g, begin, end, row_step, c); });
 }
 
 }  // namespace
