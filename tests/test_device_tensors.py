@@ -271,6 +271,45 @@ def test_relayout_on_device(helpers, data, seed):
     assert counters["relayouts"] == int(changed)
 
 
+def _dense_copy_round_trip(y: torch.Tensor, x: torch.Tensor) -> None:
+    """``y`` (holding ``x``) copied into a new tensor in a dense layout of its shape and back into
+    a new tensor of its own layout: the same bits each way, the padding its pad value, and
+    neither copy through the host."""
+    from torch_layouts.ops.operands import new_tensor
+    from torch_layouts.ops.view_copy import dense_coords
+    dense = new_tensor(dense_coords(y), y.device)
+    _C._reset_stats()
+    dense.copy_(y)
+    back = torch.empty(y.shape, dtype=y.dtype, device="spyre", device_layout=y.device_tensor_layout())
+    back.copy_(dense)
+    counters = _C._counters()
+    assert same_bits(dense.cpu(), x) and same_bits(back.cpu(), x)
+    check_device_memory(back, x)
+    assert counters["host_bounces"] == 0 and counters["h2d_bytes"] == 0 and counters["d2h_bytes"] == 0
+
+
+@PROPERTY
+@given(data=st.data(), seed=st.integers(0, 2**31))
+def test_copies_to_and_from_a_dense_layout_stay_on_the_device(helpers, data, seed):
+    """A tensor in any Spyre layout copied into a dense layout of its shape (a kernel's staged
+    read) and back: the DMA program between the two, or, where the mapping engine has no direct
+    one, one side's own program between the buffers."""
+    case = data.draw(helpers.spyre_cases(strided=False, dtypes=COPY_DTYPES).filter(lambda c: c.host_size))
+    x = helpers.random_bits(math.prod(case.host_size), case.dtype, seed).view(case.host_size)
+    _dense_copy_round_trip(x.to("spyre", device_layout=case.layout()), x)
+
+
+@pytest.mark.parametrize("query, key", [((8, 4, 128, 64), (8, 4, 128, 64)), ((2, 3, 48, 64), (2, 3, 80, 64)),
+                                        ((2, 5, 33, 16), (2, 5, 65, 16)), ((3, 40, 70), (3, 50, 70))])
+def test_a_batched_matmuls_result_copies_to_a_dense_layout_on_the_device(query, key):
+    """sdpa's scores: the batched matmul's result layout has no direct relayout program to a dense
+    one (but the last case); its own DMA program copies it, each way (they went through the host:
+    8x4x128x128 float32, 2 MB each way)."""
+    q, k = torch.randn(query), torch.randn(key)
+    scores = torch.matmul(q.to("spyre"), k.to("spyre").transpose(-2, -1))
+    _dense_copy_round_trip(scores, scores.cpu())
+
+
 def test_same_layout_returns_self_unless_copy():
     y = torch.randn(3, 40, dtype=F16).to("spyre", device_layout=L34)
     assert y.to("spyre", device_layout=L34) is y
