@@ -164,20 +164,6 @@ void d2d(const at::Tensor& src, const at::Tensor& dst) {
       run_nests(*program, dst.storage().mutable_data(), buffer_elements(dst, *to), src.storage().data(),
                 buffer_elements(src, *from), src.element_size());
       moved = true;
-    } else if (!program && src.scalar_type() == dst.scalar_type() && from->base_stride == to->base_stride &&
-               (to->identity || from->identity)) {
-      // No relayout program, but one side holds the base in its own dense order (a dense staging
-      // copy): the other side's DMA program moves the elements straight between the two buffers,
-      // as it would to or from host memory. sdpa's scores (the batched matmul's layout) into a
-      // dense copy went through the host: 2 MB each way for 8x4x128x128 float32.
-      if (to->identity) {
-        run_nests(from->d2h, dst.storage().mutable_data(), buffer_elements(dst, *to), src.storage().data(),
-                  buffer_elements(src, *from), src.element_size(), Split::kDestination);
-      } else {
-        run_nests(to->h2d, dst.storage().mutable_data(), buffer_elements(dst, *to), src.storage().data(),
-                  buffer_elements(src, *from), src.element_size());
-      }
-      moved = true;
     } else if (program) {
       moved = run_converting_nests(*program, dst.storage().mutable_data(), buffer_elements(dst, *to),
                                    dst.scalar_type(), src.storage().data(), buffer_elements(src, *from),

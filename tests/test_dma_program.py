@@ -306,8 +306,12 @@ TILED_12_8 = DeviceLayout([2, 12, 1, 2, 64], [720, 60, 64, 1200, 1], F16)
     (SpyreTensorLayout((5, 100, 150), F16), SpyreTensorLayout((5, 100, 150), F16, [1, 0, 2]), (5, 100, 150), True),
     (SpyreTensorLayout((6, 70), F16), SpyreTensorLayout((6, 70), F16, [1, 0]), (6, 70), True),
     (DeviceLayout([40, 60], [60, 1], F16), TILED_12_8, (40, 60), True),  # the row-major side walks one stride
-    (TILED_12_8, DeviceLayout([40, 60], [60, 1], F16), (40, 60), False),  # 12 + 8 blocks do not nest
-    (DeviceLayout([40, 60], [60, 1], F16), DeviceLayout([38, 64], [64, 1], F16), (40, 60), False),
+    # 12 + 8 blocks do not nest, but the row-major side holds the tensor in host order: the tiled
+    # side's own DMA program, between the buffers
+    (TILED_12_8, DeviceLayout([40, 60], [60, 1], F16), (40, 60), True),
+    (DeviceLayout([40, 60], [60, 1], F16), DeviceLayout([38, 64], [64, 1], F16), (40, 60), True),
+    (TILED_12_8, DeviceLayout([38, 64], [64, 1], F16), (40, 60), False),  # neither nests nor is in host order
+    (DeviceLayout([38, 64], [64, 1], F16), TILED_12_8, (40, 60), False),
 ])
 def test_relayout_examples(helpers, src, dst, size, direct):
     assert _check_relayout(helpers, src, dst, size, 7) == direct

@@ -59,6 +59,14 @@ class DmaProgram:
     def nbytes(self) -> int:
         return self.elements * self.layout.element_size
 
+    @property
+    def in_host_order(self) -> bool:
+        """Whether the device buffer holds the host tensor as host memory does: no padding, every
+        element at its host offset (a dense layout in its host strides' order)."""
+        return (not self.padding and self.layout.device_numel == math.prod(self.host_size)
+                and all(len(n.ranges) == 1 and n.device_strides == (1,) and n.host_strides == (1,)
+                        and n.device_offset == n.host_offset for n in self.nests))
+
     def transfers(self) -> list[Transfer]:
         """Nests as (ranges, dst strides, src strides, dst offset, src offset)."""
         out = [Transfer(n.ranges, n.device_strides, n.host_strides, n.device_offset, n.host_offset) for n in self.nests]

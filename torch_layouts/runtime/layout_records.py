@@ -88,12 +88,7 @@ def bound_record(layout: DeviceLayout, size: Shape, stride: Shape) -> _C.BoundLa
     """
     h2d = dma_program(layout, size, stride, 0, "h2d")
     d2h = dma_program(layout, size, stride, 0, "d2h")
-    identity = (
-        not h2d.padding
-        and layout.device_numel == math.prod(size)
-        and all(len(n.ranges) == 1 and n.device_strides == (1,) and n.host_strides == (1,) for n in h2d.nests)
-        and all(n.device_offset == n.host_offset for n in h2d.nests)
-    )
+    identity = h2d.in_host_order
     storage = max(layout.nbytes, _extent_bytes(size, stride, layout.element_size))
     if storage >= 2**63:
         raise torch.OutOfMemoryError(f"{layout!r} needs {storage} bytes, more than any device can hold")
