@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "value_fill.h"
+
 namespace torch_layouts {
 namespace {
 
@@ -55,14 +57,7 @@ void embedding_backward_rows(const at::Tensor& grad, const at::Tensor& indices, 
   // Each thread zeroes its rows (a run of every row at once where the rows' runs are adjacent: a
   // stick column of Spyre's layout), then adds every token of its rows in index order.
   at::parallel_for(0, rows, kRowsPerItem, [&](int64_t begin, int64_t end) {
-    for (int64_t r : weight_runs) {
-      float* start = w + r + begin * row_step;
-      if (row_step == run) {
-        std::fill_n(start, (end - begin) * run, 0.0f);
-      } else {
-        for (int64_t k = begin; k < end; ++k) std::fill_n(start + (k - begin) * row_step, run, 0.0f);
-      }
-    }
+    for (int64_t r : weight_runs) fill_rows(w + r, begin, end, row_step, run, 0.0f);
     for (size_t i = 0; i < tokens.size(); ++i) {
       const int64_t k = index[i];
       if (k == padding_idx || k < begin || k >= end) continue;

@@ -11,6 +11,8 @@
 #include <numeric>
 #include <optional>
 
+#include "value_fill.h"
+
 namespace torch_layouts {
 namespace {
 
@@ -77,13 +79,7 @@ void zero_rows(float* g, int64_t begin, int64_t end, int64_t row_step, const Cla
   }
   const int64_t run = c.sizes[last];
   for (int64_t first = 0; first < c.count; first += run) {  // a run of classes of every row
-    const int64_t n = std::min(run, c.count - first);
-    float* start = g + c.offset(first) + begin * row_step;
-    if (n == run && row_step == run) {  // the rows' runs adjacent: one span
-      std::fill_n(start, (end - begin) * run, 0.0f);
-      continue;
-    }
-    for (int64_t b = 0; b < end - begin; ++b) std::fill_n(start + b * row_step, n, 0.0f);
+    fill_rows(g + c.offset(first), begin, end, row_step, std::min(run, c.count - first), 0.0f);
   }
 }
 

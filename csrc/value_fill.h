@@ -22,4 +22,13 @@ inline void fill_value(E* p, int64_t n, E v) {
   }
 }
 
+// Rows [begin, end) of n adjacent elements each, `step` elements apart from p, set to v: one
+// fill_value where the rows' runs are adjacent (step == n: a stick column's rows), else row by row
+// (short runs: std::fill_n inline, where a memset call per row would cost more than it stores).
+template <typename E>
+inline void fill_rows(E* p, int64_t begin, int64_t end, int64_t step, int64_t n, E v) {
+  if (step == n) return fill_value(p + begin * step, (end - begin) * n, v);
+  for (int64_t k = begin; k < end; ++k) std::fill_n(p + k * step, n, v);
+}
+
 }  // namespace torch_layouts
