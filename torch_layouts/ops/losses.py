@@ -21,7 +21,7 @@ import torch
 
 from .. import _C
 from ..core.layout import BoundLayout
-from .on_views import on_views
+from .on_views import finish, on_views
 from .operands import Read, coords_for, default_coords, host_read, new_tensor, raw, raw_view, read_of, runtime_record
 from .reductions import readable
 from .registry import register
@@ -96,16 +96,8 @@ def _on_rows(name: str, kernel: object, args: list, viewed: dict[int, tuple[torc
                 else raw_view(reads[a][0], *reads[a][1]) if isinstance(a, int) else a[0] for a in kernel_args]
     if not kernel(*operands, classes):
         return False
-    for o, (t, _, staged) in zip(outs, written):
-        if staged is not None:
-            o.copy_(t)
-    if any(t is not args[i] for i, (t, _) in viewed.items()):
-        return True
-    offered = [(i, *r) + (() if staged is None else (runtime_record(staged), 0)) for i, (_, r, staged) in reads.items()]
-    _C._offer_recipe([a if isinstance(a, torch.Tensor) else None for a in args], offered,
-                     [runtime_record(coords_for(o)) for o in outs], [r for _, r, _ in written], [], name,
-                     staged_outs=[None if staged is None else runtime_record(staged) for _, _, staged in written],
-                     classes=classes)
+    finish(args, outs, [runtime_record(coords_for(o)) for o in outs], reads.items(), written, name, classes,
+           offer=all(t is args[i] for i, (t, _) in viewed.items()))
     return True
 
 

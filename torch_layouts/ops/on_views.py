@@ -11,7 +11,7 @@ True
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
@@ -22,7 +22,7 @@ from .operands import Read, common_reads, default_coords, host_read, new_tensor,
 from .registry import aten_overload, register
 from .view_copy import strided_or_staged
 
-__all__ = ["CPU_KERNELS", "common_device", "cpu_kernel", "on_views", "register_all", "split"]
+__all__ = ["CPU_KERNELS", "common_device", "cpu_kernel", "finish", "on_views", "register_all", "split"]
 
 
 def _refined(args: list, inputs: tuple[int, ...], out: torch.Tensor) -> tuple[list, Read] | None:
@@ -104,15 +104,28 @@ def on_views(op: torch._ops.OpOverload, args: list, inputs: tuple[int, ...], res
         values = _call(op, call)
         for v, (t, r, _) in zip(values if isinstance(values, tuple) else (values,), written):
             raw_view(t, *r).copy_(v)
+    finish(args, outs, [runtime_record(coords) for coords in results], reads, written,
+           op._schema.name + ("" if op._overloadname == "default" else f".{op._overloadname}"))
+    return tuple(outs)
+
+
+def finish(args: list, outs: list[torch.Tensor], records: list, reads: Iterable[tuple[int, tuple]], written: list,
+           compute: str, classes: int = -1, offer: bool = True) -> None:
+    """After a compute on the views (``on_views``, ``losses._on_rows``): each staged result (a
+    ``strided_or_staged`` triple of ``written``) copied into its tensor of ``outs``, then, with
+    ``offer``, the call's recipe offered to the runtime's front: ``compute`` on the reads' views
+    (``(argument, triple)`` pairs) and the results' (``records``: their layout records;
+    ``classes``: an nll_loss row view's real classes a row)."""
     for o, (t, _, staged) in zip(outs, written):
         if staged is not None:
             o.copy_(t)
+    if not offer:
+        return
     offered = [(i, *r) + (() if staged is None else (runtime_record(staged), 0)) for i, (_, r, staged) in reads]
-    _C._offer_recipe([a if isinstance(a, torch.Tensor) else None for a in args], offered,
-                     [runtime_record(coords) for coords in results], [r for _, r, _ in written],
-                     [], op._schema.name + ("" if op._overloadname == "default" else f".{op._overloadname}"),
-                     staged_outs=[None if staged is None else runtime_record(staged) for _, _, staged in written])
-    return tuple(outs)
+    _C._offer_recipe([a if isinstance(a, torch.Tensor) else None for a in args], offered, records,
+                     [r for _, r, _ in written], [], compute,
+                     staged_outs=[None if staged is None else runtime_record(staged) for _, _, staged in written],
+                     classes=classes)
 
 
 def _is_tensor(argument: torch._C.Argument) -> bool:
