@@ -3,7 +3,8 @@
 A 2-layer ``nn.TransformerEncoder`` (d_model 256, 4 heads, ffn 1024, fp32, batch_first, batch
 8x128): forward, MSE loss, backward and an optimizer step (SGD and Adam); a small language
 model's step (an embedding of 5000 tokens, one such encoder layer, a head over the 5000 tokens,
-``cross_entropy`` against the next tokens; Adam); and the demo's small models (``python -m
+``cross_entropy`` against the next tokens; Adam); a small convolutional network's step (two
+convolutions, batch norm, pooling, a linear head; ``cross_entropy``; SGD); and the demo's small models (``python -m
 torch_layouts demo``: an MLP, an attention block) with their losses and SGD; on spyre and on the
 CPU, interleaved in one process. Target: <= 1.1. Each figure's note counts
 what one device step does besides device kernels: restickifies and CPU-fallback calls per op
@@ -106,6 +107,27 @@ def language_model_steps() -> tuple[Callable[[], None], Callable[[], None]]:
                  for model, t in ((device, tokens.to("spyre")), (cpu, tokens)))
 
 
+def conv_net() -> nn.Sequential:
+    """Two 3x3 convolutions (batch norm and ReLU after the first, max pooling between), global
+    average pooling, a linear head over 10 classes."""
+    return nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                         nn.Linear(64, 10))
+
+
+def conv_net_steps() -> tuple[Callable[[], None], Callable[[], None]]:
+    """(device step, CPU step) of ``conv_net`` classifying 16 32x32 RGB images, SGD with momentum."""
+    torch.manual_seed(0)
+    cpu = conv_net()
+    device = copy.deepcopy(cpu).to("spyre")
+    images, labels = torch.randn(16, 3, 32, 32), torch.randint(0, 10, (16,))
+
+    def loss(model: nn.Module, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return nn.functional.cross_entropy(model(images), labels)
+    return tuple(training_step(model, OPTIMIZERS["SGD"](model.parameters()), functools.partial(loss, images=x, labels=y))
+                 for model, x, y in ((device, images.to("spyre"), labels.to("spyre")), (cpu, images, labels)))
+
+
 def demo_steps() -> list[tuple[str, Callable[[], None], Callable[[], None]]]:
     """(name, device step, CPU step) of each of the demo's models (``cli/demo.demo_models``), SGD."""
     out = []
@@ -128,11 +150,13 @@ def _figure(name: str, device_step: Callable[[], None], cpu_step: Callable[[], N
 
 
 def run(repeat: int = 10) -> list[Figure]:
-    """One figure per optimizer for the TransformerEncoder, one for the language model, and one
-    per demo model (SGD): the device training step over the CPU one."""
+    """One figure per optimizer for the TransformerEncoder, one for the language model, one for
+    the convolutional network, and one per demo model (SGD): the device training step over the CPU one."""
     figures = [_figure(f"TransformerEncoder ({name})", *steps(name), repeat) for name in OPTIMIZERS]
     figures.append(_figure("language model (embedding, encoder layer, 5000-token head; Adam)",
                            *language_model_steps(), repeat))
+    figures.append(_figure("convolutional network (2 convolutions, batch norm, pooling; SGD) 16x3x32x32",
+                           *conv_net_steps(), 5 * repeat))
     return figures + [_figure(f"demo {name}", device, cpu, 5 * repeat) for name, device, cpu in demo_steps()]
 
 

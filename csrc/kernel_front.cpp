@@ -8,11 +8,13 @@
 #include <torch/csrc/utils/tensor_memoryformats.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <string_view>
 #include <utility>
 
 #include "arithmetic_runs.h"
@@ -40,10 +42,12 @@ class AtenRecipe final : public Replay {
   std::vector<LayoutPtr> staged_outs;  // per result, where it is computed first (null: in place)
   std::optional<c10::OperatorHandle> compute;  // the CPU out= overload, or a functional one
   bool functional = false;             // the compute returns its results, copied into their views
+  std::vector<bool> kept;              // which of its returns are the results (none: all), the others undefined
   size_t compute_args = 0;             // arguments passed before the result's view
   std::vector<bool> wrap;              // scalar arguments the compute takes as (wrapped-number) tensors
   std::vector<bool> viewed;            // arguments every part replaces by its read's view
   std::vector<std::pair<int64_t, c10::IValue>> overrides;
+  int64_t inserted = -1;               // a compute argument the call lacks (an override); the call's shift past it
   std::optional<Comparison> compare;   // a comparison's compute, run by compare_runs where it takes the views
   std::optional<Arithmetic> arithmetic;  // add, sub, mul, div: run by arithmetic_runs where it takes them
   bool gather = false;                 // index_select's compute, run by gather_slices where it takes the views
@@ -52,6 +56,12 @@ class AtenRecipe final : public Replay {
   int64_t classes = -1;                // their views' real classes a row (nll_loss_rows.h; -1: every element)
 
   void run(c10::ArrayRef<c10::IValue> args, int64_t target, std::vector<c10::IValue>& results) const override;
+
+  // The call's argument that the compute's argument `i` is (-1: the inserted one).
+  int64_t source(size_t i) const {
+    const auto k = static_cast<int64_t>(i);
+    return inserted < 0 || k < inserted ? k : k == inserted ? -1 : k - 1;
+  }
 };
 
 // clone's recipe: a new tensor of `out` that the runtime copies the argument into.
@@ -229,14 +239,15 @@ void AtenRecipe::run(c10::ArrayRef<c10::IValue> args, int64_t target, std::vecto
   // The call's arguments, the read tensors left out (their views replace them); those the compute
   // takes past them (relu's clamp_min bound) are overrides.
   std::vector<c10::IValue> stack(compute_args);
-  for (size_t i = 0; i < compute_args && i < args.size(); ++i) {
-    if (viewed[i]) continue;
+  for (size_t i = 0; i < compute_args; ++i) {
+    const int64_t from = source(i);
+    if (viewed[i] || from < 0 || static_cast<size_t>(from) >= args.size()) continue;
     if (wrap[i]) {  // as PyTorch's argument parser passes a Python number to a Tensor parameter
-      at::Tensor scalar = at::scalar_to_tensor(args[i].toScalar());
+      at::Tensor scalar = at::scalar_to_tensor(args[from].toScalar());
       scalar.unsafeGetTensorImpl()->set_wrapped_number(true);
       stack[i] = std::move(scalar);
     } else {
-      stack[i] = args[i];
+      stack[i] = args[from];
     }
   }
   for (const auto& [i, value] : overrides) stack[i] = value;
@@ -276,10 +287,10 @@ void AtenRecipe::run(c10::ArrayRef<c10::IValue> args, int64_t target, std::vecto
     for (const RecipeRead& read : part.reads) {
       if (read.dense_from >= 0) call[read.arg] = densified(call[read.arg].toTensor(), read.dense_from);
     }
-    if (functional) {  // the returned CPU tensors copied into the results' views
+    if (functional) {  // the returned CPU tensors copied into the results' views (the kept ones)
       compute->callBoxed(call);
-      for (size_t i = 0; i < part.results.size(); ++i) {
-        borrowed_view_of(written(i), part.results[i]).copy_(call[i].toTensor());
+      for (size_t i = 0, k = 0; i < call.size(); ++i) {
+        if (kept.empty() || kept[i]) borrowed_view_of(written(k), part.results[k]).copy_(call[i].toTensor()), ++k;
       }
       continue;
     }
@@ -321,9 +332,13 @@ void AtenRecipe::run(c10::ArrayRef<c10::IValue> args, int64_t target, std::vecto
     TORCH_INTERNAL_ASSERT(classes < 0 || !(nll_loss || nll_loss_backward), "nll_loss row views the row kernels refused");
     compute->callBoxed(call);
   }
-  for (size_t i = 0; i < values.size(); ++i) {
-    if (staged[i].defined()) values[i].copy_(staged[i]);  // the runtime's copy into its layout
-    results.emplace_back(std::move(values[i]));
+  for (size_t i = 0, k = 0; i < std::max(values.size(), kept.size()); ++i) {
+    if (!kept.empty() && !kept[i]) {  // a return the op leaves undefined
+      results.emplace_back(at::Tensor());
+      continue;
+    }
+    if (staged[k].defined()) values[k].copy_(staged[k]);  // the runtime's copy into its layout
+    results.emplace_back(std::move(values[k++]));
   }
 }
 
@@ -496,7 +511,7 @@ bool offer_recipe(const std::vector<std::optional<at::Tensor>>& args, std::vecto
                   const std::vector<std::pair<int64_t, py::object>>& overrides, const std::string& compute,
                   const std::vector<std::vector<std::pair<int64_t, int64_t>>>& boxes,
                   std::vector<std::pair<std::vector<RecipeRead>, std::vector<BufferView>>> pieces,
-                  std::vector<LayoutPtr> staged_outs, int64_t classes) {
+                  std::vector<LayoutPtr> staged_outs, int64_t classes, const std::vector<bool>& kept) {
   if (t_calls.empty() || reads.empty() || (!pieces.empty() && !boxes.empty())) return false;
   Call& call = *t_calls.back();
   const std::vector<c10::IValue>& arguments = *call.arguments;
@@ -556,27 +571,43 @@ bool offer_recipe(const std::vector<std::optional<at::Tensor>>& args, std::vecto
   auto handle = find_op(compute);
   if (!handle) return false;
   // The compute is an overload of the called op (in place: of its functional form), or the op
-  // the CPU computes it as (relu: clamp_min at 0, the bound passed as an override).
+  // the CPU computes it as, with the call's arguments and perhaps one more, inserted (relu:
+  // clamp_min at 0, the bound passed as an override; a backend's convolution_overrideable:
+  // convolution; its backward: convolution_backward, the bias's sizes inserted as an override).
   std::string called = call.op->schema().name();
   if (!called.empty() && called.back() == '_') called.pop_back();
-  if (handle->schema().name() != called && !(called == "aten::relu" && handle->schema().name() == "aten::clamp_min")) {
-    return false;
-  }
+  struct ComputedAs {
+    std::string_view called, compute;
+    int64_t inserted;
+  };
+  static constexpr ComputedAs computed_as[] = {
+      {"aten::relu", "aten::clamp_min", -1},
+      {"aten::convolution_overrideable", "aten::convolution", -1},
+      {"aten::convolution_backward_overrideable", "aten::convolution_backward", 3}};
+  const std::string& compute_name = handle->schema().name();
+  const auto alias = std::find_if(std::begin(computed_as), std::end(computed_as),
+                                  [&](const ComputedAs& a) { return a.called == called && a.compute == compute_name; });
+  if (compute_name != called && alias == std::end(computed_as)) return false;
   auto recipe = std::make_shared<AtenRecipe>();
+  recipe->inserted = compute_name != called ? alias->inserted : -1;
   const auto& formals = handle->schema().arguments();
   // A functional compute (no argument written) returns each new result (a CPU out= overload that
   // would use its out= tensor as scratch: mse_loss.out).
   recipe->functional = written_argument(handle->schema()) == -1;
   // (on the whole views only: a reduction's value per box or piece would not be the call's)
-  if (recipe->functional && (outs.empty() || handle->schema().returns().size() != outs.size() || !boxes.empty() ||
-                             !pieces.empty())) {
+  // (a result for each return it keeps: an output_mask, in the call's key, leaves the others out)
+  const size_t results_kept = kept.empty() ? handle->schema().returns().size()
+                                           : static_cast<size_t>(std::count(kept.begin(), kept.end(), true));
+  if (!kept.empty() && (!recipe->functional || kept.size() != handle->schema().returns().size())) return false;
+  if (recipe->functional && (outs.empty() || results_kept != outs.size() || !boxes.empty() || !pieces.empty())) {
     return false;
   }
+  recipe->kept = kept;
   const size_t written = recipe->functional ? 0 : std::max<size_t>(1, outs.size());  // its out= arguments, last
   if (formals.size() < written) return false;
   recipe->compute_args = formals.size() - written;
-  for (const RecipeRead& read : reads) {
-    if (static_cast<size_t>(read.arg) >= recipe->compute_args) return false;
+  for (const RecipeRead& read : reads) {  // (read where the compute and the call number them alike)
+    if (static_cast<size_t>(read.arg) >= recipe->compute_args || recipe->source(read.arg) != read.arg) return false;
   }
   std::vector<bool> overridden(recipe->compute_args, false);
   for (const auto& [i, value] : overrides) {
@@ -585,7 +616,8 @@ bool offer_recipe(const std::vector<std::optional<at::Tensor>>& args, std::vecto
     overridden[i] = true;
   }
   for (size_t i = 0; i < recipe->compute_args; ++i) {
-    if (i >= arguments.size()) {  // past the call's arguments: only an override gives it
+    const int64_t from = recipe->source(i);
+    if (from < 0 || static_cast<size_t>(from) >= arguments.size()) {  // inserted or past the call's: an override
       if (!overridden[i]) return false;
       recipe->wrap.push_back(false);
       continue;
@@ -593,7 +625,7 @@ bool offer_recipe(const std::vector<std::optional<at::Tensor>>& args, std::vecto
     c10::TypePtr type = formals[i].real_type();
     const auto optional = type->cast<c10::OptionalType>();
     if (optional) type = optional->getElementType();
-    const c10::IValue& a = arguments[i];
+    const c10::IValue& a = arguments[from];
     const bool number = a.isDouble() || a.isInt() || a.isBool();
     if (type->kind() == c10::TypeKind::TensorType) {
       // a tensor (undefined: an absent optional one, as autograd passes it), None for Tensor?, or

@@ -131,13 +131,17 @@ struct RecipeRead {
 // into a new tensor of it, its view's, then copied into the result by the runtime (a gradient of
 // classes in padded sticks, computed dense). `classes` (an nll_loss compute only; -1: none): its
 // input's or gradient's view is a row view of classes in sticks with that many real classes a row
-// (nll_loss_rows.h), which the runtime's row kernels compute on. Returns whether it was kept.
+// (nll_loss_rows.h), which the runtime's row kernels compute on. `kept` (a functional compute
+// only; none: every return): which of its returns are the results, the call's others undefined
+// (an output_mask's; the call's key holds the mask). The compute may be another op than the
+// called one where the CPU computes it so (kernel_front.cpp's computed_as: the called op's
+// arguments, one of them perhaps inserted as an override). Returns whether it was kept.
 bool offer_recipe(const std::vector<std::optional<at::Tensor>>& args, std::vector<RecipeRead> reads,
                   std::vector<LayoutPtr> outs, std::vector<BufferView> result_views,
                   const std::vector<std::pair<int64_t, pybind11::object>>& overrides, const std::string& compute,
                   const std::vector<std::vector<std::pair<int64_t, int64_t>>>& boxes = {},
                   std::vector<std::pair<std::vector<RecipeRead>, std::vector<BufferView>>> pieces = {},
-                  std::vector<LayoutPtr> staged_outs = {}, int64_t classes = -1);
+                  std::vector<LayoutPtr> staged_outs = {}, int64_t classes = -1, const std::vector<bool>& kept = {});
 
 // A recipe offered by `clone`'s kernel for the call it serves (`src` its argument): a new tensor
 // of `out` that the runtime copies `src` into (a kept view copy, csrc/view_copies.h), or, with

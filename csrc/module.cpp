@@ -188,7 +188,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
          const py::object& result_view, const std::vector<std::pair<int64_t, py::object>>& overrides,
          const std::string& compute, const std::vector<std::vector<std::pair<int64_t, int64_t>>>& boxes,
          const py::list& pieces, const std::vector<std::shared_ptr<BoundLayout>>& staged_outs,
-         const std::vector<int64_t>& dense, int64_t classes) {
+         const std::vector<int64_t>& dense, int64_t classes, const std::vector<bool>& kept) {
         // out: None, a record or a list of records; result_view: None, a (sizes, strides, offset)
         // tuple or a list of them
         std::vector<LayoutPtr> outs;
@@ -236,12 +236,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           parsed[i].dense_from = dense[i];
         }
         return offer_recipe(args, std::move(parsed), std::move(outs), std::move(results), overrides, compute, boxes,
-                            std::move(parts), {staged_outs.begin(), staged_outs.end()}, classes);
+                            std::move(parts), {staged_outs.begin(), staged_outs.end()}, classes, kept);
       },
       py::arg("args"), py::arg("reads"), py::arg("out"), py::arg("result_view"), py::arg("overrides"),
       py::arg("compute"), py::arg("boxes") = std::vector<std::vector<std::pair<int64_t, int64_t>>>{},
       py::arg("pieces") = py::list(), py::arg("staged_outs") = std::vector<std::shared_ptr<BoundLayout>>{},
-      py::arg("dense") = std::vector<int64_t>{}, py::arg("classes") = -1);
+      py::arg("dense") = std::vector<int64_t>{}, py::arg("classes") = -1, py::arg("kept") = std::vector<bool>{});
   m.def(
       "_offer_clone_recipe",
       [](const at::Tensor& src, std::shared_ptr<BoundLayout> out, const py::list& pieces) {

@@ -17,6 +17,8 @@ so PyTorch's own autograd formulas run above them:
 * ``rnn`` -- the fused LSTM/GRU cells ``nn.LSTM``/``nn.GRU`` call on accelerators (and backward);
 * ``dropout`` -- ``native_dropout`` (drawing from the spyre generator) and its backward;
 * ``losses`` -- ``mse_loss``, ``nll_loss`` (and backward);
+* ``convolution`` -- convolutions and ``native_batch_norm`` (and backward), the CPU's kernels on the
+  buffers' views;
 * ``embedding`` -- ``embedding_dense_backward``, an embedding's weight gradient;
 * ``on_views`` -- an op's CPU kernel on strided views of the buffers (or dense copies), offered to
   the runtime's front (the losses, ``logsumexp``; ``argmax``, ``max``/``min`` over a dim, ``topk``,
@@ -38,7 +40,7 @@ counted per op in ``stats()``.
 
 from __future__ import annotations
 
-from . import (attention, concat, dropout, elementwise, embedding, foreach, indexing, layer_norm, losses, matmul,
+from . import (attention, concat, convolution, dropout, elementwise, embedding, foreach, indexing, layer_norm, losses, matmul,
                on_views, reductions, rms_norm, rnn, scans, softmax, view_backward, view_copy)
 from .registry import register_out_variants
 from .rules import LayoutError, restickify, strict_layouts
@@ -54,6 +56,7 @@ rnn.register_all()
 attention.register_all()
 dropout.register_all()
 losses.register_all()
+convolution.register_all()
 view_backward.register_all()
 indexing.register_all()
 embedding.register_all()

@@ -11,14 +11,14 @@ True
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
 import torch
 
 from .. import _C
 from ..core.layout import BoundLayout
-from .operands import Read, common_reads, default_coords, host_read, new_tensor, raw_view, runtime_record
+from .operands import Read, common_reads, default_coords, host_read, new_tensor, raw_view, rowmajor, runtime_record
 from .registry import aten_overload, register
 from .view_copy import strided_or_staged
 
@@ -72,50 +72,70 @@ def _call(op: torch._ops.OpOverload, values: list) -> object:
     return op(*args, **kwargs)
 
 
+def _contiguous(t: torch.Tensor) -> bool:
+    """``t``'s strided view (if any) reads it row-major."""
+    r = host_read(t)
+    return r is not None and tuple(r[1]) == rowmajor(tuple(r[0]))
+
+
+def _empty_view(t: torch.Tensor) -> tuple[torch.Tensor, Read, None]:
+    """An empty tensor's view, as ``strided_or_staged`` gives a view (it holds no element to place)."""
+    return t, (tuple(t.shape), rowmajor(tuple(t.shape)), 0), None
+
+
+def _kept(values: object, kept: Sequence[bool]) -> list:
+    """A functional op's results (one or a tuple), those ``kept`` flags (every one without it)."""
+    values = values if isinstance(values, tuple) else (values,)
+    return [v for i, v in enumerate(values) if not kept or kept[i]]
+
+
 def on_views(op: torch._ops.OpOverload, args: list, inputs: tuple[int, ...], results: list[BoundLayout],
-             device: torch.device, refine: bool = False, functional: torch._ops.OpOverload | None = None
-             ) -> tuple[torch.Tensor, ...]:
+             device: torch.device, refine: bool = False, contiguous: Collection[int] = (),
+             overrides: Sequence[tuple[int, object]] = (), kept: Sequence[bool] = ()) -> tuple[torch.Tensor, ...]:
     """``op`` (a CPU ``out=`` overload, or a functional one whose values are copied) on strided
     views of the device tensors at ``inputs`` of ``args``, writing new device tensors in the
     coordinates ``results`` through their views (both ``view_copy.strided_or_staged``; with
     ``refine``, an elementwise op's or a whole loss's operands in one refinement of their shape
     where they have one, ``_refined``); the recipe is offered to the runtime's front. ``args``:
-    every argument of the functional op (``functional``, by default ``op``'s packet's default
-    overload) in its schema's order. Inputs that no read holds (empty ones) go through CPU copies."""
+    every argument of the op but its out= ones, in its schema's order; ``results``, one for each of the op's results, or, for a
+    functional op, for each that ``kept`` (if given, a flag per return) keeps. An input at an
+    index in ``contiguous`` whose view is not row-major is read from a row-major copy (for a CPU
+    kernel that would copy it so).
+    ``overrides``: (argument, value) pairs the recipe's compute takes that the called op does not
+    (the runtime's front inserts them). An empty operand is read or written as its empty view."""
     common_device([a for a in args if isinstance(a, torch.Tensor)])
     outs = [new_tensor(coords, device) for coords in results]
     refined = _refined(args, inputs, outs[0]) if refine and len(outs) == 1 else None
     if refined is not None:
         reads, written = refined[0], [(outs[0], refined[1], None)]
     else:
-        reads = [(i, strided_or_staged(args[i], True)) for i in inputs if args[i] is not None]
-        written = [strided_or_staged(o, False) for o in outs]
-    if any(r is None for _, r in reads) or any(w is None for w in written):
-        values = _call(functional or op.overloadpacket.default,
-                       [a.cpu() if isinstance(a, torch.Tensor) else a for a in args])
-        values = values if isinstance(values, tuple) else (values,)
-        return tuple(o.copy_(v) for o, v in zip(outs, values))
+        reads = [(i, strided_or_staged(args[i], True, staged=i in contiguous and not _contiguous(args[i]),
+                                       row_major=i in contiguous) if args[i].numel() else _empty_view(args[i]))
+                 for i in inputs if args[i] is not None]
+        written = [strided_or_staged(o, False) if o.numel() else _empty_view(o) for o in outs]
     call = list(args)
     for i, (t, r, _) in reads:
         call[i] = raw_view(t, *r)
     if any(a.is_out for a in op._schema.arguments):
         _call(op, call + [raw_view(t, *r) for t, r, _ in written])
     else:  # a functional op: its values copied into the results' views
-        values = _call(op, call)
-        for v, (t, r, _) in zip(values if isinstance(values, tuple) else (values,), written):
+        for v, (t, r, _) in zip(_kept(_call(op, call), kept), written):
             raw_view(t, *r).copy_(v)
     finish(args, outs, [runtime_record(coords) for coords in results], reads, written,
-           op._schema.name + ("" if op._overloadname == "default" else f".{op._overloadname}"))
+           op._schema.name + ("" if op._overloadname == "default" else f".{op._overloadname}"), overrides=overrides,
+           kept=kept)
     return tuple(outs)
 
 
 def finish(args: list, outs: list[torch.Tensor], records: list, reads: Iterable[tuple[int, tuple]], written: list,
-           compute: str, classes: int = -1, offer: bool = True) -> None:
+           compute: str, classes: int = -1, offer: bool = True, overrides: Sequence[tuple[int, object]] = (),
+           kept: Sequence[bool] = ()) -> None:
     """After a compute on the views (``on_views``, ``losses._on_rows``): each staged result (a
     ``strided_or_staged`` triple of ``written``) copied into its tensor of ``outs``, then, with
     ``offer``, the call's recipe offered to the runtime's front: ``compute`` on the reads' views
     (``(argument, triple)`` pairs) and the results' (``records``: their layout records;
-    ``classes``: an nll_loss row view's real classes a row)."""
+    ``classes``: an nll_loss row view's real classes a row; ``overrides``, ``kept``: as
+    ``on_views``)."""
     for o, (t, _, staged) in zip(outs, written):
         if staged is not None:
             o.copy_(t)
@@ -123,9 +143,9 @@ def finish(args: list, outs: list[torch.Tensor], records: list, reads: Iterable[
         return
     offered = [(i, *r) + (() if staged is None else (runtime_record(staged), 0)) for i, (_, r, staged) in reads]
     _C._offer_recipe([a if isinstance(a, torch.Tensor) else None for a in args], offered, records,
-                     [r for _, r, _ in written], [], compute,
+                     [r for _, r, _ in written], list(overrides), compute,
                      staged_outs=[None if staged is None else runtime_record(staged) for _, _, staged in written],
-                     classes=classes)
+                     classes=classes, kept=list(kept))
 
 
 def _is_tensor(argument: torch._C.Argument) -> bool:
@@ -160,7 +180,7 @@ def cpu_kernel(functional: torch._ops.OpOverload, out: torch._ops.OpOverload) ->
         metas = metas if isinstance(metas, tuple) else (metas,)
         results = [default_coords(tuple(m.shape), m.dtype) for m in metas]
         try:
-            done = on_views(out, values, inputs, results, tensors[0].device, functional=functional)
+            done = on_views(out, values, inputs, results, tensors[0].device)
         except Exception:  # a value the kernel rejects (an index out of range): the CPU's own message
             _call(functional, [v.cpu() if isinstance(v, torch.Tensor) else v for v in values])
             raise
