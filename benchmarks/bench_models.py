@@ -4,11 +4,11 @@ A 2-layer ``nn.TransformerEncoder`` (d_model 256, 4 heads, ffn 1024, fp32, batch
 8x128): forward, MSE loss, backward and an optimizer step (SGD and Adam); a small language
 model's step (an embedding of 5000 tokens, one such encoder layer, a head over the 5000 tokens,
 ``cross_entropy`` against the next tokens; Adam); a small convolutional network's step (two
-convolutions, batch norm, pooling, a linear head; ``cross_entropy``; SGD); and the demo's small models (``python -m
-torch_layouts demo``: an MLP, an attention block) with their losses and SGD; on spyre and on the
-CPU, interleaved in one process. Target: <= 1.1. Each figure's note counts
-what one device step does besides device kernels: restickifies and CPU-fallback calls per op
-(``torch_layouts.stats``).
+convolutions, batch norm, pooling, a linear head; ``cross_entropy``; SGD); an LSTM classifier's
+step (32 steps, Adam); and the demo's small models (``python -m torch_layouts demo``: an MLP, an
+attention block) with their losses and SGD; on spyre and on the CPU, interleaved in one process.
+Target: <= 1.1. Each figure's note counts what one device step does besides device kernels:
+restickifies and CPU-fallback calls per op (``torch_layouts.stats``).
 Run alone with ``python benchmarks/bench_models.py [--threads N]``.
 """
 
@@ -128,6 +128,31 @@ def conv_net_steps() -> tuple[Callable[[], None], Callable[[], None]]:
                  for model, x, y in ((device, images.to("spyre"), labels.to("spyre")), (cpu, images, labels)))
 
 
+class RecurrentClassifier(nn.Module):
+    """An LSTM over 32 steps of 64 features (hidden 128), a linear head on its last output."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lstm = nn.LSTM(64, 128, batch_first=True)
+        self.head = nn.Linear(128, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.lstm(x)[0][:, -1])
+
+
+def recurrent_steps() -> tuple[Callable[[], None], Callable[[], None]]:
+    """(device step, CPU step) of ``RecurrentClassifier`` on 16 sequences, Adam."""
+    torch.manual_seed(0)
+    cpu = RecurrentClassifier()
+    device = copy.deepcopy(cpu).to("spyre")
+    x, y = torch.randn(16, 32, 64), torch.randint(0, 5, (16,))
+
+    def loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return nn.functional.cross_entropy(model(x), y)
+    return tuple(training_step(model, OPTIMIZERS["Adam"](model.parameters()), functools.partial(loss, x=xs, y=ys))
+                 for model, xs, ys in ((device, x.to("spyre"), y.to("spyre")), (cpu, x, y)))
+
+
 def demo_steps() -> list[tuple[str, Callable[[], None], Callable[[], None]]]:
     """(name, device step, CPU step) of each of the demo's models (``cli/demo.demo_models``), SGD."""
     out = []
@@ -150,13 +175,15 @@ def _figure(name: str, device_step: Callable[[], None], cpu_step: Callable[[], N
 
 
 def run(repeat: int = 10) -> list[Figure]:
-    """One figure per optimizer for the TransformerEncoder, one for the language model, one for
-    the convolutional network, and one per demo model (SGD): the device training step over the CPU one."""
+    """One figure per optimizer for the TransformerEncoder, one each for the language model, the
+    convolutional network and the LSTM classifier, and one per demo model (SGD): the device training step over the CPU one."""
     figures = [_figure(f"TransformerEncoder ({name})", *steps(name), repeat) for name in OPTIMIZERS]
     figures.append(_figure("language model (embedding, encoder layer, 5000-token head; Adam)",
                            *language_model_steps(), repeat))
     figures.append(_figure("convolutional network (2 convolutions, batch norm, pooling; SGD) 16x3x32x32",
                            *conv_net_steps(), 5 * repeat))
+    figures.append(_figure("recurrent classifier (LSTM 64->128 over 32 steps, batch 16; Adam)", *recurrent_steps(),
+                           5 * repeat))
     return figures + [_figure(f"demo {name}", device, cpu, 5 * repeat) for name, device, cpu in demo_steps()]
 
 

@@ -59,6 +59,7 @@ struct S {
   }
   static V add(V a, V b) { return _mm_add_ps(a, b); }
   static V sub(V a, V b) { return _mm_sub_ps(a, b); }
+  static V div(V a, V b) { return _mm_div_ps(a, b); }
   static V mul(V a, V b) { return _mm_mul_ps(a, b); }
   static V max(V a, V b) { return _mm_max_ps(a, b); }
   static V fmadd(V a, V b, V c) { return _mm_add_ps(_mm_mul_ps(a, b), c); }
@@ -99,6 +100,7 @@ struct S {
   static V keep(V v, int64_t) { return v; }
   static V add(V a, V b) { return a + b; }
   static V sub(V a, V b) { return a - b; }
+  static V div(V a, V b) { return a / b; }
   static V mul(V a, V b) { return a * b; }
   static V max(V a, V b) { return a > b ? a : b; }  // b where either is NaN, as SSE's maxps
   static V min(V a, V b) { return a < b ? a : b; }
@@ -207,6 +209,10 @@ const RowMath kPortable{portable_simd::softmax,
                         portable_simd::softmax_backward,
                         portable_simd::layer_norm,
                         portable_simd::layer_norm_backward,
+                        portable_simd::lstm_cell,
+                        portable_simd::lstm_cell_backward,
+                        portable_simd::gru_cell,
+                        portable_simd::gru_cell_backward,
                         portable_simd::sum,
                         add_run_sums_portable,
                         add_strided_run_sums_portable,
@@ -247,6 +253,7 @@ struct S {
   static V keep(V v, int64_t r) { return r == 8 ? v : _mm256_and_ps(v, _mm256_castsi256_ps(lanes_below(r))); }
   static V add(V a, V b) { return _mm256_add_ps(a, b); }
   static V sub(V a, V b) { return _mm256_sub_ps(a, b); }
+  static V div(V a, V b) { return _mm256_div_ps(a, b); }
   static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
   static V max(V a, V b) { return _mm256_max_ps(a, b); }
   static V fmadd(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
@@ -339,6 +346,7 @@ void load_half_avx2(float* d, const uint16_t* s, int64_t n) { avx2_half::half_to
 void store_half_avx2(uint16_t* d, const float* s, int64_t n) { avx2_half::float_to_half(d, s, n); }
 
 const RowMath kAvx2{softmax,           softmax_backward,          layer_norm,     layer_norm_backward,
+                    lstm_cell,         lstm_cell_backward,        gru_cell,       gru_cell_backward,
                     sum,               add_run_sums,              add_strided_run_sums,
                     fold_run_extremes, fold_strided_run_extremes, load_half_avx2, store_half_avx2,
                     "avx2"};
@@ -377,6 +385,7 @@ struct S {
   static V keep(V v, int64_t r) { return r == 16 ? v : _mm512_maskz_mov_ps(lanes_below(r), v); }
   static V add(V a, V b) { return _mm512_add_ps(a, b); }
   static V sub(V a, V b) { return _mm512_sub_ps(a, b); }
+  static V div(V a, V b) { return _mm512_div_ps(a, b); }
   static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
   static V max(V a, V b) { return _mm512_max_ps(a, b); }
   static V fmadd(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
@@ -474,7 +483,8 @@ template <bool Max>
   return plain8<Max>(_mm512_castps512_ps256(s), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s), 1)));
 }
 
-const RowMath kAvx512{softmax, softmax_backward, layer_norm, layer_norm_backward, sum,
+const RowMath kAvx512{softmax, softmax_backward, layer_norm, layer_norm_backward, lstm_cell, lstm_cell_backward,
+                      gru_cell, gru_cell_backward, sum,
                       add_run_sums, add_strided_run_sums, fold_run_extremes, fold_strided_run_extremes,
                       avx2_simd::load_half_avx2, avx2_simd::store_half_avx2, "avx512"};
 

@@ -4,7 +4,7 @@
 // templates that other files could instantiate too.
 //
 // S provides: V, kLanes, splat, zeros, ld(p, r, fill) (the first r lanes from p, the others
-// `fill`), st(p, r, v) (the first r lanes), keep(v, r) (lanes from r on zeroed), add, sub, mul,
+// `fill`), st(p, r, v) (the first r lanes), keep(v, r) (lanes from r on zeroed), add, sub, mul, div,
 // max and min (the second operand where either is NaN), fmadd(a, b, c) = a * b + c,
 // fnmadd(a, b, c) = c - a * b, hsum, hmax, floor, scale2n(p, n) = p * 2^n, keep_nan(x, e) (x where
 // it is NaN, else e).
@@ -305,6 +305,117 @@ void layer_norm_backward(RowShape s, int64_t count, Row g, Row x, Row out, const
   with_run(s, [&](auto r) {
     layer_norm_backward_runs<decltype(r)::value>(s, count, g, x, out, mean, rstd, w, dgamma, dbeta, rms);
   });
+}
+
+// 1 / (1 + e^-x); 1 - 2 / (e^2x + 1) (within a few 1e-8 of tanh near 0, where it cancels).
+inline S::V sigmoid_lanes(S::V x) {
+  return S::div(S::splat(1.0f), S::add(S::splat(1.0f), exp_lanes(S::sub(S::zeros(), x))));
+}
+inline S::V tanh_lanes(S::V x) {
+  return S::sub(S::splat(1.0f), S::div(S::splat(2.0f), S::add(exp_lanes(S::add(x, x)), S::splat(1.0f))));
+}
+
+void lstm_cell(int64_t rows, int64_t hidden, const float* ig, const float* hg, const float* ib, const float* hb,
+               const float* cx, float* hy, float* cy, float* ws) {
+  using V = S::V;
+  for (int64_t b = 0; b < rows; ++b) {
+    const int64_t row = b * 4 * hidden, half = b * hidden;
+    chunks(hidden, [&](int64_t j, int64_t r) {
+      V gate[4];
+      for (int64_t k = 0; k < 4; ++k) {
+        const int64_t at = k * hidden + j;
+        V in = S::ld(ig + row + at, r, 0), h = S::ld(hg + row + at, r, 0);
+        if (ib) in = S::add(in, S::ld(ib + at, r, 0));
+        if (hb) h = S::add(h, S::ld(hb + at, r, 0));
+        gate[k] = S::add(in, h);
+      }
+      const V i = sigmoid_lanes(gate[0]), f = sigmoid_lanes(gate[1]), g = tanh_lanes(gate[2]);
+      const V o = sigmoid_lanes(gate[3]);
+      const V c = S::add(S::mul(f, S::ld(cx + half + j, r, 0)), S::mul(i, g));
+      S::st(cy + half + j, r, c);
+      S::st(hy + half + j, r, S::mul(o, tanh_lanes(c)));
+      const V act[4] = {i, f, g, o};
+      for (int64_t k = 0; k < 4; ++k) S::st(ws + row + k * hidden + j, r, act[k]);
+    });
+  }
+}
+
+void lstm_cell_backward(int64_t rows, int64_t hidden, const float* ghy, const float* gcy, const float* cx,
+                        const float* cy, const float* ws, float* gg, float* gcx, float* gbias) {
+  using V = S::V;
+  const V one = S::splat(1.0f);
+  for (int64_t b = 0; b < rows; ++b) {
+    const int64_t row = b * 4 * hidden, half = b * hidden;
+    chunks(hidden, [&](int64_t j, int64_t r) {
+      const V i = S::ld(ws + row + j, r, 0), f = S::ld(ws + row + hidden + j, r, 0);
+      const V g = S::ld(ws + row + 2 * hidden + j, r, 0), o = S::ld(ws + row + 3 * hidden + j, r, 0);
+      const V t = tanh_lanes(S::ld(cy + half + j, r, 0));
+      const V gh = ghy ? S::ld(ghy + half + j, r, 0) : S::zeros();
+      const V gc = S::add(gcy ? S::ld(gcy + half + j, r, 0) : S::zeros(),
+                          S::mul(S::mul(gh, o), S::sub(one, S::mul(t, t))));
+      const V grads[4] = {S::mul(S::mul(S::mul(gc, g), i), S::sub(one, i)),
+                          S::mul(S::mul(S::mul(gc, S::ld(cx + half + j, r, 0)), f), S::sub(one, f)),
+                          S::mul(S::mul(gc, i), S::sub(one, S::mul(g, g))),
+                          S::mul(S::mul(S::mul(gh, t), o), S::sub(one, o))};
+      for (int64_t k = 0; k < 4; ++k) {
+        S::st(gg + row + k * hidden + j, r, grads[k]);
+        if (gbias) S::st(gbias + k * hidden + j, r, S::add(S::ld(gbias + k * hidden + j, r, 0), grads[k]));
+      }
+      S::st(gcx + half + j, r, S::mul(gc, f));
+    });
+  }
+}
+
+void gru_cell(int64_t rows, int64_t hidden, const float* ig, const float* hg, const float* ib, const float* hb,
+              const float* hx, float* hy, float* ws) {
+  using V = S::V;
+  for (int64_t b = 0; b < rows; ++b) {
+    const int64_t row = b * 3 * hidden, half = b * hidden;
+    float* w = ws + b * 5 * hidden;
+    chunks(hidden, [&](int64_t j, int64_t r) {
+      V in[3], h[3];
+      for (int64_t k = 0; k < 3; ++k) {
+        const int64_t at = k * hidden + j;
+        in[k] = S::ld(ig + row + at, r, 0), h[k] = S::ld(hg + row + at, r, 0);
+        if (ib) in[k] = S::add(in[k], S::ld(ib + at, r, 0));
+        if (hb) h[k] = S::add(h[k], S::ld(hb + at, r, 0));
+      }
+      const V rg = sigmoid_lanes(S::add(in[0], h[0])), z = sigmoid_lanes(S::add(in[1], h[1]));
+      const V n = tanh_lanes(S::add(in[2], S::mul(rg, h[2])));
+      const V x = S::ld(hx + half + j, r, 0);
+      S::st(hy + half + j, r, S::add(n, S::mul(z, S::sub(x, n))));
+      const V saved[5] = {rg, z, n, x, h[2]};
+      for (int64_t k = 0; k < 5; ++k) S::st(w + k * hidden + j, r, saved[k]);
+    });
+  }
+}
+
+void gru_cell_backward(int64_t rows, int64_t hidden, const float* ghy, const float* ws, float* gi, float* gh,
+                       float* ghx, float* gbi, float* gbh) {
+  using V = S::V;
+  const V one = S::splat(1.0f);
+  for (int64_t b = 0; b < rows; ++b) {
+    const int64_t row = b * 3 * hidden, half = b * hidden;
+    const float* w = ws + b * 5 * hidden;
+    chunks(hidden, [&](int64_t j, int64_t r) {
+      const V rg = S::ld(w + j, r, 0), z = S::ld(w + hidden + j, r, 0), n = S::ld(w + 2 * hidden + j, r, 0);
+      const V x = S::ld(w + 3 * hidden + j, r, 0), hn = S::ld(w + 4 * hidden + j, r, 0);
+      const V g = S::ld(ghy + half + j, r, 0);
+      const V grad_n = S::mul(S::mul(g, S::sub(one, z)), S::sub(one, S::mul(n, n)));
+      const V grad_z = S::mul(S::mul(S::mul(g, S::sub(x, n)), z), S::sub(one, z));
+      const V grad_r = S::mul(S::mul(S::mul(grad_n, hn), rg), S::sub(one, rg));
+      const V input[3] = {grad_r, grad_z, grad_n}, hidden_grads[3] = {grad_r, grad_z, S::mul(grad_n, rg)};
+      for (int64_t k = 0; k < 3; ++k) {
+        S::st(gi + row + k * hidden + j, r, input[k]);
+        S::st(gh + row + k * hidden + j, r, hidden_grads[k]);
+        if (gbi) {
+          S::st(gbi + k * hidden + j, r, S::add(S::ld(gbi + k * hidden + j, r, 0), input[k]));
+          S::st(gbh + k * hidden + j, r, S::add(S::ld(gbh + k * hidden + j, r, 0), hidden_grads[k]));
+        }
+      }
+      S::st(ghx + half + j, r, S::mul(g, z));
+    });
+  }
 }
 
 float sum(const float* x, int64_t n) {

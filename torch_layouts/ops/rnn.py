@@ -2,14 +2,19 @@
 
 PyTorch sends accelerator tensors (CUDA, XPU, PrivateUse1) to ``_thnn_fused_lstm_cell`` and
 ``_thnn_fused_gru_cell``, which have no CPU kernel for the fallback to borrow. These kernels
-compute the same cells from device ops, saving the activated gates as CUDA's kernels do, and
-the matching backward kernels make ``backward()`` work through PyTorch's own formulas.
+compute the same cells, saving the activated gates as CUDA's kernels do, and the matching
+backward kernels make ``backward()`` work through PyTorch's own formulas. A float32 cell (and
+its backward) is one pass of the runtime's fused cell (``torch.ops.torch_layouts.lstm_cell``,
+``gru_cell``; ``csrc/recurrent_cells.cpp``) on row-major views of the buffers, replayed by the
+runtime's front after its first call; cells of other dtypes compute from device ops.
 """
 
 from __future__ import annotations
 
 import torch
 
+from .on_views import common_device, on_views
+from .operands import default_coords
 from .registry import register
 
 Tensor = torch.Tensor
@@ -24,9 +29,32 @@ def _gates(input_gates: Tensor, hidden_gates: Tensor, input_bias: Tensor | None,
     return input_gates, hidden_gates
 
 
+def _float32(values: list) -> bool:
+    return all(v.dtype == torch.float32 for v in values if isinstance(v, Tensor))
+
+
+def _fused(op: torch._ops.OpOverload, values: list, results: list[tuple[int, ...] | None]
+           ) -> tuple[Tensor | None, ...]:
+    """``op``, a runtime cell (``csrc/recurrent_cells.cpp``), on row-major views of the float32
+    operands in ``values``: a new tensor in the default layout for each result size, None where
+    there is none."""
+    coords = [default_coords(size, torch.float32) for size in results if size is not None]
+    kept = [size is not None for size in results]
+    inputs = tuple(i for i, v in enumerate(values) if isinstance(v, Tensor))
+    outs = iter(on_views(op, values, inputs, coords, common_device([values[i] for i in inputs]), contiguous=inputs,
+                         kept=kept if not all(kept) else ()))
+    return tuple(next(outs) if k else None for k in kept)
+
+
 def lstm_cell(input_gates: Tensor, hidden_gates: Tensor, cx: Tensor, input_bias: Tensor | None = None,
               hidden_bias: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
-    """(hy, cy, workspace): workspace holds the activated gates [i, f, g, o] (CUDA's layout)."""
+    """(hy, cy, workspace): workspace holds the activated gates [i, f, g, o] (CUDA's layout).
+    float32 cells of matching sizes run the runtime's fused cell, other dtypes these device ops."""
+    values = [input_gates, hidden_gates, cx, input_bias, hidden_bias]
+    if _float32(values) and cx.dim() == 2 and input_gates.shape == hidden_gates.shape == (cx.shape[0], 4 * cx.shape[1]):
+        rows, hidden = cx.shape
+        return _fused(torch.ops.torch_layouts.lstm_cell.default, values, [(rows, hidden), (rows, hidden),
+                                                                         (rows, 4 * hidden)])
     igates, hgates = _gates(input_gates, hidden_gates, input_bias, hidden_bias)
     i, f, g, o = (igates + hgates).chunk(4, dim=1)
     i, f, g, o = i.sigmoid(), f.sigmoid(), g.tanh(), o.sigmoid()
@@ -38,6 +66,11 @@ def lstm_cell(input_gates: Tensor, hidden_gates: Tensor, cx: Tensor, input_bias:
 def lstm_cell_backward(grad_hy: Tensor | None, grad_cy: Tensor | None, cx: Tensor, cy: Tensor, workspace: Tensor,
                        has_bias: bool) -> tuple[Tensor, Tensor, Tensor | None]:
     """(grad of the gates, grad_cx, grad of the bias) of ``lstm_cell``."""
+    values = [grad_hy, grad_cy, cx, cy, workspace, has_bias]
+    if _float32(values) and cx.dim() == 2 and cy.shape == cx.shape and workspace.shape == (cx.shape[0], 4 * cx.shape[1]):
+        rows, hidden = cx.shape
+        return _fused(torch.ops.torch_layouts.lstm_cell_backward.default, values,
+                      [(rows, 4 * hidden), (rows, hidden), (4 * hidden,) if has_bias else None])
     i, f, g, o = workspace.chunk(4, dim=1)
     tanh_cy = cy.tanh()
     grad_hy = torch.zeros_like(cy) if grad_hy is None else grad_hy
@@ -49,7 +82,12 @@ def lstm_cell_backward(grad_hy: Tensor | None, grad_cy: Tensor | None, cx: Tenso
 
 def gru_cell(input_gates: Tensor, hidden_gates: Tensor, hx: Tensor, input_bias: Tensor | None = None,
              hidden_bias: Tensor | None = None) -> tuple[Tensor, Tensor]:
-    """(hy, workspace): workspace holds [r, z, n, hx, hidden n-gate] (CUDA's layout)."""
+    """(hy, workspace): workspace holds [r, z, n, hx, hidden n-gate] (CUDA's layout). float32
+    cells of matching sizes run the runtime's fused cell, other dtypes these device ops."""
+    values = [input_gates, hidden_gates, hx, input_bias, hidden_bias]
+    if _float32(values) and hx.dim() == 2 and input_gates.shape == hidden_gates.shape == (hx.shape[0], 3 * hx.shape[1]):
+        rows, hidden = hx.shape
+        return _fused(torch.ops.torch_layouts.gru_cell.default, values, [(rows, hidden), (rows, 5 * hidden)])
     igates, hgates = _gates(input_gates, hidden_gates, input_bias, hidden_bias)
     i_r, i_z, i_n = igates.chunk(3, dim=1)
     h_r, h_z, h_n = hgates.chunk(3, dim=1)
@@ -62,6 +100,12 @@ def gru_cell(input_gates: Tensor, hidden_gates: Tensor, hx: Tensor, input_bias: 
 def gru_cell_backward(grad_hy: Tensor, workspace: Tensor, has_bias: bool
                       ) -> tuple[Tensor, Tensor, Tensor, Tensor | None, Tensor | None]:
     """(grad input gates, grad hidden gates, grad_hx, grad input bias, grad hidden bias) of ``gru_cell``."""
+    if _float32([grad_hy, workspace]) and grad_hy.dim() == 2 and workspace.shape == (grad_hy.shape[0],
+                                                                                       5 * grad_hy.shape[1]):
+        rows, hidden = grad_hy.shape
+        bias = (3 * hidden,) if has_bias else None
+        return _fused(torch.ops.torch_layouts.gru_cell_backward.default, [grad_hy, workspace, has_bias],
+                      [(rows, 3 * hidden), (rows, 3 * hidden), (rows, hidden), bias, bias])
     r, z, n, hx, h_n = workspace.chunk(5, dim=1)
     grad_n = grad_hy * (1 - z) * (1 - n * n)
     grad_z = grad_hy * (hx - n) * z * (1 - z)
