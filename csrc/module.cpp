@@ -554,6 +554,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         rows_extreme(x, out, width, max, s ? &*s : nullptr);
       },
       py::arg("x"), py::arg("out"), py::arg("width"), py::arg("max"), py::arg("sparse") = py::none(), nogil);
+  m.def("_rows_arg_extreme", &rows_arg_extreme, py::arg("x"), py::arg("indices"), py::arg("values"), py::arg("width"),
+        py::arg("length"), py::arg("max"), nogil);
   m.def(
       "_columns_sum",
       [](const at::Tensor& v, const std::vector<int64_t>& reduced, const at::Tensor& out) {

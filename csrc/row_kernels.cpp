@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <cmath>
 #include <limits>
 #include <memory>
 #include <string>
@@ -717,6 +718,72 @@ void rows_extreme(const at::Tensor& x, const at::Tensor& out, int64_t width, boo
         const char* p = reinterpret_cast<const char*>(run);
         m.fold_run_extremes(&acc, &p, 1, n, false, max);
       });
+}
+
+void rows_arg_extreme(const at::Tensor& x, const at::Tensor& indices, const std::optional<at::Tensor>& values,
+                      int64_t width, int64_t length, bool max) {
+  const Rows g = make_rows({x}, {"input"}, width, length);
+  auto check = [&](const at::Tensor& t, at::ScalarType type, const char* name) {
+    TORCH_CHECK_VALUE(t.device().is_cpu() && t.scalar_type() == type && t.dim() == 1 && t.numel() == g.rows &&
+                          t.is_contiguous(),
+                      name, " must be a contiguous 1-dim ", type, " CPU tensor of ", g.rows, " elements, got ",
+                      t.scalar_type(), " of ", t.sizes(), " on ", t.device());
+  };
+  check(indices, at::kLong, "indices");
+  if (values) check(*values, at::kFloat, "values");
+  TORCH_CHECK_VALUE(g.len > 0, "rows of no elements have no extreme");
+  const Operand& op = g.ops[0];
+  const RowMath& m = math();
+  const float init = max ? -std::numeric_limits<float>::infinity() : std::numeric_limits<float>::infinity();
+  const int64_t runs = static_cast<int64_t>(op.run_offset.size());
+  int64_t* index_out = indices.data_ptr<int64_t>();
+  float* value_out = values ? values->data_ptr<float>() : nullptr;
+  for_chunks(g, [&](int64_t, int64_t begin, int64_t rows) {
+    const int64_t at_once = std::min(rows, kSumRows);
+    const auto base = std::make_unique_for_overwrite<int64_t[]>(at_once);
+    const auto ptrs = std::make_unique_for_overwrite<const char*[]>(at_once);
+    const auto run_max = std::make_unique_for_overwrite<float[]>(at_once);
+    const auto best = std::make_unique_for_overwrite<float[]>(at_once);
+    const auto best_run = std::make_unique_for_overwrite<int64_t[]>(at_once);
+    std::vector<float> scratch(g.run_len);
+    for (int64_t first = begin; first < begin + rows; first += kSumRows) {
+      const int64_t count = std::min(kSumRows, begin + rows - first);
+      g.row_offsets(op, first, count, [&](int64_t r, int64_t off) { base[r] = off; });
+      std::fill_n(best.get(), count, init);
+      std::fill_n(best_run.get(), count, int64_t{0});
+      // Each run's extreme for the block's rows (the vector fold, NaN where a run holds one); a
+      // row keeps the first run holding its extreme, or its first NaN.
+      for (int64_t j = 0; j < runs; ++j) {
+        const int64_t n = j + 1 < runs ? g.run_len : g.last;
+        for (int64_t r = 0; r < count; ++r) ptrs[r] = op.data + (base[r] + op.run_offset[j]) * op.esize;
+        std::fill_n(run_max.get(), count, init);
+        if (op.run_stride == 1 && op.dtype != at::kBFloat16) {
+          m.fold_run_extremes(run_max.get(), ptrs.get(), count, n, op.dtype == at::kHalf, max);
+        } else {
+          for (int64_t r = 0; r < count; ++r) {
+            load(scratch.data(), ptrs[r], n, op.run_stride, op.dtype, m);
+            const char* p = reinterpret_cast<const char*>(scratch.data());
+            m.fold_run_extremes(&run_max[r], &p, 1, n, false, max);
+          }
+        }
+        for (int64_t r = 0; r < count; ++r) {
+          const float v = run_max[r], b = best[r];
+          if (std::isnan(b)) continue;
+          if (std::isnan(v) || (max ? v > b : v < b)) best[r] = v, best_run[r] = j;
+        }
+      }
+      // The first element of that run equal to it (or NaN): ATen's index among ties.
+      g.host_rows(first, count, [&](int64_t r, int64_t row) {
+        const int64_t j = best_run[r], n = j + 1 < runs ? g.run_len : g.last;
+        load(scratch.data(), op.data + (base[r] + op.run_offset[j]) * op.esize, n, op.run_stride, op.dtype, m);
+        const float b = best[r];
+        int64_t i = 0;
+        while (i + 1 < n && !(std::isnan(b) ? std::isnan(scratch[i]) : scratch[i] == b)) ++i;
+        index_out[row] = j * g.run_len + i;
+        if (value_out) value_out[row] = b;
+      });
+    }
+  });
 }
 
 const RowMath& rows_math() { return math(); }

@@ -54,6 +54,13 @@ void rows_sum(const at::Tensor& x, const at::Tensor& out, int64_t width, int64_t
 void rows_extreme(const at::Tensor& x, const at::Tensor& out, int64_t width, bool max,
                   const SparseRows* sparse = nullptr);
 
+// indices := each row's index of its maximum (max false: minimum), the first among ties, or of
+// its first NaN, as ATen's argmax and argmin; values (may be absent) := that element, float32 (max
+// and min over a dim). int64 and float32 contiguous CPU tensors of one element a row, in the
+// rows' order. `length` as rows_cumsum's.
+void rows_arg_extreme(const at::Tensor& x, const at::Tensor& indices, const std::optional<at::Tensor>& values,
+                      int64_t width, int64_t length, bool max);
+
 // out := each row's running sums (ATen's cumsum along the row: float32 accumulated in double,
 // float16 and bfloat16 in float32, each sum rounded to the dtype); out may be x.
 void rows_cumsum(const at::Tensor& x, const at::Tensor& out, int64_t width, int64_t length = -1);

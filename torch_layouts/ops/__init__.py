@@ -40,8 +40,8 @@ counted per op in ``stats()``.
 
 from __future__ import annotations
 
-from . import (attention, concat, convolution, dropout, elementwise, embedding, foreach, indexing, layer_norm, losses, matmul,
-               on_views, reductions, rms_norm, rnn, scans, softmax, view_backward, view_copy)
+from . import (arg_extremes, attention, concat, convolution, dropout, elementwise, embedding, foreach, indexing,
+               layer_norm, losses, matmul, on_views, reductions, rms_norm, rnn, scans, softmax, view_backward, view_copy)
 from .registry import register_out_variants
 from .rules import LayoutError, restickify, strict_layouts
 from .stats import reset_stats, stats, warn_on_fallback
@@ -62,6 +62,7 @@ indexing.register_all()
 embedding.register_all()
 foreach.register_all()
 concat.register_all()
+arg_extremes.register_all()
 on_views.register_all()
 scans.register_all()
 view_copy.register_all()

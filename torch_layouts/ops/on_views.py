@@ -191,8 +191,8 @@ def cpu_kernel(functional: torch._ops.OpOverload, out: torch._ops.OpOverload) ->
 # Ops run as their CPU out= overloads on the views (functional overload -> out= overload): each
 # took the CPU fallback (copies of every operand each way) before.
 CPU_KERNELS = {
-    "logsumexp": "logsumexp.out", "argmax": "argmax.out", "argmin": "argmin.out", "max": "max.unary_out", "min": "min.unary_out",
-    "max.dim": "max.dim_max", "min.dim": "min.dim_min", "topk": "topk.values", "sort.stable": "sort.values_stable",
+    "logsumexp": "logsumexp.out", "max": "max.unary_out", "min": "min.unary_out", "topk": "topk.values",
+    "sort.stable": "sort.values_stable",
     "var.correction": "var.correction_out", "std.correction": "std.correction_out",
     "linalg_vector_norm": "linalg_vector_norm.out", "gather": "gather.out",
     "scatter.src": "scatter.src_out", "scatter.value": "scatter.value_out", "scatter_add": "scatter_add.out",
