@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from .on_views import common_device, on_views
+from .on_views import common_device, on_views_kept
 from .operands import default_coords, host_read
 from .registry import register
 
@@ -52,14 +52,11 @@ def on_views_masked(op: torch._ops.OpOverload, values: list, inputs: tuple[int, 
     except Exception:
         op(*[v.cpu() if isinstance(v, Tensor) else v for v in values])  # the CPU's error
         raise
-    metas = metas if isinstance(metas, tuple) else (metas,)
-    kept = [m is not None for m in metas]
     sizes = sizes or {}
-    results = [default_coords(sizes.get(i, tuple(m.shape)), m.dtype) for i, m in enumerate(metas) if m is not None]
-    contiguous = set(inputs) - set(in_place)
-    outs = iter(on_views(op, values, inputs, results, device, contiguous=contiguous, overrides=overrides,
-                         kept=kept if not all(kept) else ()))
-    return tuple(next(outs) if k else None for k in kept)
+    results = [None if m is None else default_coords(sizes.get(i, tuple(m.shape)), m.dtype)
+               for i, m in enumerate(metas if isinstance(metas, tuple) else (metas,))]
+    return on_views_kept(op, values, inputs, results, device, contiguous=set(inputs) - set(in_place),
+                         overrides=overrides)
 
 
 def convolution(input: Tensor, weight: Tensor, bias: Tensor | None, stride: Sequence[int], padding: Sequence[int],

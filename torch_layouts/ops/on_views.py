@@ -22,7 +22,7 @@ from .operands import Read, common_reads, default_coords, host_read, new_tensor,
 from .registry import aten_overload, register
 from .view_copy import strided_or_staged
 
-__all__ = ["CPU_KERNELS", "common_device", "cpu_kernel", "finish", "on_views", "register_all", "split"]
+__all__ = ["CPU_KERNELS", "common_device", "cpu_kernel", "finish", "on_views", "on_views_kept", "register_all", "split"]
 
 
 def _refined(args: list, inputs: tuple[int, ...], out: torch.Tensor) -> tuple[list, Read] | None:
@@ -125,6 +125,18 @@ def on_views(op: torch._ops.OpOverload, args: list, inputs: tuple[int, ...], res
            op._schema.name + ("" if op._overloadname == "default" else f".{op._overloadname}"), overrides=overrides,
            kept=kept)
     return tuple(outs)
+
+
+def on_views_kept(op: torch._ops.OpOverload, args: list, inputs: tuple[int, ...],
+                  results: Sequence[BoundLayout | None], device: torch.device, **options: Any
+                  ) -> tuple[torch.Tensor | None, ...]:
+    """``on_views`` of a functional ``op`` some of whose results are left out (an
+    ``output_mask``'s, a bias gradient without a bias): ``results`` holds None for those, and so
+    does the value returned; ``options``: ``on_views``'s."""
+    kept = [r is not None for r in results]
+    outs = iter(on_views(op, args, inputs, [r for r in results if r is not None], device,
+                         kept=kept if not all(kept) else (), **options))
+    return tuple(next(outs) if k else None for k in kept)
 
 
 def finish(args: list, outs: list[torch.Tensor], records: list, reads: Iterable[tuple[int, tuple]], written: list,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from .on_views import common_device, on_views
+from .on_views import common_device, on_views_kept
 from .operands import default_coords
 from .registry import register
 
@@ -38,12 +38,10 @@ def _fused(op: torch._ops.OpOverload, values: list, results: list[tuple[int, ...
     """``op``, a runtime cell (``csrc/recurrent_cells.cpp``), on row-major views of the float32
     operands in ``values``: a new tensor in the default layout for each result size, None where
     there is none."""
-    coords = [default_coords(size, torch.float32) for size in results if size is not None]
-    kept = [size is not None for size in results]
     inputs = tuple(i for i, v in enumerate(values) if isinstance(v, Tensor))
-    outs = iter(on_views(op, values, inputs, coords, common_device([values[i] for i in inputs]), contiguous=inputs,
-                         kept=kept if not all(kept) else ()))
-    return tuple(next(outs) if k else None for k in kept)
+    return on_views_kept(op, values, inputs, [None if size is None else default_coords(size, torch.float32)
+                                              for size in results],
+                         common_device([values[i] for i in inputs]), contiguous=inputs)
 
 
 def lstm_cell(input_gates: Tensor, hidden_gates: Tensor, cx: Tensor, input_bias: Tensor | None = None,
