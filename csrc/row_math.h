@@ -53,23 +53,23 @@ struct RowMath {
   // sum(gw) term for RMS norm (rms; its mean 0).
   void (*layer_norm_backward)(RowShape s, int64_t count, Row g, Row x, Row out, const float* mean,
                               const float* rstd, const float* w, float* dgamma, float* dbeta, bool rms);
-  // The fused LSTM cell on dense row-major float32 rows of `hidden` elements (gates: 4 * hidden
-  // a row, [i, f, g, o]; biases 4 * hidden, each may be null): gates = (ig + ib) + (hg + hb);
+  // The fused cells over n contiguous lanes of hidden units, each gate's run given apart (LSTM:
+  // [i, f, g, o]; GRU: [r, z, n]); a null bias array: no bias. LSTM: gates = (ig + ib) + (hg + hb);
   // i, f, o = sigmoid, g = tanh; cy = f * cx + i * g; hy = o * tanh(cy); ws := the activated gates.
-  void (*lstm_cell)(int64_t rows, int64_t hidden, const float* ig, const float* hg, const float* ib, const float* hb,
-                    const float* cx, float* hy, float* cy, float* ws);
-  // Its backward from the activated gates ws (grad_hy, grad_cy may be null: zeros): gg := the
-  // gates' gradient, gcx := cx's; gbias (may be null) := gg summed over the rows.
-  void (*lstm_cell_backward)(int64_t rows, int64_t hidden, const float* ghy, const float* gcy, const float* cx,
-                             const float* cy, const float* ws, float* gg, float* gcx, float* gbias);
-  // The fused GRU cell (gates: 3 * hidden a row, [r, z, n]): r, z = sigmoid((ig + ib) + (hg + hb)),
-  // n = tanh(ig_n + ib_n + r * (hg_n + hb_n)), hy = n + z * (hx - n); ws := [r, z, n, hx, hg_n + hb_n].
-  void (*gru_cell)(int64_t rows, int64_t hidden, const float* ig, const float* hg, const float* ib, const float* hb,
-                   const float* hx, float* hy, float* ws);
+  void (*lstm_cell)(int64_t n, const float* const* ig, const float* const* hg, const float* const* ib,
+                    const float* const* hb, const float* cx, float* hy, float* cy, float* const* ws);
+  // Its backward from ws (grad_hy, grad_cy may be null: zeros): gg := the gates' gradient, gcx :=
+  // cx's; gbias (may be null) += gg.
+  void (*lstm_cell_backward)(int64_t n, const float* ghy, const float* gcy, const float* cx, const float* cy,
+                             const float* const* ws, float* const* gg, float* gcx, float* const* gbias);
+  // GRU: r, z = sigmoid((ig + ib) + (hg + hb)), n = tanh(ig_n + ib_n + r * (hg_n + hb_n)),
+  // hy = n + z * (hx - n); ws := [r, z, n, hx, hg_n + hb_n].
+  void (*gru_cell)(int64_t n, const float* const* ig, const float* const* hg, const float* const* ib,
+                   const float* const* hb, const float* hx, float* hy, float* const* ws);
   // Its backward from ws: gi, gh := the input and hidden gates' gradients, ghx := hx's; gbi, gbh
-  // (both null or neither) := gi, gh summed over the rows.
-  void (*gru_cell_backward)(int64_t rows, int64_t hidden, const float* ghy, const float* ws, float* gi, float* gh,
-                            float* ghx, float* gbi, float* gbh);
+  // (both null or neither) += gi, gh.
+  void (*gru_cell_backward)(int64_t n, const float* ghy, const float* const* ws, float* const* gi, float* const* gh,
+                            float* ghx, float* const* gbi, float* const* gbh);
   float (*sum)(const float* x, int64_t n);
   // sums[r] += the sum of n float32 (half: float16) elements from runs[r], for r < count.
   void (*add_run_sums)(float* sums, const char* const* runs, int64_t count, int64_t n, bool half);

@@ -315,107 +315,88 @@ inline S::V tanh_lanes(S::V x) {
   return S::sub(S::splat(1.0f), S::div(S::splat(2.0f), S::add(exp_lanes(S::add(x, x)), S::splat(1.0f))));
 }
 
-void lstm_cell(int64_t rows, int64_t hidden, const float* ig, const float* hg, const float* ib, const float* hb,
-               const float* cx, float* hy, float* cy, float* ws) {
+void lstm_cell(int64_t n, const float* const* ig, const float* const* hg, const float* const* ib,
+               const float* const* hb, const float* cx, float* hy, float* cy, float* const* ws) {
   using V = S::V;
-  for (int64_t b = 0; b < rows; ++b) {
-    const int64_t row = b * 4 * hidden, half = b * hidden;
-    chunks(hidden, [&](int64_t j, int64_t r) {
-      V gate[4];
-      for (int64_t k = 0; k < 4; ++k) {
-        const int64_t at = k * hidden + j;
-        V in = S::ld(ig + row + at, r, 0), h = S::ld(hg + row + at, r, 0);
-        if (ib) in = S::add(in, S::ld(ib + at, r, 0));
-        if (hb) h = S::add(h, S::ld(hb + at, r, 0));
-        gate[k] = S::add(in, h);
-      }
-      const V i = sigmoid_lanes(gate[0]), f = sigmoid_lanes(gate[1]), g = tanh_lanes(gate[2]);
-      const V o = sigmoid_lanes(gate[3]);
-      const V c = S::add(S::mul(f, S::ld(cx + half + j, r, 0)), S::mul(i, g));
-      S::st(cy + half + j, r, c);
-      S::st(hy + half + j, r, S::mul(o, tanh_lanes(c)));
-      const V act[4] = {i, f, g, o};
-      for (int64_t k = 0; k < 4; ++k) S::st(ws + row + k * hidden + j, r, act[k]);
-    });
-  }
+  chunks(n, [&](int64_t j, int64_t r) {
+    V gate[4];
+    for (int64_t k = 0; k < 4; ++k) {
+      V in = S::ld(ig[k] + j, r, 0), h = S::ld(hg[k] + j, r, 0);
+      if (ib) in = S::add(in, S::ld(ib[k] + j, r, 0));
+      if (hb) h = S::add(h, S::ld(hb[k] + j, r, 0));
+      gate[k] = S::add(in, h);
+    }
+    const V i = sigmoid_lanes(gate[0]), f = sigmoid_lanes(gate[1]), g = tanh_lanes(gate[2]);
+    const V o = sigmoid_lanes(gate[3]);
+    const V c = S::add(S::mul(f, S::ld(cx + j, r, 0)), S::mul(i, g));
+    S::st(cy + j, r, c);
+    S::st(hy + j, r, S::mul(o, tanh_lanes(c)));
+    const V act[4] = {i, f, g, o};
+    for (int64_t k = 0; k < 4; ++k) S::st(ws[k] + j, r, act[k]);
+  });
 }
 
-void lstm_cell_backward(int64_t rows, int64_t hidden, const float* ghy, const float* gcy, const float* cx,
-                        const float* cy, const float* ws, float* gg, float* gcx, float* gbias) {
+void lstm_cell_backward(int64_t n, const float* ghy, const float* gcy, const float* cx, const float* cy,
+                        const float* const* ws, float* const* gg, float* gcx, float* const* gbias) {
   using V = S::V;
   const V one = S::splat(1.0f);
-  for (int64_t b = 0; b < rows; ++b) {
-    const int64_t row = b * 4 * hidden, half = b * hidden;
-    chunks(hidden, [&](int64_t j, int64_t r) {
-      const V i = S::ld(ws + row + j, r, 0), f = S::ld(ws + row + hidden + j, r, 0);
-      const V g = S::ld(ws + row + 2 * hidden + j, r, 0), o = S::ld(ws + row + 3 * hidden + j, r, 0);
-      const V t = tanh_lanes(S::ld(cy + half + j, r, 0));
-      const V gh = ghy ? S::ld(ghy + half + j, r, 0) : S::zeros();
-      const V gc = S::add(gcy ? S::ld(gcy + half + j, r, 0) : S::zeros(),
-                          S::mul(S::mul(gh, o), S::sub(one, S::mul(t, t))));
-      const V grads[4] = {S::mul(S::mul(S::mul(gc, g), i), S::sub(one, i)),
-                          S::mul(S::mul(S::mul(gc, S::ld(cx + half + j, r, 0)), f), S::sub(one, f)),
-                          S::mul(S::mul(gc, i), S::sub(one, S::mul(g, g))),
-                          S::mul(S::mul(S::mul(gh, t), o), S::sub(one, o))};
-      for (int64_t k = 0; k < 4; ++k) {
-        S::st(gg + row + k * hidden + j, r, grads[k]);
-        if (gbias) S::st(gbias + k * hidden + j, r, S::add(S::ld(gbias + k * hidden + j, r, 0), grads[k]));
-      }
-      S::st(gcx + half + j, r, S::mul(gc, f));
-    });
-  }
+  chunks(n, [&](int64_t j, int64_t r) {
+    const V i = S::ld(ws[0] + j, r, 0), f = S::ld(ws[1] + j, r, 0), g = S::ld(ws[2] + j, r, 0);
+    const V o = S::ld(ws[3] + j, r, 0), t = tanh_lanes(S::ld(cy + j, r, 0));
+    const V gh = ghy ? S::ld(ghy + j, r, 0) : S::zeros();
+    const V gc = S::add(gcy ? S::ld(gcy + j, r, 0) : S::zeros(), S::mul(S::mul(gh, o), S::sub(one, S::mul(t, t))));
+    const V grads[4] = {S::mul(S::mul(S::mul(gc, g), i), S::sub(one, i)),
+                        S::mul(S::mul(S::mul(gc, S::ld(cx + j, r, 0)), f), S::sub(one, f)),
+                        S::mul(S::mul(gc, i), S::sub(one, S::mul(g, g))),
+                        S::mul(S::mul(S::mul(gh, t), o), S::sub(one, o))};
+    for (int64_t k = 0; k < 4; ++k) {
+      S::st(gg[k] + j, r, grads[k]);
+      if (gbias) S::st(gbias[k] + j, r, S::add(S::ld(gbias[k] + j, r, 0), grads[k]));
+    }
+    S::st(gcx + j, r, S::mul(gc, f));
+  });
 }
 
-void gru_cell(int64_t rows, int64_t hidden, const float* ig, const float* hg, const float* ib, const float* hb,
-              const float* hx, float* hy, float* ws) {
+void gru_cell(int64_t n, const float* const* ig, const float* const* hg, const float* const* ib,
+              const float* const* hb, const float* hx, float* hy, float* const* ws) {
   using V = S::V;
-  for (int64_t b = 0; b < rows; ++b) {
-    const int64_t row = b * 3 * hidden, half = b * hidden;
-    float* w = ws + b * 5 * hidden;
-    chunks(hidden, [&](int64_t j, int64_t r) {
-      V in[3], h[3];
-      for (int64_t k = 0; k < 3; ++k) {
-        const int64_t at = k * hidden + j;
-        in[k] = S::ld(ig + row + at, r, 0), h[k] = S::ld(hg + row + at, r, 0);
-        if (ib) in[k] = S::add(in[k], S::ld(ib + at, r, 0));
-        if (hb) h[k] = S::add(h[k], S::ld(hb + at, r, 0));
-      }
-      const V rg = sigmoid_lanes(S::add(in[0], h[0])), z = sigmoid_lanes(S::add(in[1], h[1]));
-      const V n = tanh_lanes(S::add(in[2], S::mul(rg, h[2])));
-      const V x = S::ld(hx + half + j, r, 0);
-      S::st(hy + half + j, r, S::add(n, S::mul(z, S::sub(x, n))));
-      const V saved[5] = {rg, z, n, x, h[2]};
-      for (int64_t k = 0; k < 5; ++k) S::st(w + k * hidden + j, r, saved[k]);
-    });
-  }
+  chunks(n, [&](int64_t j, int64_t r) {
+    V in[3], h[3];
+    for (int64_t k = 0; k < 3; ++k) {
+      in[k] = S::ld(ig[k] + j, r, 0), h[k] = S::ld(hg[k] + j, r, 0);
+      if (ib) in[k] = S::add(in[k], S::ld(ib[k] + j, r, 0));
+      if (hb) h[k] = S::add(h[k], S::ld(hb[k] + j, r, 0));
+    }
+    const V rg = sigmoid_lanes(S::add(in[0], h[0])), z = sigmoid_lanes(S::add(in[1], h[1]));
+    const V nv = tanh_lanes(S::add(in[2], S::mul(rg, h[2])));
+    const V x = S::ld(hx + j, r, 0);
+    S::st(hy + j, r, S::add(nv, S::mul(z, S::sub(x, nv))));
+    const V saved[5] = {rg, z, nv, x, h[2]};
+    for (int64_t k = 0; k < 5; ++k) S::st(ws[k] + j, r, saved[k]);
+  });
 }
 
-void gru_cell_backward(int64_t rows, int64_t hidden, const float* ghy, const float* ws, float* gi, float* gh,
-                       float* ghx, float* gbi, float* gbh) {
+void gru_cell_backward(int64_t n, const float* ghy, const float* const* ws, float* const* gi, float* const* gh,
+                       float* ghx, float* const* gbi, float* const* gbh) {
   using V = S::V;
   const V one = S::splat(1.0f);
-  for (int64_t b = 0; b < rows; ++b) {
-    const int64_t row = b * 3 * hidden, half = b * hidden;
-    const float* w = ws + b * 5 * hidden;
-    chunks(hidden, [&](int64_t j, int64_t r) {
-      const V rg = S::ld(w + j, r, 0), z = S::ld(w + hidden + j, r, 0), n = S::ld(w + 2 * hidden + j, r, 0);
-      const V x = S::ld(w + 3 * hidden + j, r, 0), hn = S::ld(w + 4 * hidden + j, r, 0);
-      const V g = S::ld(ghy + half + j, r, 0);
-      const V grad_n = S::mul(S::mul(g, S::sub(one, z)), S::sub(one, S::mul(n, n)));
-      const V grad_z = S::mul(S::mul(S::mul(g, S::sub(x, n)), z), S::sub(one, z));
-      const V grad_r = S::mul(S::mul(S::mul(grad_n, hn), rg), S::sub(one, rg));
-      const V input[3] = {grad_r, grad_z, grad_n}, hidden_grads[3] = {grad_r, grad_z, S::mul(grad_n, rg)};
-      for (int64_t k = 0; k < 3; ++k) {
-        S::st(gi + row + k * hidden + j, r, input[k]);
-        S::st(gh + row + k * hidden + j, r, hidden_grads[k]);
-        if (gbi) {
-          S::st(gbi + k * hidden + j, r, S::add(S::ld(gbi + k * hidden + j, r, 0), input[k]));
-          S::st(gbh + k * hidden + j, r, S::add(S::ld(gbh + k * hidden + j, r, 0), hidden_grads[k]));
-        }
+  chunks(n, [&](int64_t j, int64_t r) {
+    const V rg = S::ld(ws[0] + j, r, 0), z = S::ld(ws[1] + j, r, 0), nv = S::ld(ws[2] + j, r, 0);
+    const V x = S::ld(ws[3] + j, r, 0), hn = S::ld(ws[4] + j, r, 0), g = S::ld(ghy + j, r, 0);
+    const V grad_n = S::mul(S::mul(g, S::sub(one, z)), S::sub(one, S::mul(nv, nv)));
+    const V grad_z = S::mul(S::mul(S::mul(g, S::sub(x, nv)), z), S::sub(one, z));
+    const V grad_r = S::mul(S::mul(S::mul(grad_n, hn), rg), S::sub(one, rg));
+    const V input[3] = {grad_r, grad_z, grad_n}, hidden[3] = {grad_r, grad_z, S::mul(grad_n, rg)};
+    for (int64_t k = 0; k < 3; ++k) {
+      S::st(gi[k] + j, r, input[k]);
+      S::st(gh[k] + j, r, hidden[k]);
+      if (gbi) {
+        S::st(gbi[k] + j, r, S::add(S::ld(gbi[k] + j, r, 0), input[k]));
+        S::st(gbh[k] + j, r, S::add(S::ld(gbh[k] + j, r, 0), hidden[k]));
       }
-      S::st(ghx + half + j, r, S::mul(g, z));
-    });
-  }
+    }
+    S::st(ghx + j, r, S::mul(g, z));
+  });
 }
 
 float sum(const float* x, int64_t n) {

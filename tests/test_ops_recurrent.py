@@ -40,7 +40,8 @@ def _fused_calls_match(operands: list[torch.Tensor | None], run: Callable[..., l
     elementwise.forget_recipes()
     entered = []
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(rnn, "_fused", lambda *a, f=rnn._fused: entered.append(1) or f(*a))
+        for name, original in (("_fused", rnn._fused), ("_on_lanes", rnn._on_lanes)):  # staged, or in place
+            patch.setattr(rnn, name, lambda *a, f=original: entered.append(1) or f(*a))
         first = None
         for call in range(3):
             copies = [_device(t) for t in operands]
@@ -179,9 +180,13 @@ def test_a_recurrent_network_trains_on_the_device_as_on_the_cpu(kind, cell):
 
 
 def test_bad_operands_are_named():
-    """A workspace of the wrong size reaching the runtime's cell: a ValueError naming it."""
+    """Operands of the wrong size or dtype reaching the runtime's cell: a ValueError naming them."""
     cx = torch.randn(3, 5)
     with pytest.raises(ValueError, match="workspace has 45 elements, expected 60"):
         torch.ops.torch_layouts.lstm_cell_backward(cx, None, cx, cx, torch.randn(3, 15), False)
-    with pytest.raises(ValueError, match="input_gates must be float32"):
+    with pytest.raises(ValueError, match="input_gates must be a float32 CPU tensor"):
         torch.ops.torch_layouts.lstm_cell(torch.randn(3, 20).double(), torch.randn(3, 20), cx)
+    lanes = torch.randn(3, 4, 2, 32)
+    with pytest.raises(ValueError, match=r"hy must be a \[3, 2, 32\] view with contiguous lanes"):
+        torch.ops.torch_layouts.lstm_cell.out(lanes, lanes, torch.randn(3, 2, 32), hy=torch.randn(3, 2, 33),
+                                              cy=torch.randn(3, 2, 32), workspace=lanes.clone())

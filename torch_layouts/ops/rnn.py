@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import torch
 
-from .on_views import common_device, on_views_kept
-from .operands import default_coords
+from .on_views import common_device, finish, on_views_kept
+from .operands import default_coords, new_tensor, plan, raw_view, read_of, runtime_record
 from .registry import register
 
 Tensor = torch.Tensor
+STICK = 32  # float32 elements a stick: hidden sizes of whole sticks are read where they lie
 
 
 def _gates(input_gates: Tensor, hidden_gates: Tensor, input_bias: Tensor | None,
@@ -44,6 +45,44 @@ def _fused(op: torch._ops.OpOverload, values: list, results: list[tuple[int, ...
                          common_device([values[i] for i in inputs]), contiguous=inputs)
 
 
+def _lane_view(t: Tensor, groups: int) -> Tensor | None:
+    """Float32 ``t`` (``(B, groups * H)``, a state ``(B, H)`` with ``groups`` 0, or a bias
+    ``(groups * H,)``; H whole sticks) read where its buffer holds it in the default layout, as
+    the runtime's cells take it: ``(B, groups, H / 32, 32)`` (``(B, H / 32, 32)``,
+    ``(groups, H / 32, 32)``); None where the buffer does not hold it so."""
+    coords = default_coords(tuple(t.shape), torch.float32)
+    p = plan(t, coords)
+    if p is None or not p.stick_ok or p.shape is not None:
+        return None
+    v = raw_view(t, coords.shape, p.strides, p.offset)  # (sticks, rows, lanes) or (sticks, lanes)
+    if t.dim() == 1:
+        return v.unflatten(0, (groups, -1))
+    v = v.permute(1, 0, 2)
+    return v.unflatten(1, (groups, -1)) if groups else v
+
+
+def _on_lanes(op: torch._ops.OpOverload, values: list, groups: list[int],
+              results: list[tuple[str, tuple[int, ...], int]]) -> tuple[Tensor, ...] | None:
+    """``op``, a runtime cell's out= form, on the operands' buffers where they lie
+    (``_lane_view``, ``groups`` per value), writing new default-layout results (out= name, size,
+    groups) in place; its recipe offered to the runtime's front. None where an operand's buffer
+    does not hold it in the default layout."""
+    views = {}
+    for i, (value, g) in enumerate(zip(values, groups)):
+        if isinstance(value, Tensor):
+            views[i] = _lane_view(value, g)
+            if views[i] is None:
+                return None
+    device = common_device([values[i] for i in views])
+    coords = [default_coords(size, torch.float32) for _, size, _ in results]
+    outs = [new_tensor(c, device) for c in coords]
+    written = [_lane_view(o, g) for o, (_, _, g) in zip(outs, results)]
+    op(*(views.get(i, v) for i, v in enumerate(values)), **{name: w for (name, _, _), w in zip(results, written)})
+    finish(values, outs, [runtime_record(c) for c in coords], [(i, (values[i], read_of(v), None)) for i, v in views.items()],
+           [(o, read_of(w), None) for o, w in zip(outs, written)], f"{op._schema.name}.{op._overloadname}")
+    return tuple(outs)
+
+
 def lstm_cell(input_gates: Tensor, hidden_gates: Tensor, cx: Tensor, input_bias: Tensor | None = None,
               hidden_bias: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """(hy, cy, workspace): workspace holds the activated gates [i, f, g, o] (CUDA's layout).
@@ -51,8 +90,11 @@ def lstm_cell(input_gates: Tensor, hidden_gates: Tensor, cx: Tensor, input_bias:
     values = [input_gates, hidden_gates, cx, input_bias, hidden_bias]
     if _float32(values) and cx.dim() == 2 and input_gates.shape == hidden_gates.shape == (cx.shape[0], 4 * cx.shape[1]):
         rows, hidden = cx.shape
-        return _fused(torch.ops.torch_layouts.lstm_cell.default, values, [(rows, hidden), (rows, hidden),
-                                                                         (rows, 4 * hidden)])
+        done = _on_lanes(torch.ops.torch_layouts.lstm_cell.out, values, [4, 4, 0, 4, 4],
+                         [("hy", (rows, hidden), 0), ("cy", (rows, hidden), 0), ("workspace", (rows, 4 * hidden), 4)]
+                         ) if hidden % STICK == 0 else None
+        return done or _fused(torch.ops.torch_layouts.lstm_cell.default, values,
+                              [(rows, hidden), (rows, hidden), (rows, 4 * hidden)])
     igates, hgates = _gates(input_gates, hidden_gates, input_bias, hidden_bias)
     i, f, g, o = (igates + hgates).chunk(4, dim=1)
     i, f, g, o = i.sigmoid(), f.sigmoid(), g.tanh(), o.sigmoid()
@@ -67,8 +109,11 @@ def lstm_cell_backward(grad_hy: Tensor | None, grad_cy: Tensor | None, cx: Tenso
     values = [grad_hy, grad_cy, cx, cy, workspace, has_bias]
     if _float32(values) and cx.dim() == 2 and cy.shape == cx.shape and workspace.shape == (cx.shape[0], 4 * cx.shape[1]):
         rows, hidden = cx.shape
-        return _fused(torch.ops.torch_layouts.lstm_cell_backward.default, values,
-                      [(rows, 4 * hidden), (rows, hidden), (4 * hidden,) if has_bias else None])
+        done = _on_lanes(torch.ops.torch_layouts.lstm_cell_backward.out, values, [0, 0, 0, 0, 4, 0],
+                         [("grad_gates", (rows, 4 * hidden), 4), ("grad_cx", (rows, hidden), 0),
+                          ("grad_bias", (4 * hidden,), 4)]) if has_bias and hidden % STICK == 0 else None
+        return done or _fused(torch.ops.torch_layouts.lstm_cell_backward.default, values,
+                              [(rows, 4 * hidden), (rows, hidden), (4 * hidden,) if has_bias else None])
     i, f, g, o = workspace.chunk(4, dim=1)
     tanh_cy = cy.tanh()
     grad_hy = torch.zeros_like(cy) if grad_hy is None else grad_hy
