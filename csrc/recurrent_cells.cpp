@@ -1,8 +1,8 @@
 // The fused LSTM and GRU cells as CPU ops, `torch_layouts::lstm_cell` and `gru_cell` (and their
 // backward), with the arguments of ATen's `_thnn_fused_lstm_cell` and `_thnn_fused_gru_cell`
 // (`_thnn_fused_lstm_cell_backward_impl`, `_thnn_fused_gru_cell_backward`), which PyTorch calls
-// on accelerators and which have no CPU kernel; and the LSTM's out= forms, which take the gates'
-// runs of lanes where the device buffers hold them (a stick's 32 lanes). ops/rnn.py runs them
+// on accelerators and which have no CPU kernel; and their out= forms, which take the gates' runs
+// of lanes where the device buffers hold them (a stick's 32 lanes). ops/rnn.py runs them
 // on views of the buffers (the out= forms where the hidden size is whole sticks, the others on
 // row-major copies), and the kernels' front replays them as the compute of those calls
 // (kernel_front.cpp's computed_as): one pass over the gates (row_math's cells, a run of lanes at a
@@ -208,6 +208,23 @@ std::tuple<at::Tensor, at::Tensor> gru_cell(const at::Tensor& input_gates, const
   return {hy, ws};
 }
 
+std::tuple<at::Tensor&, at::Tensor&> gru_cell_out(const at::Tensor& input_gates, const at::Tensor& hidden_gates,
+                                                  const at::Tensor& hx, const std::optional<at::Tensor>& input_bias,
+                                                  const std::optional<at::Tensor>& hidden_bias, at::Tensor& hy,
+                                                  at::Tensor& workspace) {
+  run_gru(input_gates, hidden_gates, hx, input_bias, hidden_bias, hy, workspace);
+  return {hy, workspace};
+}
+
+std::tuple<at::Tensor&, at::Tensor&, at::Tensor&, at::Tensor&, at::Tensor&> gru_cell_backward_out(
+    const at::Tensor& grad_hy, const at::Tensor& workspace, bool has_bias, at::Tensor& grad_input_gates,
+    at::Tensor& grad_hidden_gates, at::Tensor& grad_hx, at::Tensor& grad_input_bias, at::Tensor& grad_hidden_bias) {
+  TORCH_CHECK_VALUE(has_bias, "gru_cell_backward.out writes bias gradients: has_bias must be True");
+  run_gru_backward(grad_hy, workspace, grad_input_gates, grad_hidden_gates, grad_hx, grad_input_bias,
+                   grad_hidden_bias);
+  return {grad_input_gates, grad_hidden_gates, grad_hx, grad_input_bias, grad_hidden_bias};
+}
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> gru_cell_backward(
     const at::Tensor& grad_hy, const at::Tensor& workspace, bool has_bias) {
   const auto [B, J, L] = cell_shape(grad_hy, "grad_hy");
@@ -238,7 +255,14 @@ TORCH_LIBRARY(torch_layouts, m) {
   m.def(
       "gru_cell(Tensor input_gates, Tensor hidden_gates, Tensor hx, Tensor? input_bias=None, "
       "Tensor? hidden_bias=None) -> (Tensor, Tensor)");
+  m.def(
+      "gru_cell.out(Tensor input_gates, Tensor hidden_gates, Tensor hx, Tensor? input_bias=None, "
+      "Tensor? hidden_bias=None, *, Tensor(a!) hy, Tensor(b!) workspace) -> (Tensor(a!), Tensor(b!))");
   m.def("gru_cell_backward(Tensor grad_hy, Tensor workspace, bool has_bias) -> (Tensor, Tensor, Tensor, Tensor, Tensor)");
+  m.def(
+      "gru_cell_backward.out(Tensor grad_hy, Tensor workspace, bool has_bias, *, Tensor(a!) grad_input_gates, "
+      "Tensor(b!) grad_hidden_gates, Tensor(c!) grad_hx, Tensor(d!) grad_input_bias, Tensor(e!) grad_hidden_bias) -> "
+      "(Tensor(a!), Tensor(b!), Tensor(c!), Tensor(d!), Tensor(e!))");
 }
 
 TORCH_LIBRARY_IMPL(torch_layouts, CPU, m) {
@@ -247,7 +271,9 @@ TORCH_LIBRARY_IMPL(torch_layouts, CPU, m) {
   m.impl("lstm_cell_backward", lstm_cell_backward);
   m.impl("lstm_cell_backward.out", lstm_cell_backward_out);
   m.impl("gru_cell", gru_cell);
+  m.impl("gru_cell.out", gru_cell_out);
   m.impl("gru_cell_backward", gru_cell_backward);
+  m.impl("gru_cell_backward.out", gru_cell_backward_out);
 }
 
 }  // namespace torch_layouts

@@ -5,8 +5,9 @@ PyTorch sends accelerator tensors (CUDA, XPU, PrivateUse1) to ``_thnn_fused_lstm
 compute the same cells, saving the activated gates as CUDA's kernels do, and the matching
 backward kernels make ``backward()`` work through PyTorch's own formulas. A float32 cell (and
 its backward) is one pass of the runtime's fused cell (``torch.ops.torch_layouts.lstm_cell``,
-``gru_cell``; ``csrc/recurrent_cells.cpp``) on row-major views of the buffers, replayed by the
-runtime's front after its first call; cells of other dtypes compute from device ops.
+``gru_cell``; ``csrc/recurrent_cells.cpp``), replayed by the runtime's front after its first
+call: where the hidden size is whole sticks, its out= form on the buffers where they lie (a
+stick's lanes at a time), else on row-major copies; cells of other dtypes compute from device ops.
 """
 
 from __future__ import annotations
@@ -130,7 +131,9 @@ def gru_cell(input_gates: Tensor, hidden_gates: Tensor, hx: Tensor, input_bias: 
     values = [input_gates, hidden_gates, hx, input_bias, hidden_bias]
     if _float32(values) and hx.dim() == 2 and input_gates.shape == hidden_gates.shape == (hx.shape[0], 3 * hx.shape[1]):
         rows, hidden = hx.shape
-        return _fused(torch.ops.torch_layouts.gru_cell.default, values, [(rows, hidden), (rows, 5 * hidden)])
+        done = _on_lanes(torch.ops.torch_layouts.gru_cell.out, values, [3, 3, 0, 3, 3],
+                         [("hy", (rows, hidden), 0), ("workspace", (rows, 5 * hidden), 5)]) if hidden % STICK == 0 else None
+        return done or _fused(torch.ops.torch_layouts.gru_cell.default, values, [(rows, hidden), (rows, 5 * hidden)])
     igates, hgates = _gates(input_gates, hidden_gates, input_bias, hidden_bias)
     i_r, i_z, i_n = igates.chunk(3, dim=1)
     h_r, h_z, h_n = hgates.chunk(3, dim=1)
@@ -147,7 +150,11 @@ def gru_cell_backward(grad_hy: Tensor, workspace: Tensor, has_bias: bool
                                                                                        5 * grad_hy.shape[1]):
         rows, hidden = grad_hy.shape
         bias = (3 * hidden,) if has_bias else None
-        return _fused(torch.ops.torch_layouts.gru_cell_backward.default, [grad_hy, workspace, has_bias],
+        done = _on_lanes(torch.ops.torch_layouts.gru_cell_backward.out, [grad_hy, workspace, has_bias], [0, 5, 0],
+                         [("grad_input_gates", (rows, 3 * hidden), 3), ("grad_hidden_gates", (rows, 3 * hidden), 3),
+                          ("grad_hx", (rows, hidden), 0), ("grad_input_bias", (3 * hidden,), 3),
+                          ("grad_hidden_bias", (3 * hidden,), 3)]) if has_bias and hidden % STICK == 0 else None
+        return done or _fused(torch.ops.torch_layouts.gru_cell_backward.default, [grad_hy, workspace, has_bias],
                       [(rows, 3 * hidden), (rows, 3 * hidden), (rows, hidden), bias, bias])
     r, z, n, hx, h_n = workspace.chunk(5, dim=1)
     grad_n = grad_hy * (1 - z) * (1 - n * n)
