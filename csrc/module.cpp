@@ -357,15 +357,18 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       py::arg("result"), py::arg("count") = 1, py::arg("out_dtype") = py::none(), py::arg("row_kernels") = false);
   m.def("_offer_reduce_pieces", [](const std::string& kind, const at::Tensor& x, const py::list& pieces,
                                    std::vector<int64_t> values_sizes, std::vector<int64_t> order,
-                                   std::shared_ptr<BoundLayout> out) {
+                                   std::shared_ptr<BoundLayout> out, std::optional<c10::ScalarType> out_dtype,
+                                   bool row_kernels) {
     std::vector<ReducePiece> parsed;
     for (const auto& piece : pieces) {  // (input view, region view, result view, writes)
       auto t = py::cast<py::tuple>(piece);
       TORCH_CHECK_VALUE(t.size() == 4, "a reduction piece is (input view, region view, result view, writes)");
       parsed.push_back(ReducePiece{buffer_view(t[0]), buffer_view(t[1]), buffer_view(t[2]), py::cast<bool>(t[3])});
     }
-    return offer_reduce_pieces(kind, x, std::move(parsed), std::move(values_sizes), std::move(order), std::move(out));
-  });
+    return offer_reduce_pieces(kind, x, std::move(parsed), std::move(values_sizes), std::move(order), std::move(out),
+                               out_dtype, row_kernels);
+  }, py::arg("kind"), py::arg("x"), py::arg("pieces"), py::arg("values_sizes"), py::arg("order"), py::arg("out"),
+        py::arg("out_dtype") = py::none(), py::arg("row_kernels") = false);
   m.def(
       "_offer_view_backward",
       [](const std::string& op, const at::Tensor& grad, std::shared_ptr<BoundLayout> out, std::vector<int64_t> sizes,

@@ -311,10 +311,12 @@ bool offer_reduce(const std::string& kind, const at::Tensor& x, BufferView input
 }
 
 bool offer_reduce_pieces(const std::string& kind, const at::Tensor& x, std::vector<ReducePiece> pieces,
-                         std::vector<int64_t> values_sizes, std::vector<int64_t> order, LayoutPtr out) {
+                         std::vector<int64_t> values_sizes, std::vector<int64_t> order, LayoutPtr out,
+                         std::optional<c10::ScalarType> out_dtype, bool row_kernels) {
   const std::optional<Kind> parsed = kind_of(kind);
   if (!out || !parsed || pieces.empty() || !pieces.front().writes ||
-      (*parsed != Kind::kAmax && *parsed != Kind::kAmin && *parsed != Kind::kAll && *parsed != Kind::kAny)) {
+      (*parsed != Kind::kAmax && *parsed != Kind::kAmin && *parsed != Kind::kAll && *parsed != Kind::kAny) ||
+      (row_kernels && ((*parsed != Kind::kAmax && *parsed != Kind::kAmin) || !out_dtype || order.empty()))) {
     return false;
   }
   const int64_t numel = c10::multiply_integers(values_sizes);
@@ -338,6 +340,12 @@ bool offer_reduce_pieces(const std::string& kind, const at::Tensor& x, std::vect
   r->kind = *parsed;
   r->pieces = std::move(pieces);
   r->values_sizes = std::move(values_sizes);
+  if (row_kernels) {  // each box as ops/reductions._values takes it: the row kernels over its sticks
+    r->row_kernels = true;
+    r->out_dtype = *out_dtype;
+    r->reduced = order;
+    std::sort(r->reduced.begin(), r->reduced.end());
+  }
   r->order = std::move(order);
   r->out = std::move(out);
   return offer_replay(std::move(r), "aten::" + kind, {{0, x}});

@@ -30,8 +30,10 @@ bool offer_reduce(const std::string& kind, const at::Tensor& x, BufferView input
 
 // amax, amin, all or any over `pieces` (ops/reductions.box_regions), their values of `values_sizes`
 // combined where regions meet (maximum, minimum, and, or), each written region copied into a new
-// tensor of `out`.
+// tensor of `out`. With `row_kernels` (amax or amin of float rows over sticks: 1000 classes, a
+// box of 31 whole sticks and one of 8), each box is reduced by the row kernels, in `out_dtype`.
 bool offer_reduce_pieces(const std::string& kind, const at::Tensor& x, std::vector<ReducePiece> pieces,
-                         std::vector<int64_t> values_sizes, std::vector<int64_t> order, LayoutPtr out);
+                         std::vector<int64_t> values_sizes, std::vector<int64_t> order, LayoutPtr out,
+                         std::optional<c10::ScalarType> out_dtype = std::nullopt, bool row_kernels = false);
 
 }  // namespace torch_layouts

@@ -532,8 +532,9 @@ def _values_view(w: WritePlan) -> tuple[tuple[int, ...], tuple[int, ...], int]:
 def _offer_pieces(kind: str, x: torch.Tensor, v: torch.Tensor, kept: ReducePlan, w: WritePlan, regions: tuple
                   ) -> None:
     """Offer the front ``_boxed_values``' reduction over several boxes (``box_regions``): per box,
-    the input's view of it, its region of the values and the result's view of that region
-    (``csrc/reduce_recipe.cpp``)."""
+    the input's view of it, its region of the values and the result's view of that region, each
+    box reduced as ``_values`` reduces it (by the row kernels where the plan says so;
+    ``csrc/reduce_recipe.cpp``)."""
     size, strides, offset = _values_view(w)
     values_strides = rowmajor(size)
     pieces = []
@@ -544,7 +545,7 @@ def _offer_pieces(kind: str, x: torch.Tensor, v: torch.Tensor, kept: ReducePlan,
                        (sizes, values_strides, sum(b * st for (b, _), st in zip(region, values_strides))),
                        (sizes, strides, offset + sum(b * st for (b, _), st in zip(region, strides))), writes))
     _C._offer_reduce_pieces(kind, x, pieces, list(size), sorted(kept.red, key=lambda d: (v.stride(d), d)),
-                            runtime_record(w.out_coords))
+                            runtime_record(w.out_coords), kept.out_dtype, kept.row_kernels)
 
 
 @functools.lru_cache(maxsize=1024)
