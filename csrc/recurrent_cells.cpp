@@ -26,6 +26,22 @@ struct Lanes {
   float* data = nullptr;  // null: an absent operand
   int64_t sb = 0, sk = 0, sj = 0;
   float* at(int64_t b, int64_t k, int64_t j) const { return data + b * sb + k * sk + j * sj; }
+  // Row b's run at stick j (a state's); null where the operand is absent.
+  float* run(int64_t b, int64_t j) const { return data ? at(b, 0, j) : nullptr; }
+  // Row b's G runs at stick j into p, and p; null where the operand is absent (the row math's
+  // "no bias").
+  template <typename T>
+  T* const* runs(int64_t b, int64_t j, int64_t G, T** p) const {
+    if (!data) return nullptr;
+    for (int64_t k = 0; k < G; ++k) p[k] = at(b, k, j);
+    return p;
+  }
+  // Zeros in its G x J runs of L lanes (a bias gradient, summed over the rows into it).
+  void zero(int64_t G, int64_t J, int64_t L) const {
+    for (int64_t k = 0; data && k < G; ++k) {
+      for (int64_t j = 0; j < J; ++j) std::fill_n(at(0, k, j), L, 0.0f);
+    }
+  }
 };
 
 // `t` (absent: undefined) checked against sizes {B, G, J, L} (G = 0: a state's [B, J, L]; B = 0:
@@ -81,12 +97,8 @@ void run_lstm(const at::Tensor& ig_t, const at::Tensor& hg_t, const at::Tensor& 
   const RowMath& m = rows_math();
   each_run(B, J, [&](int64_t b, int64_t j) {
     const float* igp[4]; const float* hgp[4]; const float* ibp[4]; const float* hbp[4]; float* wsp[4];
-    for (int64_t k = 0; k < 4; ++k) {
-      igp[k] = ig.at(b, k, j), hgp[k] = hg.at(b, k, j), wsp[k] = ws.at(b, k, j);
-      ibp[k] = ib.data ? ib.at(0, k, j) : nullptr, hbp[k] = hb.data ? hb.at(0, k, j) : nullptr;
-    }
-    m.lstm_cell(L, igp, hgp, ib.data ? ibp : nullptr, hb.data ? hbp : nullptr, cx.at(b, 0, j), hy.at(b, 0, j),
-                cy.at(b, 0, j), wsp);
+    m.lstm_cell(L, ig.runs(b, j, 4, igp), hg.runs(b, j, 4, hgp), ib.runs(0, j, 4, ibp), hb.runs(0, j, 4, hbp),
+                cx.run(b, j), hy.run(b, j), cy.run(b, j), ws.runs(b, j, 4, wsp));
   });
 }
 
@@ -98,19 +110,12 @@ void run_lstm_backward(const std::optional<at::Tensor>& ghy_t, const std::option
   const Lanes cx = lanes(cx_t, B, 0, J, L, "cx"), cy = lanes(cy_t, B, 0, J, L, "cy");
   const Lanes ws = lanes(ws_t, B, 4, J, L, "workspace"), gg = lanes(gg_t, B, 4, J, L, "grad_gates");
   const Lanes gcx = lanes(gcx_t, B, 0, J, L, "grad_cx"), gb = lanes(gb_t, 0, 4, J, L, "grad_bias");
-  if (gb.data) {  // summed over the rows into it
-    for (int64_t k = 0; k < 4; ++k) {
-      for (int64_t j = 0; j < J; ++j) std::fill_n(gb.at(0, k, j), L, 0.0f);
-    }
-  }
+  gb.zero(4, J, L);
   const RowMath& m = rows_math();
   each_run(B, J, [&](int64_t b, int64_t j) {
     const float* wsp[4]; float* ggp[4]; float* gbp[4];
-    for (int64_t k = 0; k < 4; ++k) {
-      wsp[k] = ws.at(b, k, j), ggp[k] = gg.at(b, k, j), gbp[k] = gb.data ? gb.at(0, k, j) : nullptr;
-    }
-    m.lstm_cell_backward(L, ghy.data ? ghy.at(b, 0, j) : nullptr, gcy.data ? gcy.at(b, 0, j) : nullptr,
-                         cx.at(b, 0, j), cy.at(b, 0, j), wsp, ggp, gcx.at(b, 0, j), gb.data ? gbp : nullptr);
+    m.lstm_cell_backward(L, ghy.run(b, j), gcy.run(b, j), cx.run(b, j), cy.run(b, j), ws.runs(b, j, 4, wsp),
+                         gg.runs(b, j, 4, ggp), gcx.run(b, j), gb.runs(0, j, 4, gbp));
   });
 }
 
@@ -125,12 +130,8 @@ void run_gru(const at::Tensor& ig_t, const at::Tensor& hg_t, const at::Tensor& h
   const RowMath& m = rows_math();
   each_run(B, J, [&](int64_t b, int64_t j) {
     const float* igp[3]; const float* hgp[3]; const float* ibp[3]; const float* hbp[3]; float* wsp[5];
-    for (int64_t k = 0; k < 3; ++k) {
-      igp[k] = ig.at(b, k, j), hgp[k] = hg.at(b, k, j);
-      ibp[k] = ib.data ? ib.at(0, k, j) : nullptr, hbp[k] = hb.data ? hb.at(0, k, j) : nullptr;
-    }
-    for (int64_t k = 0; k < 5; ++k) wsp[k] = ws.at(b, k, j);
-    m.gru_cell(L, igp, hgp, ib.data ? ibp : nullptr, hb.data ? hbp : nullptr, hx.at(b, 0, j), hy.at(b, 0, j), wsp);
+    m.gru_cell(L, ig.runs(b, j, 3, igp), hg.runs(b, j, 3, hgp), ib.runs(0, j, 3, ibp), hb.runs(0, j, 3, hbp),
+               hx.run(b, j), hy.run(b, j), ws.runs(b, j, 5, wsp));
   });
 }
 
@@ -141,21 +142,13 @@ void run_gru_backward(const at::Tensor& ghy_t, const at::Tensor& ws_t, const at:
   const Lanes gi = lanes(gi_t, B, 3, J, L, "grad_input_gates"), gh = lanes(gh_t, B, 3, J, L, "grad_hidden_gates");
   const Lanes ghx = lanes(ghx_t, B, 0, J, L, "grad_hx");
   const Lanes gbi = lanes(gbi_t, 0, 3, J, L, "grad_input_bias"), gbh = lanes(gbh_t, 0, 3, J, L, "grad_hidden_bias");
-  for (const Lanes* bias : {&gbi, &gbh}) {
-    for (int64_t k = 0; bias->data && k < 3; ++k) {
-      for (int64_t j = 0; j < J; ++j) std::fill_n(bias->at(0, k, j), L, 0.0f);
-    }
-  }
+  gbi.zero(3, J, L);
+  gbh.zero(3, J, L);
   const RowMath& m = rows_math();
   each_run(B, J, [&](int64_t b, int64_t j) {
     const float* wsp[5]; float* gip[3]; float* ghp[3]; float* gbip[3]; float* gbhp[3];
-    for (int64_t k = 0; k < 5; ++k) wsp[k] = ws.at(b, k, j);
-    for (int64_t k = 0; k < 3; ++k) {
-      gip[k] = gi.at(b, k, j), ghp[k] = gh.at(b, k, j);
-      gbip[k] = gbi.data ? gbi.at(0, k, j) : nullptr, gbhp[k] = gbh.data ? gbh.at(0, k, j) : nullptr;
-    }
-    m.gru_cell_backward(L, ghy.at(b, 0, j), wsp, gip, ghp, ghx.at(b, 0, j), gbi.data ? gbip : nullptr,
-                        gbh.data ? gbhp : nullptr);
+    m.gru_cell_backward(L, ghy.run(b, j), ws.runs(b, j, 5, wsp), gi.runs(b, j, 3, gip), gh.runs(b, j, 3, ghp),
+                        ghx.run(b, j), gbi.runs(0, j, 3, gbip), gbh.runs(0, j, 3, gbhp));
   });
 }
 
