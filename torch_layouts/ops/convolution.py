@@ -19,20 +19,15 @@ True
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from typing import Any
 
 import torch
 
-from .on_views import common_device, on_views_kept
+from .on_views import common_device, meta_results, on_views_kept
 from .operands import default_coords, host_read
 from .registry import register
 
 Tensor = torch.Tensor
 aten = torch.ops.aten
-
-
-def _meta(value: Any) -> Any:
-    return torch.empty(value.shape, dtype=value.dtype, device="meta") if isinstance(value, Tensor) else value
 
 
 def on_views_masked(op: torch._ops.OpOverload, values: list, inputs: tuple[int, ...],
@@ -45,16 +40,10 @@ def on_views_masked(op: torch._ops.OpOverload, values: list, inputs: tuple[int, 
     A geometry the meta kernel rejects raises the CPU kernel's own error, on CPU copies of the
     operands. ``overrides``: as ``on_views``; ``sizes``: results' sizes where the CPU kernel's
     differ from its meta kernel's."""
-    tensors = [v for v in values if isinstance(v, Tensor)]
-    device = common_device(tensors)
-    try:
-        metas = op(*map(_meta, values))
-    except Exception:
-        op(*[v.cpu() if isinstance(v, Tensor) else v for v in values])  # the CPU's error
-        raise
+    device = common_device([v for v in values if isinstance(v, Tensor)])
     sizes = sizes or {}
     results = [None if m is None else default_coords(sizes.get(i, tuple(m.shape)), m.dtype)
-               for i, m in enumerate(metas if isinstance(metas, tuple) else (metas,))]
+               for i, m in enumerate(meta_results(op, values))]
     return on_views_kept(op, values, inputs, results, device, contiguous=set(inputs) - set(in_place),
                          overrides=overrides)
 

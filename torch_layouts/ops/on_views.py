@@ -22,7 +22,8 @@ from .operands import Read, common_reads, default_coords, host_read, new_tensor,
 from .registry import aten_overload, register
 from .view_copy import strided_or_staged
 
-__all__ = ["CPU_KERNELS", "common_device", "cpu_kernel", "finish", "on_views", "on_views_kept", "register_all", "split"]
+__all__ = ["CPU_KERNELS", "common_device", "cpu_kernel", "finish", "meta_results", "on_views", "on_views_kept",
+           "register_all", "split"]
 
 
 def _refined(args: list, inputs: tuple[int, ...], out: torch.Tensor) -> tuple[list, Read] | None:
@@ -166,6 +167,19 @@ def _is_tensor(argument: torch._C.Argument) -> bool:
                                                   and isinstance(kind.getElementType(), torch.TensorType))
 
 
+def meta_results(op: torch._ops.OpOverload, values: list) -> tuple:
+    """``op``'s results (a tuple; None where it leaves one out) on meta copies of ``values`` (its
+    arguments in its schema's order): their shapes and dtypes. Where the meta kernel rejects
+    them, the CPU kernel's own error, raised on CPU copies of the operands."""
+    try:
+        metas = _call(op, [torch.empty(v.shape, dtype=v.dtype, device="meta") if isinstance(v, torch.Tensor) else v
+                           for v in values])
+    except Exception:
+        _call(op, [v.cpu() if isinstance(v, torch.Tensor) else v for v in values])  # the CPU's error
+        raise
+    return metas if isinstance(metas, tuple) else (metas,)
+
+
 def cpu_kernel(functional: torch._ops.OpOverload, out: torch._ops.OpOverload) -> Callable[..., Any]:
     """A device kernel for ``functional`` that runs ``out``, its CPU out= overload, on the device
     tensors' views (``on_views``), each result in the default layout of its shape (shapes and
@@ -183,14 +197,7 @@ def cpu_kernel(functional: torch._ops.OpOverload, out: torch._ops.OpOverload) ->
     def kernel(*args: Any, **kwargs: Any) -> Any:
         values = list(args) + [kwargs.get(a.name, a.default_value) for a in schema.arguments[len(args):]]
         tensors = [values[i] for i in inputs if values[i] is not None]
-        try:
-            metas = _call(functional, [torch.empty(v.shape, dtype=v.dtype, device="meta")
-                                       if isinstance(v, torch.Tensor) else v for v in values])
-        except Exception:
-            _call(functional, [v.cpu() if isinstance(v, torch.Tensor) else v for v in values])  # the CPU's error
-            raise
-        metas = metas if isinstance(metas, tuple) else (metas,)
-        results = [default_coords(tuple(m.shape), m.dtype) for m in metas]
+        results = [default_coords(tuple(m.shape), m.dtype) for m in meta_results(functional, values)]
         try:
             done = on_views(out, values, inputs, results, tensors[0].device)
         except Exception:  # a value the kernel rejects (an index out of range): the CPU's own message
