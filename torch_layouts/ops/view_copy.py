@@ -39,8 +39,9 @@ import torch
 
 from .. import _C
 from ..core.layout import BoundLayout, DeviceLayout
-from .operands import (Read, ViewPlan, common_reads, coords_for, host_read, keep, layouts_of, new_tensor, ordered_coords,
-                       plan, plan_key, raw, raw_view, read_of, real_slices, record_of, rowmajor, strides_in_order, view)
+from .operands import (Read, ViewPlan, coords_for, host_read, keep, layouts_of, new_tensor, ordered_coords,
+                       piece_common_reads, plan, plan_key, raw, raw_view, read_of, real_slices, record_of, rowmajor,
+                       strides_in_order, view)
 from .strided import executor_copy, on_executor, strided_copy
 
 # A box: the reads of both buffers, and whether the executor copies it (``strided.on_executor``).
@@ -157,14 +158,13 @@ def _boxes(dst: torch.Tensor, src: torch.Tensor) -> tuple[Box, ...]:
     return refined or _common_box(dst, src)
 
 
-def _common_box(dst: torch.Tensor, src: torch.Tensor) -> tuple[Box] | tuple[()]:
+def _common_box(dst: torch.Tensor, src: torch.Tensor) -> tuple[Box, ...]:
     """One box where strided views of both buffers hold the tensors in one refinement of their
     shape (``operands.common_reads``: attention's head-split views, whose sticks no coordinates
-    of the copy's shape read), else ()."""
-    reads = common_reads(src, dst)
-    if reads is None:
-        return ()
-    return (_box(raw_view(dst, *reads[1]), raw_view(src, *reads[0])),)
+    of the copy's shape read), else a box per piece where the tensors cut into pieces have such
+    views (``operands.piece_common_reads``: columns starting in a stick's middle), else ()."""
+    pieces = piece_common_reads(src, dst)
+    return () if pieces is None else tuple(_box(raw_view(dst, *w), raw_view(src, *r)) for r, w in pieces)
 
 
 def _refined_box(dst: torch.Tensor, src: torch.Tensor, coords: BoundLayout) -> tuple[Box] | None:
