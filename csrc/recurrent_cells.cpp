@@ -44,15 +44,20 @@ struct Lanes {
   }
 };
 
-// `t` (absent: undefined) checked against sizes {B, G, J, L} (G = 0: a state's [B, J, L]; B = 0:
-// a bias's [G, J, L]), viewed so; a dense 2-D or 1-D operand of the same elements reads as J = 1.
+// The B of a bias: it has no rows (an empty batch has B = 0).
+constexpr int64_t kNoRows = -1;
+
+// `t` (absent: undefined) checked against sizes {B, G, J, L} (G = 0: a state's [B, J, L];
+// B = kNoRows: a bias's [G, J, L]), viewed so; a dense 2-D or 1-D operand of the same elements
+// reads as J = 1.
 Lanes lanes(const at::Tensor& t, int64_t B, int64_t G, int64_t J, int64_t L, const char* name) {
   if (!t.defined()) return {};
   TORCH_CHECK_VALUE(t.scalar_type() == at::kFloat && t.device().is_cpu(), "fused cell: ", name,
                     " must be a float32 CPU tensor, got ", t.scalar_type(), " on ", t.device());
-  const int64_t rows = B == 0 ? 1 : B, runs = G == 0 ? 1 : G;
+  const bool has_rows = B != kNoRows;
+  const int64_t rows = has_rows ? B : 1, runs = G == 0 ? 1 : G;
   std::vector<int64_t> sizes;
-  if (B) sizes.push_back(B);
+  if (has_rows) sizes.push_back(B);
   if (G) sizes.push_back(G);
   sizes.insert(sizes.end(), {J, L});
   if (t.dim() <= 2 && J == 1) {  // dense: [B, G * L], [B, L] or [G * L]
@@ -62,8 +67,8 @@ Lanes lanes(const at::Tensor& t, int64_t B, int64_t G, int64_t J, int64_t L, con
   }
   TORCH_CHECK_VALUE(t.sizes() == at::IntArrayRef(sizes) && t.stride(-1) == 1, "fused cell: ", name, " must be a ",
                     at::IntArrayRef(sizes), " view with contiguous lanes, got ", t.sizes(), " strides ", t.strides());
-  return {const_cast<float*>(t.const_data_ptr<float>()), B ? t.stride(0) : 0, G ? t.stride(B ? 1 : 0) : 0,
-          t.stride(t.dim() - 2)};
+  return {const_cast<float*>(t.const_data_ptr<float>()), has_rows ? t.stride(0) : 0,
+          G ? t.stride(has_rows ? 1 : 0) : 0, t.stride(t.dim() - 2)};
 }
 
 Lanes lanes(const std::optional<at::Tensor>& t, int64_t B, int64_t G, int64_t J, int64_t L, const char* name) {
@@ -92,7 +97,7 @@ void run_lstm(const at::Tensor& ig_t, const at::Tensor& hg_t, const at::Tensor& 
   const auto [B, J, L] = cell_shape(cx_t, "cx");
   const Lanes ig = lanes(ig_t, B, 4, J, L, "input_gates"), hg = lanes(hg_t, B, 4, J, L, "hidden_gates");
   const Lanes cx = lanes(cx_t, B, 0, J, L, "cx"), hy = lanes(hy_t, B, 0, J, L, "hy"), cy = lanes(cy_t, B, 0, J, L, "cy");
-  const Lanes ib = lanes(ib_t, 0, 4, J, L, "input_bias"), hb = lanes(hb_t, 0, 4, J, L, "hidden_bias");
+  const Lanes ib = lanes(ib_t, kNoRows, 4, J, L, "input_bias"), hb = lanes(hb_t, kNoRows, 4, J, L, "hidden_bias");
   const Lanes ws = lanes(ws_t, B, 4, J, L, "workspace");
   const RowMath& m = rows_math();
   each_run(B, J, [&](int64_t b, int64_t j) {
@@ -109,7 +114,7 @@ void run_lstm_backward(const std::optional<at::Tensor>& ghy_t, const std::option
   const Lanes ghy = lanes(ghy_t, B, 0, J, L, "grad_hy"), gcy = lanes(gcy_t, B, 0, J, L, "grad_cy");
   const Lanes cx = lanes(cx_t, B, 0, J, L, "cx"), cy = lanes(cy_t, B, 0, J, L, "cy");
   const Lanes ws = lanes(ws_t, B, 4, J, L, "workspace"), gg = lanes(gg_t, B, 4, J, L, "grad_gates");
-  const Lanes gcx = lanes(gcx_t, B, 0, J, L, "grad_cx"), gb = lanes(gb_t, 0, 4, J, L, "grad_bias");
+  const Lanes gcx = lanes(gcx_t, B, 0, J, L, "grad_cx"), gb = lanes(gb_t, kNoRows, 4, J, L, "grad_bias");
   gb.zero(4, J, L);
   const RowMath& m = rows_math();
   each_run(B, J, [&](int64_t b, int64_t j) {
@@ -125,7 +130,7 @@ void run_gru(const at::Tensor& ig_t, const at::Tensor& hg_t, const at::Tensor& h
   const auto [B, J, L] = cell_shape(hx_t, "hx");
   const Lanes ig = lanes(ig_t, B, 3, J, L, "input_gates"), hg = lanes(hg_t, B, 3, J, L, "hidden_gates");
   const Lanes hx = lanes(hx_t, B, 0, J, L, "hx"), hy = lanes(hy_t, B, 0, J, L, "hy");
-  const Lanes ib = lanes(ib_t, 0, 3, J, L, "input_bias"), hb = lanes(hb_t, 0, 3, J, L, "hidden_bias");
+  const Lanes ib = lanes(ib_t, kNoRows, 3, J, L, "input_bias"), hb = lanes(hb_t, kNoRows, 3, J, L, "hidden_bias");
   const Lanes ws = lanes(ws_t, B, 5, J, L, "workspace");
   const RowMath& m = rows_math();
   each_run(B, J, [&](int64_t b, int64_t j) {
@@ -141,7 +146,8 @@ void run_gru_backward(const at::Tensor& ghy_t, const at::Tensor& ws_t, const at:
   const Lanes ghy = lanes(ghy_t, B, 0, J, L, "grad_hy"), ws = lanes(ws_t, B, 5, J, L, "workspace");
   const Lanes gi = lanes(gi_t, B, 3, J, L, "grad_input_gates"), gh = lanes(gh_t, B, 3, J, L, "grad_hidden_gates");
   const Lanes ghx = lanes(ghx_t, B, 0, J, L, "grad_hx");
-  const Lanes gbi = lanes(gbi_t, 0, 3, J, L, "grad_input_bias"), gbh = lanes(gbh_t, 0, 3, J, L, "grad_hidden_bias");
+  const Lanes gbi = lanes(gbi_t, kNoRows, 3, J, L, "grad_input_bias");
+  const Lanes gbh = lanes(gbh_t, kNoRows, 3, J, L, "grad_hidden_bias");
   gbi.zero(3, J, L);
   gbh.zero(3, J, L);
   const RowMath& m = rows_math();
