@@ -1,6 +1,7 @@
 #include "kernel_front.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/GradMode.h>
 #include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
@@ -128,7 +129,8 @@ int64_t written_argument(const c10::FunctionSchema& schema) {
   return -1;
 }
 
-// The call's geometry: the op, then per argument its geometry key (device tensors with layouts)
+// The call's geometry: the op and whether grad mode is on (a CPU kernel may return more with it:
+// mkldnn_rnn_layer's workspace), then per argument its geometry key (device tensors with layouts)
 // and whether it shares the target's buffer; a tensor list's geometry keys and whether each shares
 // the first list's tensor's buffer; a Scalar's (or a Scalar list's) kind (a wrapped number's
 // dtype), which the compute takes as it comes; any other value (dims, keepdim, a dtype, a memory
@@ -137,7 +139,7 @@ int64_t written_argument(const c10::FunctionSchema& schema) {
 bool call_key(std::vector<int64_t>& key, int64_t front, const c10::FunctionSchema& schema,
               c10::ArrayRef<c10::IValue> args, int64_t target) {
   key.clear();
-  key.push_back(front);
+  key.insert(key.end(), {front, c10::GradMode::is_enabled()});
   const void* target_data = target >= 0 && args[target].isTensor() && args[target].toTensor().defined()
                                 ? args[target].toTensor().storage().data()
                                 : nullptr;

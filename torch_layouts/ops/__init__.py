@@ -15,6 +15,8 @@ so PyTorch's own autograd formulas run above them:
 * ``matmul`` -- ``mm``, ``bmm``, ``mv``, ``addmm`` (``matmul``/``linear`` decompose into them;
   half precision through the CPU's GEMM on the operands' views);
 * ``rnn`` -- the fused LSTM/GRU cells ``nn.LSTM``/``nn.GRU`` call on accelerators (and backward);
+* ``lstm_layers`` -- ``lstm`` as the CPU runs it: a oneDNN layer (``mkldnn_rnn_layer``, and
+  backward) per layer and direction, the CPU's kernel on the buffers' views;
 * ``dropout`` -- ``native_dropout`` (drawing from the spyre generator) and its backward;
 * ``losses`` -- ``mse_loss``, ``nll_loss`` (and backward);
 * ``convolution`` -- convolutions and ``native_batch_norm`` (and backward), the CPU's kernels on the
@@ -41,7 +43,8 @@ counted per op in ``stats()``.
 from __future__ import annotations
 
 from . import (arg_extremes, attention, concat, convolution, dropout, elementwise, embedding, foreach, indexing,
-               layer_norm, losses, matmul, on_views, reductions, rms_norm, rnn, scans, softmax, view_backward, view_copy)
+               layer_norm, losses, lstm_layers, matmul, on_views, reductions, rms_norm, rnn, scans, softmax,
+               view_backward, view_copy)
 from .registry import register_out_variants
 from .rules import LayoutError, restickify, strict_layouts
 from .stats import reset_stats, stats, warn_on_fallback
@@ -53,6 +56,7 @@ layer_norm.register_all()
 rms_norm.register_all()
 matmul.register_all()
 rnn.register_all()
+lstm_layers.register_all()
 attention.register_all()
 dropout.register_all()
 losses.register_all()
