@@ -26,17 +26,16 @@ import torch
 
 from .convolution import on_views_masked
 from .on_views import common_device, meta_results, on_views_kept
-from .operands import default_coords
+from .operands import default_coords, keep
 from .registry import register
 
 Tensor = torch.Tensor
 aten = torch.ops.aten
 LSTM_MODE = 2  # the mode number of an LSTM in mkldnn_rnn_layer
-_library: torch.library.Library | None = None
-_workspaces: dict[tuple, int | None] = {}  # per geometry and grad mode
-
-
 GATES = {0: 1, 1: 1, LSTM_MODE: 4, 3: 3}  # per mkldnn_rnn_layer mode (tanh RNN, relu RNN, LSTM, GRU)
+_library: torch.library.Library | None = None
+WORKSPACES: dict[tuple, int | None] = {}  # per geometry and grad mode
+MAX_WORKSPACES = 256
 
 
 def _workspace_bytes(values: list, grad: bool) -> int | None:
@@ -45,12 +44,12 @@ def _workspace_bytes(values: list, grad: bool) -> int | None:
     geometry by running it on zeros of the operands' shapes (oneDNN decides it)."""
     key = (grad, *((tuple(v.shape), v.dtype) if isinstance(v, Tensor) else tuple(v) if isinstance(v, list) else v
                    for v in values))
-    if key not in _workspaces:
+    if key not in WORKSPACES:
         with torch.set_grad_enabled(grad):
             workspace = aten.mkldnn_rnn_layer.default(*[torch.zeros(v.shape, dtype=v.dtype) if isinstance(v, Tensor)
                                                         else v for v in values])[3]
-        _workspaces[key] = None if workspace is None else workspace.numel()
-    return _workspaces[key]
+        keep(WORKSPACES, key, None if workspace is None else workspace.numel(), MAX_WORKSPACES)
+    return WORKSPACES[key]
 
 
 def _check(op: torch._ops.OpOverload, values: list, mode: int, hidden: int, batch_sizes: Sequence[int]) -> None:
@@ -84,7 +83,8 @@ def rnn_layer(*values: object) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
     """``mkldnn_rnn_layer``: (output, hy, cy, workspace), the CPU's kernel on the operands' views;
     no workspace where grad mode is off, as on the CPU."""
     values = list(values)
-    _check(aten.mkldnn_rnn_layer.default, values, values[9], values[10], values[8])
+    batch_sizes, mode, hidden = values[8:11]
+    _check(aten.mkldnn_rnn_layer.default, values, mode, hidden, batch_sizes)
     inputs = tuple(range(7))
     workspace = _workspace_bytes(values, torch.is_grad_enabled())
     results = [default_coords(tuple(m.shape), m.dtype) for m in meta_results(aten.mkldnn_rnn_layer.default, values)[:3]]
@@ -97,9 +97,9 @@ def rnn_layer_backward(*values: object) -> tuple[Tensor, ...]:
     """``mkldnn_rnn_layer_backward``: the gradients of the input, the four weights and the two
     states, the CPU's kernel on the operands' views (its workspace: the one the forward made)."""
     values = list(values)
-    _check(aten.mkldnn_rnn_layer_backward.default, values, values[14], values[15], values[20])
-    forward = values[:7] + [values[13], values[20], values[14], values[15], values[16], values[17], values[19],
-                            values[21], values[18]]  # the forward's arguments, in its order
+    reverse, mode, hidden, layers, has_biases, train, bidirectional, batch_sizes, batch_first = values[13:22]
+    _check(aten.mkldnn_rnn_layer_backward.default, values, mode, hidden, batch_sizes)
+    forward = values[:7] + [reverse, batch_sizes, mode, hidden, layers, has_biases, bidirectional, batch_first, train]
     workspace, size = values[22], _workspace_bytes(forward, True)
     if workspace.dtype != torch.uint8 or tuple(workspace.shape) != (size,):
         raise ValueError(f"mkldnn_rnn_layer_backward: workspace must be the forward's, a torch.uint8 tensor of size "
