@@ -19,6 +19,8 @@ from ops_support import padding_holds_pad_value
 from torch_layouts.ops import elementwise, lstm_layers
 
 LAYER = "aten::mkldnn_rnn_layer"
+# the dtypes the CPU's LSTM takes oneDNN for with grad mode on (bfloat16 where this CPU has it)
+DTYPES = [torch.float32] + ([torch.bfloat16] if torch.ops.mkldnn._is_mkldnn_bf16_supported() else [])
 
 
 def _stays_on_device() -> None:
@@ -33,7 +35,7 @@ def lstms(draw: st.DrawFn) -> dict:
     return dict(input_size=draw(st.integers(1, 40)), hidden_size=draw(st.sampled_from([1, 5, 32, 40, 64])),
                 num_layers=draw(st.integers(1, 2)), bias=draw(st.booleans()), batch_first=draw(st.booleans()),
                 bidirectional=draw(st.booleans()), steps=draw(st.integers(1, 7)), batch=draw(st.integers(1, 5)),
-                states=draw(st.booleans()))
+                states=draw(st.booleans()), dtype=draw(st.sampled_from(DTYPES)))
 
 
 def _run(module: nn.LSTM, x: torch.Tensor, states: tuple | None, grads: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -49,7 +51,8 @@ def _run(module: nn.LSTM, x: torch.Tensor, states: tuple | None, grads: list[tor
 @given(lstms(), st.integers(0, 2**31))
 def test_an_lstm_and_its_backward_are_the_cpus(config, seed):
     """``nn.LSTM`` (1-2 layers, one or two directions, with or without biases and initial states,
-    batch first or not, hidden sizes of part of a stick, whole sticks or more) forward and
+    batch first or not, hidden sizes of part of a stick, whole sticks or more; float32, and
+    bfloat16 where the CPU takes oneDNN for it) forward and
     backward on the device: the CPU's bits on three calls (the first runs the layers' Python
     kernels, the next are replayed by the runtime's front), a oneDNN layer per layer and
     direction, no fallback, no host bytes; the results' padding holds its pad value."""
@@ -57,15 +60,17 @@ def test_an_lstm_and_its_backward_are_the_cpus(config, seed):
     torch.manual_seed(seed)
     sizes = {k: config[k] for k in ("input_size", "hidden_size", "num_layers", "bias", "batch_first",
                                     "bidirectional")}
-    cpu = nn.LSTM(**sizes)
+    dtype = config["dtype"]
+    cpu = nn.LSTM(**sizes).to(dtype)
     device = copy.deepcopy(cpu).to("spyre")
     steps, batch = config["steps"], config["batch"]
     x = torch.randn((batch, steps, sizes["input_size"]) if sizes["batch_first"] else (steps, batch, sizes["input_size"]),
-                    generator=gen)
+                    generator=gen).to(dtype)
     layers = sizes["num_layers"] * (2 if sizes["bidirectional"] else 1)
-    states = tuple(torch.randn(layers, batch, sizes["hidden_size"], generator=gen) for _ in range(2))
+    states = tuple(torch.randn(layers, batch, sizes["hidden_size"], generator=gen).to(dtype) for _ in range(2))
     out_shape = (*x.shape[:2], sizes["hidden_size"] * (2 if sizes["bidirectional"] else 1))
-    grads = [torch.randn(out_shape, generator=gen), *(torch.randn(s.shape, generator=gen) for s in states)]
+    grads = [torch.randn(out_shape, generator=gen).to(dtype),
+             *(torch.randn(s.shape, generator=gen).to(dtype) for s in states)]
 
     def leaf(t: torch.Tensor, to: str) -> torch.Tensor:
         return t.detach().to(to).requires_grad_()
