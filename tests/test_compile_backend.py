@@ -109,3 +109,31 @@ def test_fallback_ops_run_on_the_cpu_fallback() -> None:
     out = f(x.to("spyre"))
     torch.testing.assert_close(out.cpu(), bicubic(x))
     assert torch_layouts.stats()["fallbacks"]
+
+
+class _Recurrent(torch.nn.Module):
+    """An LSTM and a linear head on its last output."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lstm = torch.nn.LSTM(16, 32, batch_first=True)
+        self.head = torch.nn.Linear(32, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.lstm(x)[0][:, -1])
+
+
+def test_an_lstm_compiles():
+    """``torch.compile`` of an LSTM on spyre traces PyTorch's decomposition of ``lstm`` (not the
+    device's oneDNN layers, whose workspace a traced graph cannot save): the loss and gradients
+    are eager's on the CPU, to float32 rounding."""
+    torch.manual_seed(0)
+    cpu = _Recurrent()
+    dev = copy.deepcopy(cpu).to("spyre")
+    x = torch.randn(4, 7, 16)
+    got, want = torch.compile(dev)(x.to("spyre")).sum(), cpu(x).sum()
+    got.backward()
+    want.backward()
+    assert got.item() == pytest.approx(want.item(), rel=1e-5)
+    for (name, p), q in zip(cpu.named_parameters(), dev.parameters()):
+        torch.testing.assert_close(q.grad.cpu(), p.grad, rtol=1e-4, atol=1e-5, msg=name)

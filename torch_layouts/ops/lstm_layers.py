@@ -122,12 +122,15 @@ def lstm(input: Tensor, hx: Sequence[Tensor], params: Sequence[Tensor], has_bias
          dropout: float, train: bool, bidirectional: bool, batch_first: bool) -> tuple[Tensor, Tensor, Tensor]:
     """``lstm.input`` on the device: each layer and direction one ``mkldnn_rnn_layer``, as the CPU
     runs it (then the next layer's input: the directions' outputs side by side, dropped out while
-    training between layers); PyTorch's composite where the CPU would not take oneDNN."""
+    training between layers); PyTorch's composite where the CPU would not take oneDNN, and its
+    decomposition for compilers while a graph is traced."""
+    args = (input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first)
+    if torch.compiler.is_compiling() or any(type(t) not in (Tensor, torch.nn.Parameter) for t in (input, *hx, *params)):
+        return aten.lstm.input.decompose(*args)  # traced (fake or functional tensors): the compilers' decomposition
     if not _takes_onednn(input, hx):
         # (ATen's C++ composite, as on an accelerator: a fused cell a step; not ``decompose``, which
         # takes the Python decomposition registered for compilers)
-        return aten.lstm.input._op_dk(torch._C.DispatchKey.CompositeImplicitAutograd, input, hx, params, has_biases,
-                                      num_layers, dropout, train, bidirectional, batch_first)
+        return aten.lstm.input._op_dk(torch._C.DispatchKey.CompositeImplicitAutograd, *args)
     h0, c0 = hx
     hidden = h0.shape[2]
     directions = 2 if bidirectional else 1
