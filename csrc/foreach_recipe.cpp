@@ -2,11 +2,13 @@
 
 #include <ATen/ATen.h>
 
+#include <optional>
 #include <unordered_map>
 
 #include "arithmetic_runs.h"
 #include "device_memory.h"
 #include "run_stretches.h"
+#include "tensor_impl.h"
 
 namespace torch_layouts {
 namespace {
@@ -46,14 +48,20 @@ class ForeachReplay final : public Replay {
   std::vector<std::vector<BufferView>> views;  // per list, each index's view of its buffer
   std::vector<ForeachCopy> copies;
   std::vector<int64_t> padded;
+  // An out-of-place unary op (offer_foreach_unary): each result's layout and the per-tensor out= op.
+  std::vector<LayoutPtr> results;
+  std::optional<c10::OperatorHandle> out_op;
 
   explicit ForeachReplay(c10::OperatorHandle handle) : op(std::move(handle)) {}
 
   // The lists' tensors are read where the call's stack holds them (no reference taken per tensor:
   // one would incref its Python object under the GIL) and lent to the CPU op as views of their
   // buffers, borrowed for this call.
-  void run(c10::ArrayRef<c10::IValue> args, int64_t, std::vector<c10::IValue>& results) const override {
-    (void)results;  // in place: the op returns nothing
+  void run(c10::ArrayRef<c10::IValue> args, int64_t, std::vector<c10::IValue>& returned) const override {
+    if (out_op) {
+      returned.emplace_back(run_unary(args));
+      return;
+    }
     if (add_list && run_add_list(args)) return restore_padding(args);
     std::vector<c10::IValue> stack(args.begin(), args.end());
     std::unordered_map<const c10::TensorImpl*, at::Tensor> copied;  // one copy of a tensor two lists hold
@@ -86,6 +94,23 @@ class ForeachReplay final : public Replay {
       const at::Tensor& t = written[i].toTensor();
       fill_padding(t, *layout_of(t));
     }
+  }
+
+  // Each input's view through the per-tensor out= op into a new result's same view (ops/foreach.py's
+  // own loop), the padded results' padding restored.
+  c10::List<at::Tensor> run_unary(c10::ArrayRef<c10::IValue> args) const {
+    const c10::ArrayRef<c10::IValue> tensors = args[list_args.front()].toListRef();
+    c10::List<at::Tensor> outs;
+    outs.reserve(tensors.size());
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const at::Tensor& t = tensors[i].toTensor();
+      at::Tensor out = new_device_tensor(results[i], t.device());
+      std::vector<c10::IValue> stack{borrowed_view_of(t, views[0][i]), borrowed_view_of(out, views[0][i])};
+      out_op->callBoxed(stack);
+      outs.push_back(std::move(out));
+    }
+    for (int64_t i : padded) fill_padding(outs.get(i), *results[i]);
+    return outs;
   }
 
   // self[i] += alpha * other[i] where each index's two views are float32 views of their buffers
@@ -146,6 +171,28 @@ bool offer_foreach(const std::string& op, const std::vector<std::pair<int64_t, s
   r->copies = std::move(copies);
   r->padded = std::move(padded);
   return offer_list_replay(std::move(r), op, lists);
+}
+
+bool offer_foreach_unary(const std::string& op, const std::vector<at::Tensor>& tensors, std::vector<BufferView> views,
+                         std::vector<LayoutPtr> results, const std::string& out_op, std::vector<int64_t> padded) {
+  const size_t n = tensors.size();
+  if (views.size() != n || results.size() != n) return false;
+  for (size_t i = 0; i < n; ++i) {
+    if (!results[i] || views[i].strides.size() != views[i].sizes.size()) return false;
+  }
+  for (int64_t i : padded) {
+    if (i < 0 || static_cast<size_t>(i) >= n) return false;
+  }
+  auto handle = find_op(op);
+  auto out_handle = find_op(out_op);
+  if (!handle || !out_handle) return false;
+  auto r = std::make_shared<ForeachReplay>(*handle);
+  r->list_args = {0};
+  r->views = {std::move(views)};
+  r->results = std::move(results);
+  r->out_op = *out_handle;
+  r->padded = std::move(padded);
+  return offer_list_replay(std::move(r), op, {{0, tensors}});
 }
 
 }  // namespace torch_layouts

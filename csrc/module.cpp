@@ -345,6 +345,14 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     for (const auto& [arg, index, layout] : copies) parsed.push_back(ForeachCopy{arg, index, layout});
     return offer_foreach(op, lists, std::move(parsed_views), std::move(parsed), std::move(padded));
   });
+  m.def("_offer_foreach_unary", [](const std::string& op, const std::vector<at::Tensor>& tensors, const py::sequence& views,
+                                   std::vector<std::shared_ptr<BoundLayout>> results, const std::string& out_op,
+                                   std::vector<int64_t> padded) {
+    std::vector<BufferView> parsed;
+    for (const auto& v : views) parsed.push_back(buffer_view(v));
+    return offer_foreach_unary(op, tensors, std::move(parsed), {results.begin(), results.end()}, out_op,
+                               std::move(padded));
+  });
   m.def(
       "_offer_reduce",
       [](const std::string& kind, const at::Tensor& x, const py::object& input, std::vector<int64_t> order,

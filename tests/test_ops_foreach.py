@@ -281,6 +281,32 @@ def test_the_runtime_front_replays_lined_up_calls(_, fn, count, scalars, names, 
     assert sum(torch_layouts.stats()["kernel_calls"].values()) == 3
 
 
+@pytest.mark.parametrize("names", [["lined-up", "matrix"], ["padded", "pad-value", "dim-order"], ["lined-up", "view"]],
+                         ids=["lined-up", "padded-and-ordered", "a-transposed-view"])
+def test_the_runtime_front_replays_out_of_place_sqrt(names, monkeypatch):
+    """``_foreach_sqrt`` (Adam's) whose every index lines up runs without entering Python after
+    its first call of a geometry: new results in the inputs' layouts holding the CPU's bits, their
+    padding the pad value, the inputs untouched, each call counted; a list with an index that does
+    not line up (a transposed view) keeps the Python kernel."""
+    from torch_layouts.ops import foreach
+    foreach.PLANS.clear()
+    torch_layouts.ops.elementwise.forget_recipes()
+    entered = []
+    monkeypatch.setattr(foreach, "_columns", lambda *a, original=foreach._columns: entered.append(1) or original(*a))
+    torch_layouts.reset_stats()
+    for call in range(3):
+        (host,), (dev,) = lists(names, 1, seed=call)
+        before = [bits(t.cpu()) for t in dev]
+        got = torch._foreach_sqrt(dev)
+        for g, t, h, b in zip(got, dev, host, before):
+            assert torch.equal(bits(g.cpu()), bits(torch.sqrt(h))) and padding_holds_pad_value(g)
+            assert g.untyped_storage().data_ptr() != t.untyped_storage().data_ptr()
+            assert foreach.flat(t) is None or g.device_tensor_layout() == t.device_tensor_layout()
+            assert torch.equal(bits(t.cpu()), b)
+    assert len(entered) == (3 if "view" in names else 1)
+    assert torch_layouts.stats()["kernel_calls"]["aten::_foreach_sqrt"] == 3
+
+
 def test_replayed_calls_lend_the_lists_tensors_without_references():
     """A replayed call reads its lists' tensors where the call's stack holds them and lends the CPU
     op views borrowed for the call: after every call each tensor's C++ and Python reference counts

@@ -11,6 +11,10 @@ buffer in a refinement of the shape both layouts split evenly (``operands.common
 both views walk their buffers in one dim order; otherwise (a transpose, which a relayout does
 faster) it is first copied into the first tensor's layout. The other indices run tensor by
 tensor through the device's pointwise kernels, as ATen's composite ``_foreach`` kernel would.
+A call whose every index lines up is offered to the runtime's front, which replays later calls of
+its geometry without Python (``csrc/foreach_recipe.h``): in place, the CPU's ``_foreach`` op on
+the buffers; out of place (``_foreach_sqrt``, Adam's), the per-tensor op's out= overload from each
+input's buffer into a new result's.
 
 Example::
 
@@ -200,6 +204,7 @@ class Foreach(NamedTuple):
     kinds: tuple[str, ...]
     single: Callable[..., Any]
     inplace: bool
+    out: str = ""  # an out-of-place op's per-tensor out= overload, which the runtime's replay calls
 
 
 def _kernel(spec: Foreach) -> Callable[..., Any]:
@@ -237,6 +242,10 @@ def _kernel(spec: Foreach) -> Callable[..., Any]:
                 _restore_padding(outs, plan)
                 for i, out in zip(plan.fast, outs):
                     results[i] = out
+                if len(plan.fast) == n:  # the runtime's front replays later calls of this geometry
+                    _C._offer_foreach_unary("aten::" + spec.name, list(lists[0]), list(plan.views[0]),
+                                            [runtime_record(c) for c in plan.coords], "aten::" + spec.out,
+                                            list(plan.padded))
         if len(plan.fast) < n:
             lined = set(plan.fast)
             for i in range(n):
@@ -293,7 +302,7 @@ OPS = [
     Foreach("_foreach_lerp_.Scalar", ("L", "L", "S"), torch.Tensor.lerp_, True),
     Foreach("_foreach_lerp_.List", ("L", "L", "L"), torch.Tensor.lerp_, True),
     Foreach("_foreach_sqrt_", ("L",), torch.Tensor.sqrt_, True),
-    Foreach("_foreach_sqrt", ("L",), torch.sqrt, False),
+    Foreach("_foreach_sqrt", ("L",), torch.sqrt, False, "sqrt.out"),
     Foreach("_foreach_neg_", ("L",), torch.Tensor.neg_, True),
     Foreach("_foreach_zero_", ("L",), torch.Tensor.zero_, True),
 ]
