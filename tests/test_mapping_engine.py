@@ -150,6 +150,35 @@ def test_relayout_between_tilings_is_direct():
     check_exactly_once(transfers, dst, lambda h: src.device_offsets(h))
 
 
+F32 = torch.float32
+ROWS = DeviceLayout([8, 1024, 32], [32, 256, 1], F32)  # a linear's (1024, 256) result: sticks outermost
+
+
+# Relayouts between bindings whose base strides nest the same host dims in other orders (a
+# transposed view's result, bound to strides that keep the transpose): id, source (layout, host
+# strides), destination (layout, host strides), host size.
+BINDINGS = [
+    ("seq-first rows into batch-first", (ROWS, (256, 2048, 1)), (ROWS, (32768, 256, 1)), (8, 128, 256)),
+    ("batch-first rows into seq-first", (ROWS, (32768, 256, 1)), (ROWS, (256, 2048, 1)), (8, 128, 256)),
+    ("seq-first rows into Spyre's 3-D default", (ROWS, (256, 2048, 1)),
+     (DeviceLayout([128, 8, 8, 32], [256, 32, 32768, 1], F32), (32768, 256, 1)), (8, 128, 256)),
+    ("Spyre's 3-D default into seq-first rows", (DeviceLayout([128, 8, 8, 32], [256, 32, 32768, 1], F32),
+                                                  (32768, 256, 1)), (ROWS, (256, 2048, 1)), (8, 128, 256)),
+    ("a transposed matrix", (DeviceLayout([6], [1], F16), (1, 2)), (DeviceLayout([6], [1], F16), (3, 1)), (2, 3)),
+]
+
+
+@pytest.mark.parametrize("_, source, destination, size", BINDINGS, ids=[b[0] for b in BINDINGS])
+def test_relayout_between_bindings_of_other_dim_orders_is_direct(_, source, destination, size):
+    """Each source group's digits, cut at its host dims' boundaries, compose the destination's
+    groups in their order: one pass device to device (these went through a host buffer), every
+    real element once, from its own source address."""
+    src, dst = source[0].resolve(size, source[1]), destination[0].resolve(size, destination[1])
+    transfers = map_addresses(src, None, dst)
+    assert transfers is not None
+    check_exactly_once(transfers, dst, lambda h: src.device_offsets(storage_offsets(h, src.size, src.stride, 0)))
+
+
 def test_relayout_whose_steps_do_not_nest_is_refused():
     src = DeviceLayout([3, 8], [8, 1], F16).resolve((24,))
     dst = DeviceLayout([2, 12], [12, 1], F16).resolve((24,))

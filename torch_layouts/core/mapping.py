@@ -118,16 +118,64 @@ def map_addresses(src: BoundLayout | None, view: View | None, dst: BoundLayout, 
     if view is not None or src.size != dst.size:
         raise ValueError(f"a layout source holds the destination's host tensor {list(dst.size)} whole, "
                          f"got size {list(src.size)} and view {view!r}")
-    by_dims = {g.host_dims: g for g in src.groups}
+    whole = {g.host_dims: g for g in src.groups}
+    per_dim: dict[int, list[tuple[int, int, int]]] = {}  # the other groups' digits, each within one host dim
+    for g in src.groups:
+        if g.host_dims not in {d.host_dims for d in dst.groups}:
+            per_dim.update(digits_per_dim(g, src.size) or {})
     other = []
     for group in dst.groups:
-        match = by_dims.get(group.host_dims)
-        if match is None:
+        match = whole.get(group.host_dims)
+        if match is not None:
+            other.append([(dig.step, dig.size, dig.device_stride) for dig in match.digits])
+            continue
+        if any(d not in per_dim for d in group.host_dims):
             return None
-        other.append([(dig.step, dig.size, dig.device_stride) for dig in match.digits])
-    if len(other) != len(src.groups):
+        unit = _units(group.host_dims, dst.size)
+        other.append(sorted((unit[d] * local, n, stride) for d in group.host_dims for local, n, stride in per_dim[d]))
+    if {d for g in dst.groups for d in g.host_dims} != {d for g in src.groups for d in g.host_dims}:
         return None
     return refined_nests(dst, other, 0, broadcast_full)
+
+
+def _units(dims: Sequence[int], size: Sequence[int]) -> dict[int, int]:
+    """The step of each of a group's host dims (``dims``, outer to inner) in its coordinate."""
+    unit, step = {}, 1
+    for d in reversed(dims):
+        unit[d], step = step, step * size[d]
+    return unit
+
+
+def digits_per_dim(group: Group, size: Sequence[int]) -> dict[int, list[tuple[int, int, int]]] | None:
+    """``group``'s digits cut where they pass from one host dim into the next: per host dim,
+    (step, size, stride) digits over that dim's own index, which a group of other host dims (in
+    another order, or fewer or more of them) composes; a source group whose base's strides nest
+    its dims in another order than the destination's (a transposed view's result bound to strides
+    that keep the transpose) maps that way. None for a group with padding or a digit that does
+    not cut at a host dim's boundary.
+
+    >>> from torch_layouts.core.layout import DeviceLayout
+    >>> g = DeviceLayout([6], [1], torch.float16).resolve((2, 3), (1, 2)).groups[0]  # dims (1, 0)
+    >>> digits_per_dim(g, (2, 3))  # one digit over h = 2 * d1 + d0, cut into d1's and d0's
+    {1: [(1, 3, 2)], 0: [(1, 2, 1)]}
+    """
+    if group.pad:
+        return None
+    own = _units(group.host_dims, size)
+    out: dict[int, list[tuple[int, int, int]]] = {d: [] for d in group.host_dims}
+    for digit in group.digits:
+        step, n, stride = digit.step, digit.size, digit.device_stride
+        while n > 1:
+            d = next((h for h in group.host_dims if own[h] <= step < own[h] * size[h]), None)
+            if d is None or step % own[d] or size[d] % (step // own[d]):
+                return None
+            local = step // own[d]
+            m = min(n, size[d] // local)
+            if n % m:
+                return None
+            out[d].append((local, m, stride))
+            step, n, stride = step * m, n // m, stride * m
+    return out
 
 
 def host_digits(dst: BoundLayout, group: Group, host_stride: Sequence[int]) -> list[tuple[int, int, int]]:
