@@ -211,3 +211,20 @@ def test_dropout_falls_between_layers_as_in_the_composite():
     lstm.dropout = 0.5
     lstm.eval()
     assert torch.equal(run(True), undropped)
+
+
+def test_inference_mode_takes_the_layers():
+    """Under ``torch.inference_mode`` (autograd off: the backend's key) an LSTM still runs as the
+    CPU's oneDNN layers: its bits, a layer per layer and direction, no workspace made."""
+    torch.manual_seed(0)
+    cpu = nn.LSTM(8, 40, num_layers=2, bidirectional=True)
+    device = copy.deepcopy(cpu).to("spyre")
+    x = torch.randn(5, 3, 8)
+    with torch.inference_mode():
+        want = cpu(x)
+        xd = x.to("spyre")
+        torch_layouts.reset_stats()
+        got = device(xd)
+    s = torch_layouts.stats()
+    assert s["kernel_calls"][LAYER] == 4 and s["fallbacks"] == {}, s
+    assert torch.equal(got[0].cpu(), want[0]) and all(torch.equal(g.cpu(), w) for g, w in zip(got[1], want[1]))

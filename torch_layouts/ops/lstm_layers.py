@@ -4,12 +4,13 @@ On CPU tensors ``aten::lstm`` runs each layer and direction as one ``mkldnn_rnn_
 step's gates in one oneDNN primitive, a workspace saved for ``mkldnn_rnn_layer_backward``); on an
 accelerator PyTorch's composite steps through the time steps, two GEMMs and a fused cell each, and
 four GEMMs each in backward. The device's ``lstm`` (registered at ``AutogradPrivateUse1``, where it
-takes precedence over that composite) makes the CPU's choice: where the CPU would take oneDNN (its
-dtype rule, oneDNN enabled, no projections) it calls ``mkldnn_rnn_layer`` per layer and direction
-as the CPU does, and PyTorch's own derivative for it records ``mkldnn_rnn_layer_backward``.
-Both run the CPU's kernel on the operands' device buffers (``convolution.on_views_masked``; the
-workspace, oneDNN's opaque bytes, in a ``uint8`` device tensor), so the results are the CPU's
-bits, and later calls of a geometry replay without Python. Other calls take the composite.
+takes precedence over that composite, and at the backend's key for inference mode) makes the
+CPU's choice: where the CPU would take oneDNN (its dtype rule, oneDNN enabled, no projections) it
+calls ``mkldnn_rnn_layer`` per layer and direction as the CPU does, and PyTorch's own derivative
+for it records ``mkldnn_rnn_layer_backward``. Both run the CPU's kernel on the operands' device
+buffers (``convolution.on_views_masked``; the workspace, oneDNN's opaque bytes, in a ``uint8``
+device tensor), so the results are the CPU's bits, and later calls of a geometry replay without
+Python. Other calls take the composite.
 
 >>> lstm, x = torch.nn.LSTM(8, 32), torch.randn(5, 3, 8)
 >>> want = lstm(x)[0]
@@ -161,6 +162,7 @@ def register_all() -> None:
     global _library
     register("mkldnn_rnn_layer", rnn_layer)
     register("mkldnn_rnn_layer_backward", rnn_layer_backward)
+    register("lstm.input", lstm)  # the backend's key: where autograd is off (inference mode)
     if _library is None:
         _library = torch.library.Library("aten", "IMPL")
         _library.impl("lstm.input", lstm, "AutogradPrivateUse1")
