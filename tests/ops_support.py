@@ -1,5 +1,5 @@
 """Helpers shared by the op tests: does a result's padding still hold its pad value, does a
-result match the CPU's, does a bad call raise the CPU's error."""
+result match the CPU's, does a bad call raise the CPU's error, did a call stay on the device."""
 
 from __future__ import annotations
 
@@ -11,6 +11,14 @@ import torch
 
 import torch_layouts
 from torch_layouts import DeviceLayout, _C
+
+
+def stays_on_device() -> dict:
+    """Since the last ``reset_stats()``: no CPU fallback, no byte to or from the host. Returns the
+    stats."""
+    s = torch_layouts.stats()
+    assert s["fallbacks"] == {} and s["h2d_bytes"] == 0 and s["d2h_bytes"] == 0, s
+    return s
 
 
 @functools.lru_cache(maxsize=256)

@@ -14,14 +14,9 @@ from hypothesis import strategies as st
 from torch import nn
 
 import torch_layouts
-from ops_support import padding_holds_pad_value
+from ops_support import padding_holds_pad_value, stays_on_device
 from torch_layouts.ops import convolution, elementwise
 
-
-def _stays_on_device() -> None:
-    """Since the last ``reset_stats()``: no CPU fallback, no byte to or from the host."""
-    s = torch_layouts.stats()
-    assert s["fallbacks"] == {} and s["h2d_bytes"] == 0 and s["d2h_bytes"] == 0, s
 
 
 def _leaf(t: torch.Tensor, grad: bool, device: str) -> torch.Tensor:
@@ -85,7 +80,7 @@ def _convolution_and_its_backward_are_the_cpus(conv: dict, seed: int, entered: l
             y.backward(grad)
             got += [t.grad for t in leaves if t is not None and t.requires_grad]
         if device == "spyre":
-            _stays_on_device()
+            stays_on_device()
         return got
 
     try:
@@ -114,7 +109,7 @@ def test_convolution_reads_any_layout():
     for _ in range(2):
         torch_layouts.reset_stats()
         got = nn.functional.conv2d(dx, dw, padding=1)
-        _stays_on_device()
+        stays_on_device()
         assert torch.equal(got.cpu(), nn.functional.conv2d(x, w, padding=1))
 
 
@@ -157,7 +152,7 @@ def test_batch_norm_and_its_backward_are_the_cpus(shape, affine, track, training
         torch_layouts.reset_stats()
         got = device(dx)
         got.backward(dgrad)
-        _stays_on_device()
+        stays_on_device()
         assert torch.equal(got.cpu(), want), call
         assert torch.equal(dx.grad.cpu(), cx.grad), call
         for name, value in cpu.state_dict().items():

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 import torch_layouts
 from ops_support import padding_holds_pad_value
 from torch_layouts import SpyreTensorLayout
+from torch_layouts.ops import foreach
 from torch_layouts.ops.foreach import OPS
 
 F32 = torch.float32
@@ -205,7 +206,6 @@ def test_a_tensor_in_two_lists_of_another_layout():
 def test_a_gradient_whose_layout_differs_only_by_size_one_dims_lines_up(monkeypatch):
     """A bias gradient reduced from a batch keeps a size-1 device dim where the bias has none: the
     same bytes in the same order, so it is read where it lies, not copied first."""
-    from torch_layouts.ops import foreach
     batch, bias = torch.randn(32, 128), torch.rand(128)
     grad = batch.to("spyre").sum(0, keepdim=True).view(128)  # as autograd reduces a bias gradient
     assert len(grad.device_tensor_layout().device_size) != len(bias.to("spyre").device_tensor_layout().device_size)
@@ -215,6 +215,16 @@ def test_a_gradient_whose_layout_differs_only_by_size_one_dims_lines_up(monkeypa
     torch._foreach_add_(params, [grad], alpha=-0.1)
     assert copies == []
     assert torch.equal(bits(params[0].cpu()), bits(bias.add(batch.sum(0), alpha=-0.1)))
+
+
+def _python_entries(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """With no plan or recipe kept, a list that grows by one each time a call of the foreach
+    kernels enters Python (``foreach._columns``, which every lined-up call runs)."""
+    foreach.PLANS.clear()
+    torch_layouts.ops.elementwise.forget_recipes()
+    entered: list[int] = []
+    monkeypatch.setattr(foreach, "_columns", lambda *a, original=foreach._columns: entered.append(1) or original(*a))
+    return entered
 
 
 # In-place calls the runtime's front replays: id, the op on (lists, scalars), list count, whether it
@@ -236,11 +246,7 @@ def test_inputs_of_another_layout_read_in_place_where_the_order_agrees(_, fn, co
     """A gradient whose layout splits the shape as the parameter's does, walked in the same order
     (3 sticks of 16 against 2 of 32), is read through a strided view of its own buffer, in the first
     call and in the front's replays: no copy or relayout, the CPU's bits, the padding untouched."""
-    from torch_layouts.ops import foreach
-    foreach.PLANS.clear()
-    torch_layouts.ops.elementwise.forget_recipes()
-    entered = []
-    monkeypatch.setattr(foreach, "_columns", lambda *a, original=foreach._columns: entered.append(1) or original(*a))
+    _python_entries(monkeypatch)  # no plan or recipe kept from other tests
     gen = torch.Generator().manual_seed(count)
     for call in range(3):
         host = [[torch.rand(48, generator=gen) + 0.5, torch.rand(64, 32, generator=gen)] for _ in range(count)]
@@ -263,11 +269,7 @@ def test_inputs_of_another_layout_read_in_place_where_the_order_agrees(_, fn, co
 def test_the_runtime_front_replays_lined_up_calls(_, fn, count, scalars, names, monkeypatch):
     """After the first call of a geometry, in-place calls whose every index lines up run without
     entering Python: the CPU's bits, padding restored, the other lists untouched, each call counted."""
-    from torch_layouts.ops import foreach
-    foreach.PLANS.clear()
-    torch_layouts.ops.elementwise.forget_recipes()
-    entered = []
-    monkeypatch.setattr(foreach, "_columns", lambda *a, original=foreach._columns: entered.append(1) or original(*a))
+    entered = _python_entries(monkeypatch)
     torch_layouts.reset_stats()
     for call in range(3):
         host_lists, dev_lists = lists(names, count, seed=call)
@@ -288,11 +290,7 @@ def test_the_runtime_front_replays_out_of_place_sqrt(names, monkeypatch):
     its first call of a geometry: new results in the inputs' layouts holding the CPU's bits, their
     padding the pad value, the inputs untouched, each call counted; a list with an index that does
     not line up (a transposed view) keeps the Python kernel."""
-    from torch_layouts.ops import foreach
-    foreach.PLANS.clear()
-    torch_layouts.ops.elementwise.forget_recipes()
-    entered = []
-    monkeypatch.setattr(foreach, "_columns", lambda *a, original=foreach._columns: entered.append(1) or original(*a))
+    entered = _python_entries(monkeypatch)
     torch_layouts.reset_stats()
     for call in range(3):
         (host,), (dev,) = lists(names, 1, seed=call)
@@ -311,7 +309,6 @@ def test_replayed_calls_lend_the_lists_tensors_without_references():
     """A replayed call reads its lists' tensors where the call's stack holds them and lends the CPU
     op views borrowed for the call: after every call each tensor's C++ and Python reference counts
     are as before, the CPU's bits, a tensor that two lists (or one list twice) hold included."""
-    from torch_layouts.ops import foreach
     foreach.PLANS.clear()
     torch.manual_seed(0)
     host_p = [torch.randn(64, 32), torch.randn(10)]

@@ -15,18 +15,13 @@ from hypothesis import strategies as st
 from torch import nn
 
 import torch_layouts
-from ops_support import padding_holds_pad_value
+from ops_support import padding_holds_pad_value, stays_on_device
 from torch_layouts.ops import elementwise, lstm_layers
 
 LAYER = "aten::mkldnn_rnn_layer"
 # the dtypes the CPU's LSTM takes oneDNN for with grad mode on (bfloat16 where this CPU has it)
 DTYPES = [torch.float32] + ([torch.bfloat16] if torch.ops.mkldnn._is_mkldnn_bf16_supported() else [])
 
-
-def _stays_on_device() -> None:
-    """Since the last ``reset_stats()``: no CPU fallback, no byte to or from the host."""
-    s = torch_layouts.stats()
-    assert s["fallbacks"] == {} and s["h2d_bytes"] == 0 and s["d2h_bytes"] == 0, s
 
 
 @st.composite
@@ -91,8 +86,7 @@ def test_an_lstm_and_its_backward_are_the_cpus(config, seed):
                       [g.to("spyre") for g in grads])
             torch_layouts.reset_stats()
             got = _run(device, *inputs)
-            _stays_on_device()
-            assert torch_layouts.stats()["kernel_calls"][LAYER] == layers
+            assert stays_on_device()["kernel_calls"][LAYER] == layers
             assert (len(entered) - before == 0) == (call > 0), call
             assert len(got) == len(want)
             for g, v in zip(got, want):
