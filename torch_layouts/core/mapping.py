@@ -119,9 +119,10 @@ def map_addresses(src: BoundLayout | None, view: View | None, dst: BoundLayout, 
         raise ValueError(f"a layout source holds the destination's host tensor {list(dst.size)} whole, "
                          f"got size {list(src.size)} and view {view!r}")
     whole = {g.host_dims: g for g in src.groups}
+    dst_groups = {g.host_dims for g in dst.groups}
     per_dim: dict[int, list[tuple[int, int, int]]] = {}  # the other groups' digits, each within one host dim
     for g in src.groups:
-        if g.host_dims not in {d.host_dims for d in dst.groups}:
+        if g.host_dims not in dst_groups:
             per_dim.update(digits_per_dim(g, src.size) or {})
     other = []
     for group in dst.groups:
