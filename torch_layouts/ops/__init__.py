@@ -21,6 +21,8 @@ so PyTorch's own autograd formulas run above them:
 * ``losses`` -- ``mse_loss``, ``nll_loss`` (and backward);
 * ``convolution`` -- convolutions and ``native_batch_norm`` (and backward), the CPU's kernels on the
   buffers' views;
+* ``max_pool`` -- ``max_pool2d_with_indices`` and its backward, the runtime's kernel on the
+  buffers' views;
 * ``embedding`` -- ``embedding_dense_backward``, an embedding's weight gradient;
 * ``on_views`` -- an op's CPU kernel on strided views of the buffers (or dense copies), offered to
   the runtime's front (the losses, ``logsumexp``; ``argmax``, ``max``/``min`` over a dim, ``topk``,
@@ -43,7 +45,7 @@ counted per op in ``stats()``.
 from __future__ import annotations
 
 from . import (arg_extremes, attention, concat, convolution, dropout, elementwise, embedding, foreach, indexing,
-               layer_norm, losses, lstm_layers, matmul, on_views, reductions, rms_norm, rnn, scans, softmax,
+               layer_norm, losses, lstm_layers, matmul, max_pool, on_views, reductions, rms_norm, rnn, scans, softmax,
                view_backward, view_copy)
 from .registry import register_out_variants
 from .rules import LayoutError, restickify, strict_layouts
@@ -61,6 +63,7 @@ attention.register_all()
 dropout.register_all()
 losses.register_all()
 convolution.register_all()
+max_pool.register_all()
 view_backward.register_all()
 indexing.register_all()
 embedding.register_all()

@@ -220,10 +220,9 @@ CPU_KERNELS = {
     "tril": "tril.out", "triu": "triu.out", "flip": "flip.out", "roll": "roll.out", "kthvalue": "kthvalue.values",
     "median": "median.out", "median.dim": "median.dim_values", "mode": "mode.values",
     # pooling and upsampling (NCHW on the buffers' views), and their backward
-    "max_pool2d_with_indices": "max_pool2d_with_indices.out", "avg_pool2d": "avg_pool2d.out",
+    "avg_pool2d": "avg_pool2d.out",
     "_adaptive_avg_pool2d": "_adaptive_avg_pool2d.out", "adaptive_max_pool2d": "adaptive_max_pool2d.out",
     "upsample_nearest2d": "upsample_nearest2d.out", "upsample_bilinear2d": "upsample_bilinear2d.out",
-    "max_pool2d_with_indices_backward": "max_pool2d_with_indices_backward.grad_input",
     "avg_pool2d_backward": "avg_pool2d_backward.grad_input",
     "_adaptive_avg_pool2d_backward": "_adaptive_avg_pool2d_backward.out",
     "adaptive_max_pool2d_backward": "adaptive_max_pool2d_backward.grad_input",
