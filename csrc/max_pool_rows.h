@@ -33,17 +33,17 @@ inline void max2x2_row(const float* __restrict r0, const float* __restrict r1, f
 // its window or was -1 (ATen skips those); else the caller redoes the plane by ATen's loop.
 inline bool max2x2_backward_row(const float* __restrict grad, const int64_t* __restrict index,
                                 float* __restrict g0, float* __restrict g1, int64_t n, int64_t i0, int64_t w) {
-  bool inside = true;
+  int64_t outside = 0;  // (bitwise, not short-circuit: GCC vectorizes the reduction)
   for (int64_t j = 0; j < n; ++j) {
-    const int64_t k = index[j] - (i0 + 2 * j);
+    const int64_t at = index[j], k = at - (i0 + 2 * j);
     const float g = 0.0f + grad[j];
     g0[2 * j] = k == 0 ? g : 0.0f;
     g0[2 * j + 1] = k == 1 ? g : 0.0f;
     g1[2 * j] = k == w ? g : 0.0f;
     g1[2 * j + 1] = k == w + 1 ? g : 0.0f;
-    inside &= k == 0 || k == 1 || k == w || k == w + 1 || index[j] == -1;
+    outside |= int64_t{k != 0} & int64_t{k != 1} & int64_t{k != w} & int64_t{k != w + 1} & int64_t{at != -1};
   }
-  return inside;
+  return outside == 0;
 }
 
 constexpr MaxPoolRows kTable{max2x2_row, max2x2_backward_row};
