@@ -22,7 +22,7 @@ from collections.abc import Collection, Sequence
 
 import torch
 
-from .on_views import common_device, meta_results, on_views_kept
+from .on_views import common_device, meta_results, on_views, on_views_kept
 from .operands import default_coords, host_read
 from .registry import register
 
@@ -85,9 +85,13 @@ def batch_norm(input: Tensor, weight: Tensor | None, bias: Tensor | None, runnin
             if s is not None:
                 s.copy_(updated)
         return tuple(r.to(input.device) for r in results)
-    # (evaluating, the CPU's saved statistics are empty; its meta kernel's, a value per channel)
-    return on_views_masked(aten.native_batch_norm.default, values, (0, 1, 2, 3, 4), in_place=(3, 4),
-                           sizes=None if training else {1: (0,), 2: (0,)})
+    # The runtime's batch norm (csrc/batch_norm.cpp: ATen's contiguous arithmetic, on the views
+    # where they lie); evaluating, the CPU's saved statistics are empty (its meta kernel's, a value
+    # per channel).
+    results = [default_coords((0,) if i and not training else tuple(m.shape), m.dtype)
+               for i, m in enumerate(meta_results(aten.native_batch_norm.default, values))]
+    return on_views(torch.ops.torch_layouts.batch_norm.out, values, (0, 1, 2, 3, 4), results,
+                    common_device([v for v in values[:5] if isinstance(v, Tensor)]))
 
 
 def batch_norm_backward(grad_out: Tensor, input: Tensor, weight: Tensor | None, running_mean: Tensor | None,
