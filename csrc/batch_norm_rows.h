@@ -43,4 +43,70 @@ inline void affine_row(const float* __restrict x, float* __restrict y, int64_t n
   }
 }
 
-constexpr BatchNormRows kTable{group_sums, affine_row};
+// ATen's vec::reduce_all of x + y (dy) and vec::map2_reduce_all of acc + (x - mean) * dy over
+// one plane of `h` rows of `w` elements (rows sh apart, elements at stride 1), in ATen's lanes:
+// element e of the plane (row-major) goes to lane e % kLanes, the first kLanes set the lanes,
+// the others are added in order; `sums` and `dots` get the lanes. ATen's AVX2 build rounds the
+// product and the sum apart in the full vectors and fuses them in the last, partial one
+// (`fused`: where ATen's kernels fuse at all). Rows whose length is a multiple of the lanes run a
+// row of lanes at a time.
+// Rows of whole vectors (w a multiple of kLanes) added into the lanes s and t, product and sum
+// rounded apart; two sets of lanes interleaved over the row's vectors would change the order, so
+// the rows' additions stay one chain per lane (ATen's), with the lanes in registers.
+inline void whole_rows(const float* __restrict dy, const float* __restrict x, int64_t rows, int64_t sh_dy, int64_t sh_x,
+                       int64_t w, float mean, float* __restrict sums, float* __restrict dots) {
+  using Lanes = float __attribute__((vector_size(kLanes * sizeof(float))));  // GCC's vectors: one chain per lane
+  Lanes s, t, g, v;
+  std::memcpy(&s, sums, sizeof(s));
+  std::memcpy(&t, dots, sizeof(t));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < w; j += kLanes) {
+      std::memcpy(&g, dy + r * sh_dy + j, sizeof(g));
+      std::memcpy(&v, x + r * sh_x + j, sizeof(v));
+      s += g;
+      t = t + (v - mean) * g;
+    }
+  }
+  std::memcpy(sums, &s, sizeof(s));
+  std::memcpy(dots, &t, sizeof(t));
+}
+
+inline void plane_lanes(const float* dy, const float* x, int64_t h, int64_t sh_dy, int64_t sh_x, int64_t w, float mean,
+                        bool fused, float* sums, float* dots) {
+  constexpr int lanes = kLanes;
+  const int64_t tail = h * w / lanes * lanes;  // where the partial vector starts
+  int64_t e = 0;
+  for (int64_t r = 0; r < h; ++r) {
+    const float* g = dy + r * sh_dy;
+    const float* v = x + r * sh_x;
+    if (e >= lanes && w % lanes == 0) {  // the other rows, whole vectors (no tail)
+      return whole_rows(g, v, h - r, sh_dy, sh_x, w, mean, sums, dots);
+    }
+    for (int64_t j = 0; j < w; ++j, ++e) {
+      const int l = static_cast<int>(e % lanes);
+      const float d = v[j] - mean;
+      if (e < lanes) {
+        sums[l] = g[j];
+        dots[l] = d * g[j];
+        continue;
+      }
+      sums[l] += g[j];
+      dots[l] = fused && e >= tail ? std::fma(d, g[j], dots[l]) : dots[l] + d * g[j];
+    }
+  }
+}
+
+// The input's gradient along a row (stride 1): (dy - grad_mean - (x - mean) * k) * invstd * w,
+// the product folded into the difference where ATen's kernels fuse (training), or dy * invstd * w.
+inline void grad_row(const float* __restrict dy, const float* __restrict x, float* __restrict out, int64_t n,
+                     float mean, float k, float grad_mean, float invstd, float w, bool train, bool fused) {
+  if (!train) {
+    for (int64_t j = 0; j < n; ++j) out[j] = dy[j] * invstd * w;
+  } else if (fused) {
+    for (int64_t j = 0; j < n; ++j) out[j] = std::fma(-(x[j] - mean), k, dy[j] - grad_mean) * invstd * w;
+  } else {
+    for (int64_t j = 0; j < n; ++j) out[j] = (dy[j] - grad_mean - (x[j] - mean) * k) * invstd * w;
+  }
+}
+
+constexpr BatchNormRows kTable{group_sums, affine_row, plane_lanes, grad_row};

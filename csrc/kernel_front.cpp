@@ -577,7 +577,7 @@ bool offer_recipe(const std::vector<std::optional<at::Tensor>>& args, std::vecto
   // clamp_min at 0, the bound passed as an override; a backend's convolution_overrideable:
   // convolution; its backward: convolution_backward, the bias's sizes inserted as an override;
   // the fused LSTM and GRU cells and their backward: the runtime's, recurrent_cells.cpp; 2-D max
-  // pooling and its backward, batch norm: the runtime's on strided views, max_pool.cpp and
+  // pooling, batch norm and their backward: the runtime's on strided views, max_pool.cpp and
   // batch_norm.cpp).
   std::string called = call.op->schema().name();
   if (!called.empty() && called.back() == '_') called.pop_back();
@@ -595,7 +595,8 @@ bool offer_recipe(const std::vector<std::optional<at::Tensor>>& args, std::vecto
       {"aten::_thnn_fused_gru_cell_backward", "torch_layouts::gru_cell_backward", -1},
       {"aten::max_pool2d_with_indices", "torch_layouts::max_pool2d", -1},
       {"aten::max_pool2d_with_indices_backward", "torch_layouts::max_pool2d_backward", -1},
-      {"aten::native_batch_norm", "torch_layouts::batch_norm", -1}};
+      {"aten::native_batch_norm", "torch_layouts::batch_norm", -1},
+      {"aten::native_batch_norm_backward", "torch_layouts::batch_norm_backward", -1}};
   const std::string& compute_name = handle->schema().name();
   const auto alias = std::find_if(std::begin(computed_as), std::end(computed_as),
                                   [&](const ComputedAs& a) { return a.called == called && a.compute == compute_name; });

@@ -1,8 +1,9 @@
-"""Batch norm's forward on the device (``csrc/batch_norm.cpp``, ``ops/convolution.py``): the
-runtime's kernel reads the input where it lies and gives ATen's output, saved statistics and
-running statistics bit for bit (its contiguous path's double sums, one element at a time, its
-fused multiply-adds where its vectorized kernels fuse), on the first call and on the front's
-replays, in every instruction set; inputs it does not take run ATen's kernel on contiguous copies."""
+"""Batch norm on the device (``csrc/batch_norm.cpp``, ``ops/convolution.py``): the runtime's
+kernels read the operands where they lie and give ATen's output, saved statistics, running
+statistics and gradients bit for bit (its contiguous path's double sums, one element at a time;
+its backward's sums in vectors of 8 lanes and their butterfly; its fused multiply-adds where its
+vectorized kernels fuse), on the first call and on the front's replays, in every instruction set;
+inputs they do not take run ATen's kernel on contiguous copies."""
 
 from __future__ import annotations
 
@@ -73,14 +74,47 @@ def test_batch_norm_is_the_cpus(config, seed, isa):
     assert len(entered) == 1  # the first call only
 
 
+@settings(max_examples=60, deadline=None)
+@given(batches(), st.integers(0, 2**31), st.sampled_from(ISA_SETS))
+def test_batch_norm_backward_is_the_cpus(config, seed, isa):
+    """The input's, weight's and bias's gradients bit for bit the CPU's on three calls (training
+    with the saved statistics, evaluation with the running ones; planes whose size is not a
+    multiple of 8 end in ATen's partial vector), the first running Python, the next replayed;
+    no fallback, no host bytes."""
+    gen = torch.Generator().manual_seed(seed)
+    shape, channels, train = config["shape"], config["shape"][1], config["training"]
+    weight = torch.rand(channels, generator=gen) + 0.5 if config["affine"] else None
+    mean, var = torch.randn(channels, generator=gen), torch.rand(channels, generator=gen) + 0.5
+    layout = None if config["order"] is None else SpyreTensorLayout(shape, torch.float32, config["order"])
+    entered: list[int] = []
+    with pytest.MonkeyPatch.context() as monkeypatch, kernels_in(_C._set_isa_tables, isa):
+        elementwise.forget_recipes()
+        monkeypatch.setattr(convolution, "on_views", lambda *a, f=convolution.on_views: entered.append(1) or f(*a))
+        for call in range(3):
+            x = torch.randn(shape, generator=gen) * config["scale"] + config["offset"]
+            grad = torch.randn(shape, generator=gen)
+            _, saved_mean, saved_invstd = A.native_batch_norm(x, weight, None, None, None, True, 0.1, config["eps"])
+            args = [weight, mean, var, saved_mean if train else None, saved_invstd if train else None]
+            want = A.native_batch_norm_backward(grad, x, *args, train, config["eps"], [True, True, True])
+            dgrad, dx = grad.to("spyre", device_layout=layout), x.to("spyre", device_layout=layout)
+            dargs = [None if t is None else t.to("spyre") for t in args]
+            torch_layouts.reset_stats()
+            got = A.native_batch_norm_backward(dgrad, dx, *dargs, train, config["eps"], [True, True, True])
+            stays_on_device()
+            assert all(_same(g.cpu(), w) for g, w in zip(got, want)), call
+            assert all(padding_holds_pad_value(g) for g in got)
+    assert len(entered) == 1  # the first call only
+
+
 def test_the_cnns_batch_norm_reads_its_input_where_it_lies():
     """A convolution's 16x32x32x32 float32 output (Spyre's default layout: rows of one stick, the
-    batch beside it) normalized with no relayout and no device copy."""
-    x = torch.randn(16, 32, 32, 32).to("spyre")
+    batch beside it) normalized, and its gradient found, with no relayout and no device copy."""
+    x = torch.randn(16, 32, 32, 32).to("spyre").requires_grad_()
     module = torch.nn.BatchNorm2d(32).to("spyre")
-    module(x)
+    grad = torch.randn(16, 32, 32, 32).to("spyre")
+    module(x).backward(grad)
     torch_layouts.reset_stats()
-    module(x)
+    module(x).backward(grad)
     s = stays_on_device()
     assert s["relayouts"] == 0 and s["d2d_bytes"] == 0, s
 

@@ -101,7 +101,13 @@ def batch_norm_backward(grad_out: Tensor, input: Tensor, weight: Tensor | None, 
     """``native_batch_norm_backward``: the CPU's kernel on the views."""
     values = [grad_out, input, weight, running_mean, running_var, save_mean, save_invstd, train, eps,
               list(output_mask)]
-    return on_views_masked(aten.native_batch_norm_backward.default, values, (0, 1, 2, 3, 4, 5, 6))
+    if not all(output_mask):
+        return on_views_masked(aten.native_batch_norm_backward.default, values, (0, 1, 2, 3, 4, 5, 6))
+    # the runtime's (csrc/batch_norm.cpp: ATen's contiguous arithmetic, on the views where they lie)
+    results = [default_coords(tuple(m.shape), m.dtype)
+               for m in meta_results(aten.native_batch_norm_backward.default, values)]
+    return on_views(torch.ops.torch_layouts.batch_norm_backward.out, values, (0, 1, 2, 3, 4, 5, 6), results,
+                    common_device([v for v in values[:7] if isinstance(v, Tensor)]))
 
 
 def register_all() -> None:
