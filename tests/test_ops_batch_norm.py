@@ -7,6 +7,9 @@ inputs they do not take run ATen's kernel on contiguous copies."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -23,6 +26,17 @@ A = torch.ops.aten
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Bit for bit, float32."""
     return a.shape == b.shape and torch.equal(a.view(torch.int32), b.view(torch.int32))
+
+
+@contextlib.contextmanager
+def python_entries(isa: str) -> Iterator[list[int]]:
+    """In instruction set ``isa``, with no recipe kept: a list that grows by one each time a batch
+    norm call enters Python."""
+    entered: list[int] = []
+    with pytest.MonkeyPatch.context() as monkeypatch, kernels_in(_C._set_isa_tables, isa):
+        elementwise.forget_recipes()
+        monkeypatch.setattr(convolution, "on_views", lambda *a, f=convolution.on_views: entered.append(1) or f(*a))
+        yield entered
 
 
 @st.composite
@@ -54,10 +68,7 @@ def test_batch_norm_is_the_cpus(config, seed, isa):
     stats = [torch.randn(channels, generator=gen), torch.rand(channels, generator=gen) + 0.5] if config["track"] else [None, None]
     device_stats = [None if s is None else s.to("spyre") for s in stats]
     layout = None if config["order"] is None else SpyreTensorLayout(shape, torch.float32, config["order"])
-    entered: list[int] = []
-    with pytest.MonkeyPatch.context() as monkeypatch, kernels_in(_C._set_isa_tables, isa):
-        elementwise.forget_recipes()
-        monkeypatch.setattr(convolution, "on_views", lambda *a, f=convolution.on_views: entered.append(1) or f(*a))
+    with python_entries(isa) as entered:
         for call in range(3):
             x = torch.randn(shape, generator=gen) * config["scale"] + config["offset"]
             args = [weight, bias, *stats, training, config["momentum"], config["eps"]]
@@ -86,10 +97,7 @@ def test_batch_norm_backward_is_the_cpus(config, seed, isa):
     weight = torch.rand(channels, generator=gen) + 0.5 if config["affine"] else None
     mean, var = torch.randn(channels, generator=gen), torch.rand(channels, generator=gen) + 0.5
     layout = None if config["order"] is None else SpyreTensorLayout(shape, torch.float32, config["order"])
-    entered: list[int] = []
-    with pytest.MonkeyPatch.context() as monkeypatch, kernels_in(_C._set_isa_tables, isa):
-        elementwise.forget_recipes()
-        monkeypatch.setattr(convolution, "on_views", lambda *a, f=convolution.on_views: entered.append(1) or f(*a))
+    with python_entries(isa) as entered:
         for call in range(3):
             x = torch.randn(shape, generator=gen) * config["scale"] + config["offset"]
             grad = torch.randn(shape, generator=gen)
