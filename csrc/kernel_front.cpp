@@ -18,6 +18,8 @@
 #include <string_view>
 #include <utility>
 
+#include <bit>
+
 #include "arithmetic_runs.h"
 #include "bounded_table.h"
 #include "comparisons.h"
@@ -44,6 +46,11 @@ class AtenRecipe final : public Replay {
   std::optional<c10::OperatorHandle> compute;  // the CPU out= overload, or a functional one
   bool functional = false;             // the compute returns its results, copied into their views
   std::vector<bool> kept;              // which of its returns are the results (none: all), the others undefined
+  // The compute on the whole views, padding included, for a call whose listed scalar arguments
+  // are these values bit for bit (the op keeps the pad value there with them: ops/elementwise.py
+  // checked); new results are then not padding-filled first. Empty: the parts always.
+  std::vector<Part> whole;
+  std::vector<std::pair<int64_t, c10::Scalar>> whole_if;
   size_t compute_args = 0;             // arguments passed before the result's view
   std::vector<bool> wrap;              // scalar arguments the compute takes as (wrapped-number) tensors
   std::vector<bool> viewed;            // arguments every part replaces by its read's view
@@ -237,6 +244,28 @@ at::Tensor densified(const at::Tensor& v, int64_t k) {
 // The new results, or the call's target written in place, with its view passed last to the compute.
 // No argument tensor is copied: a copy of a Python-held tensor takes the GIL (PyTorch's PyObject
 // preservation), and the unboxed front lends the arguments uncounted.
+// A call's argument is the Python number `value` (a Scalar, or the wrapped-number tensor
+// PyTorch's argument parser makes of it for a Tensor parameter): its kind and its bits (0.5 and
+// -0.5, 0.0 and -0.0 differ).
+bool same_scalar(const c10::IValue& arg, const c10::Scalar& value) {
+  c10::Scalar given;
+  if (arg.isTensor()) {
+    const at::Tensor& t = arg.toTensor();
+    if (!t.unsafeGetTensorImpl()->is_wrapped_number()) return false;
+    given = t.item();
+  } else if (arg.isScalar()) {
+    given = arg.toScalar();
+  } else {
+    return false;
+  }
+  if (given.isFloatingPoint()) {
+    return value.isFloatingPoint() && std::bit_cast<uint64_t>(given.toDouble()) == std::bit_cast<uint64_t>(value.toDouble());
+  }
+  if (given.isBoolean()) return value.isBoolean() && given.toBool() == value.toBool();
+  return given.isIntegral(/*includeBool=*/false) && value.isIntegral(/*includeBool=*/false) &&
+         given.toLong() == value.toLong();
+}
+
 void AtenRecipe::run(c10::ArrayRef<c10::IValue> args, int64_t target, std::vector<c10::IValue>& results) const {
   // The call's arguments, the read tensors left out (their views replace them); those the compute
   // takes past them (relu's clamp_min bound) are overrides.
@@ -254,9 +283,13 @@ void AtenRecipe::run(c10::ArrayRef<c10::IValue> args, int64_t target, std::vecto
   }
   for (const auto& [i, value] : overrides) stack[i] = value;
   const c10::Device device = args[parts.front().reads.front().arg].toTensor().device();
+  const bool on_whole = !whole.empty() && std::all_of(whole_if.begin(), whole_if.end(), [&](const auto& w) {
+    return same_scalar(args[w.first], w.second);
+  });
+  const std::vector<Part>& runs = on_whole ? whole : parts;
   std::vector<at::Tensor> values, staged;  // the new results; where each is computed first (undefined: itself)
   for (size_t i = 0; i < outs.size(); ++i) {
-    values.push_back(new_device_tensor(outs[i], device));
+    values.push_back(new_device_tensor(outs[i], device, /*fill=*/!on_whole));
     const bool staging = i < staged_outs.size() && staged_outs[i];
     staged.push_back(staging ? new_device_tensor(staged_outs[i], device) : at::Tensor());
   }
@@ -265,15 +298,15 @@ void AtenRecipe::run(c10::ArrayRef<c10::IValue> args, int64_t target, std::vecto
     return outs.empty() ? args[target].toTensor() : staged[i].defined() ? staged[i] : values[i];
   };
   std::vector<at::Tensor> sources;  // the staged operands' copies, made once for every part
-  for (const RecipeRead& read : parts.front().reads) {
+  for (const RecipeRead& read : runs.front().reads) {
     if (!read.staged) continue;
     sources.resize(args.size());
     sources[read.arg] = new_device_tensor(read.staged, device).copy_(args[read.arg].toTensor());
     if (read.restickify_bytes > 0) count_restickify(read.restickify_bytes);
   }
-  for (size_t p = 0; p < parts.size(); ++p) {
-    const Part& part = parts[p];
-    std::vector<c10::IValue> call = p + 1 < parts.size() ? stack : std::move(stack);  // the last part takes it
+  for (size_t p = 0; p < runs.size(); ++p) {
+    const Part& part = runs[p];
+    std::vector<c10::IValue> call = p + 1 < runs.size() ? stack : std::move(stack);  // the last part takes it
     for (const RecipeRead& read : part.reads) {  // the arguments, sources and results outlive the call
       call[read.arg] = borrowed_view_of(read.staged ? sources[read.arg] : args[read.arg].toTensor(), read.view);
     }
@@ -513,8 +546,10 @@ bool offer_recipe(const std::vector<std::optional<at::Tensor>>& args, std::vecto
                   const std::vector<std::pair<int64_t, py::object>>& overrides, const std::string& compute,
                   const std::vector<std::vector<std::pair<int64_t, int64_t>>>& boxes,
                   std::vector<std::pair<std::vector<RecipeRead>, std::vector<BufferView>>> pieces,
-                  std::vector<LayoutPtr> staged_outs, int64_t classes, const std::vector<bool>& kept) {
+                  std::vector<LayoutPtr> staged_outs, int64_t classes, const std::vector<bool>& kept,
+                  const std::optional<std::vector<std::pair<int64_t, c10::Scalar>>>& whole_if) {
   if (t_calls.empty() || reads.empty() || (!pieces.empty() && !boxes.empty())) return false;
+  if (whole_if && (boxes.empty() || !staged_outs.empty())) return false;
   Call& call = *t_calls.back();
   const std::vector<c10::IValue>& arguments = *call.arguments;
   auto own = [&](int64_t i) {  // the kernel's argument i is the call's own tensor
@@ -669,6 +704,10 @@ bool offer_recipe(const std::vector<std::optional<at::Tensor>>& args, std::vecto
     recipe->parts.push_back(std::move(whole));
   } else {
     for (const auto& box : boxes) recipe->parts.push_back(narrowed(whole, box));
+    if (whole_if) {
+      recipe->whole.push_back(std::move(whole));
+      recipe->whole_if = *whole_if;
+    }
   }
   recipe->outs = std::move(outs);
   recipe->staged_outs = std::move(staged_outs);

@@ -135,13 +135,18 @@ struct RecipeRead {
 // only; none: every return): which of its returns are the results, the call's others undefined
 // (an output_mask's; the call's key holds the mask). The compute may be another op than the
 // called one where the CPU computes it so (kernel_front.cpp's computed_as: the called op's
-// arguments, one of them perhaps inserted as an override). Returns whether it was kept.
+// arguments, one of them perhaps inserted as an override). With `whole_if` (boxes only, no staged
+// result), a replayed call whose listed scalar arguments are those values bit for bit runs the
+// compute once on the whole views, padding included, into new results not padding-filled first:
+// the offer's promise that the op keeps the pad value there (every operand read in the result's
+// own layout). Returns whether it was kept.
 bool offer_recipe(const std::vector<std::optional<at::Tensor>>& args, std::vector<RecipeRead> reads,
                   std::vector<LayoutPtr> outs, std::vector<BufferView> result_views,
                   const std::vector<std::pair<int64_t, pybind11::object>>& overrides, const std::string& compute,
                   const std::vector<std::vector<std::pair<int64_t, int64_t>>>& boxes = {},
                   std::vector<std::pair<std::vector<RecipeRead>, std::vector<BufferView>>> pieces = {},
-                  std::vector<LayoutPtr> staged_outs = {}, int64_t classes = -1, const std::vector<bool>& kept = {});
+                  std::vector<LayoutPtr> staged_outs = {}, int64_t classes = -1, const std::vector<bool>& kept = {},
+                  const std::optional<std::vector<std::pair<int64_t, c10::Scalar>>>& whole_if = std::nullopt);
 
 // A recipe offered by `clone`'s kernel for the call it serves (`src` its argument): a new tensor
 // of `out` that the runtime copies `src` into (a kept view copy, csrc/view_copies.h), or, with

@@ -188,7 +188,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
          const py::object& result_view, const std::vector<std::pair<int64_t, py::object>>& overrides,
          const std::string& compute, const std::vector<std::vector<std::pair<int64_t, int64_t>>>& boxes,
          const py::list& pieces, const std::vector<std::shared_ptr<BoundLayout>>& staged_outs,
-         const std::vector<int64_t>& dense, int64_t classes, const std::vector<bool>& kept) {
+         const std::vector<int64_t>& dense, int64_t classes, const std::vector<bool>& kept,
+         const std::optional<std::vector<std::pair<int64_t, py::object>>>& whole_if) {
         // out: None, a record or a list of records; result_view: None, a (sizes, strides, offset)
         // tuple or a list of them
         std::vector<LayoutPtr> outs;
@@ -235,13 +236,25 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                             dense[i], " of a view of ", parsed[i].view.sizes.size(), " dims");
           parsed[i].dense_from = dense[i];
         }
+        std::optional<std::vector<std::pair<int64_t, c10::Scalar>>> scalars;
+        if (whole_if) {  // (position, Python bool, int or float)
+          scalars.emplace();
+          for (const auto& [i, v] : *whole_if) {
+            TORCH_CHECK_VALUE(py::isinstance<py::bool_>(v) || py::isinstance<py::int_>(v) || py::isinstance<py::float_>(v),
+                              "whole_if values are Python numbers, got ", std::string(py::str(v.get_type())));
+            scalars->emplace_back(i, py::isinstance<py::bool_>(v)  ? c10::Scalar(py::cast<bool>(v))
+                                     : py::isinstance<py::int_>(v) ? c10::Scalar(py::cast<int64_t>(v))
+                                                                   : c10::Scalar(py::cast<double>(v)));
+          }
+        }
         return offer_recipe(args, std::move(parsed), std::move(outs), std::move(results), overrides, compute, boxes,
-                            std::move(parts), {staged_outs.begin(), staged_outs.end()}, classes, kept);
+                            std::move(parts), {staged_outs.begin(), staged_outs.end()}, classes, kept, scalars);
       },
       py::arg("args"), py::arg("reads"), py::arg("out"), py::arg("result_view"), py::arg("overrides"),
       py::arg("compute"), py::arg("boxes") = std::vector<std::vector<std::pair<int64_t, int64_t>>>{},
       py::arg("pieces") = py::list(), py::arg("staged_outs") = std::vector<std::shared_ptr<BoundLayout>>{},
-      py::arg("dense") = std::vector<int64_t>{}, py::arg("classes") = -1, py::arg("kept") = std::vector<bool>{});
+      py::arg("dense") = std::vector<int64_t>{}, py::arg("classes") = -1, py::arg("kept") = std::vector<bool>{},
+      py::arg("whole_if") = py::none());
   m.def(
       "_offer_clone_recipe",
       [](const at::Tensor& src, std::shared_ptr<BoundLayout> out, const py::list& pieces) {

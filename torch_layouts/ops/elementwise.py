@@ -277,7 +277,7 @@ def _replay(recipe: Recipe, spec: Spec, args: tuple | list, kwargs: dict, target
     """Run a kept recipe (``front``: the call is the op's kernel's: the recipe is offered to the
     runtime's front again, which had none for it)."""
     if front:
-        _offer(recipe, spec, args)
+        _offer(recipe, spec, args, kwargs)
     coords = recipe.coords
     views = list(args)
     for i, strides, offset, staged in recipe.reads:
@@ -312,7 +312,7 @@ def _replay(recipe: Recipe, spec: Spec, args: tuple | list, kwargs: dict, target
 
 def _record(key: tuple, spec: Spec, args: list, originals: list, positions: list[int], coords: BoundLayout,
             result: torch.dtype, target: torch.Tensor | None, inplace: bool, front: bool, views: list,
-            staged: dict, out: torch.Tensor) -> None:
+            staged: dict, out: torch.Tensor, kwargs: dict) -> None:
     """Keep the recipe of a call whose operands were all read in place or copied as they are
     (``staged``: read through ``views``, see ``Recipe``); with ``front`` (the call is the
     registered kernel's), offer it to the runtime's front too."""
@@ -352,13 +352,56 @@ def _record(key: tuple, spec: Spec, args: list, originals: list, positions: list
     recipe = keep(RECIPES, key, Recipe(layouts, coords, tuple(reads), out_coords, target_read,
                                        not has_padding(coords), dense), MAX_RECIPES)
     if front:
-        _offer(recipe, spec, originals)
+        _offer(recipe, spec, originals, kwargs)
 
 
-def _offer(recipe: Recipe, spec: Spec, args: tuple | list) -> None:
+# Ops whose CPU kernels round every element alike in their vectorized and scalar loops (exact or
+# correctly rounded arithmetic, selections): computing whole sticks moves elements between those
+# loops, which for exp-like kernels (elu's backward: Sleef's exp and std::exp) changes bits.
+ALIKE_IN_EVERY_LOOP = frozenset({"add.out", "sub.out", "mul.out", "div.out", "neg.out", "abs.out", "clamp_min.out",
+                                 "clamp_max.out", "clamp.out", "maximum.out", "minimum.out",
+                                 "threshold_backward.grad_input"})
+
+
+def _keeps_padding(recipe: Recipe, spec: Spec, args: tuple | list, kwargs: dict) -> list | None:
+    """The call's scalar arguments, (position, value), if its op maps the pad values of operands
+    read in the new result's own buffer order to the result's pad value with these scalars (relu,
+    ``x * 0.5``, ``a + b`` over zero padding): the front may then compute whole buffers, padding
+    included, for calls with these scalars (a stick half padding, as a 16-wide plane's: runs of 16
+    elements, a loop each, and a padding fill, where whole sticks are one run). None otherwise:
+    another layout, a 0-dim operand, keyword arguments, an op that raises or changes the pad value,
+    or whose kernel rounds differently in its vectorized and scalar loops."""
+    out = recipe.out_coords
+    if (spec.native not in ALIKE_IN_EVERY_LOOP or out is None or recipe.target_read is not None or recipe.dense
+            or recipe.unpadded or kwargs):
+        return None
+    shape = recipe.coords.shape
+    if math.prod(shape) != out.layout.device_numel:  # (the views must cover the whole buffer)
+        return None
+    probe = list(args)
+    for i, strides, offset, staged in recipe.reads:
+        if staged is not None or len(strides) != len(shape) or tuple(strides) != rowmajor(shape) or offset != 0:
+            return None
+        probe[i] = torch.full((), args[i].device_tensor_layout().pad_value, dtype=args[i].dtype)
+    if any(isinstance(a, torch.Tensor) and a.device.type != "cpu" for a in probe):
+        return None
+    op = aten_overload(spec.native)
+    value = torch.empty((), dtype=out.layout.dtype)
+    try:
+        op(*probe, *spec.extra, **{next(a.name for a in op._schema.arguments if a.is_out): value})
+    except Exception:  # (an integer division by a zero pad value)
+        return None
+    pad = torch.full((), out.layout.pad_value, dtype=out.layout.dtype)
+    if not torch.equal(value.reshape(1).view(torch.uint8), pad.reshape(1).view(torch.uint8)):
+        return None
+    return [(i, a) for i, a in enumerate(args) if type(a) in (bool, int, float)]
+
+
+def _offer(recipe: Recipe, spec: Spec, args: tuple | list, kwargs: dict) -> None:
     """Offer the runtime's front the recipe of the call it is serving (``Spec.native`` ops whose
     coordinates' real positions are a few boxes), so that it replays later calls of this geometry
-    itself, box by box as ``_replay`` does."""
+    itself, box by box as ``_replay`` does (or on whole buffers, where the op keeps the padding:
+    ``_keeps_padding``)."""
     if spec.native is None:
         return
     pieces, whole = real_slices(recipe.coords)
@@ -374,7 +417,7 @@ def _offer(recipe: Recipe, spec: Spec, args: tuple | list) -> None:
                       for i, strides, offset, staged in recipe.reads],
                      None if recipe.out_coords is None else runtime_record(recipe.out_coords), result,
                      [(len(args) + i, v) for i, v in enumerate(spec.extra)], "aten::" + spec.native, boxes,
-                     dense=list(recipe.dense))
+                     dense=list(recipe.dense), whole_if=_keeps_padding(recipe, spec, args, kwargs) if boxes else None)
 
 
 # A call's pieces for ``_offer_pieces`` per signature (None: it has none), worked out once.
@@ -498,7 +541,8 @@ def run(spec: Spec, args: tuple | list, kwargs: dict, *, target: torch.Tensor | 
     elif whole:
         _C._fill_padding(out)
     if key is not None and len(shaped) + len(scalars) == len(positions):
-        _record(key, spec, args, originals, positions, coords, result, target, inplace, front, views, staged, out)
+        _record(key, spec, args, originals, positions, coords, result, target, inplace, front, views, staged, out,
+                kwargs)
     return out
 
 
