@@ -10,6 +10,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <bit>
 #include <atomic>
 #include <cstring>
 #include <deque>
@@ -17,8 +18,6 @@
 #include <mutex>
 #include <string_view>
 #include <utility>
-
-#include <bit>
 
 #include "arithmetic_runs.h"
 #include "bounded_table.h"
@@ -241,9 +240,6 @@ at::Tensor densified(const at::Tensor& v, int64_t k) {
   return block.as_strided(v.sizes(), strides);
 }
 
-// The new results, or the call's target written in place, with its view passed last to the compute.
-// No argument tensor is copied: a copy of a Python-held tensor takes the GIL (PyTorch's PyObject
-// preservation), and the unboxed front lends the arguments uncounted.
 // A call's argument is the Python number `value` (a Scalar, or the wrapped-number tensor
 // PyTorch's argument parser makes of it for a Tensor parameter): its kind and its bits (0.5 and
 // -0.5, 0.0 and -0.0 differ).
@@ -266,6 +262,9 @@ bool same_scalar(const c10::IValue& arg, const c10::Scalar& value) {
          given.toLong() == value.toLong();
 }
 
+// The new results, or the call's target written in place, with its view passed last to the compute.
+// No argument tensor is copied: a copy of a Python-held tensor takes the GIL (PyTorch's PyObject
+// preservation), and the unboxed front lends the arguments uncounted.
 void AtenRecipe::run(c10::ArrayRef<c10::IValue> args, int64_t target, std::vector<c10::IValue>& results) const {
   // The call's arguments, the read tensors left out (their views replace them); those the compute
   // takes past them (relu's clamp_min bound) are overrides.
