@@ -22,12 +22,12 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
-#include <cstring>
-#include <utility>
-#include <vector>
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 #include "isa_tables.h"
 
@@ -73,12 +73,13 @@ const BatchNormRows& rows_table() {
   return *TORCH_LAYOUTS_BEST_ISA_TABLE(&portable::kTable, &avx2::kTable, &avx512::kTable);
 }
 
-// A 3-D (N, C, L) or 4-D (N, C, H, W) operand as (batch, channels, rows, columns) with strides.
+// A 3-D (N, C, L) or 4-D (N, C, H, W) operand as (batch, rows, columns) with strides, and the
+// channels' stride.
 struct Planes {
-  int64_t n, c, h, w, sn, sc, sh, sw;
+  int64_t n, h, w, sn, sc, sh, sw;
   explicit Planes(const at::Tensor& t)
-      : n(t.size(0)), c(t.size(1)), h(t.dim() == 4 ? t.size(2) : 1), w(t.size(-1)), sn(t.stride(0)),
-        sc(t.stride(1)), sh(t.dim() == 4 ? t.stride(2) : 0), sw(t.stride(-1)) {}
+      : n(t.size(0)), h(t.dim() == 4 ? t.size(2) : 1), w(t.size(-1)), sn(t.stride(0)), sc(t.stride(1)),
+        sh(t.dim() == 4 ? t.stride(2) : 0), sw(t.stride(-1)) {}
 };
 
 bool is_float_vector(const std::optional<at::Tensor>& t, int64_t channels) {
@@ -88,17 +89,22 @@ bool is_float_vector(const std::optional<at::Tensor>& t, int64_t channels) {
 
 const at::Tensor* defined(const std::optional<at::Tensor>& t) { return t.has_value() && t->defined() ? &*t : nullptr; }
 
+// Channel c of a float32 vector (any stride).
+float& element(const at::Tensor* t, int64_t c) { return t->mutable_data_ptr<float>()[c * t->stride(0)]; }
+
+// A contiguous copy of an optional operand (ATen's contiguous path takes contiguous operands).
+std::optional<at::Tensor> contiguous(const std::optional<at::Tensor>& t) {
+  return defined(t) ? std::optional<at::Tensor>(t->contiguous()) : std::optional<at::Tensor>();
+}
+
 // ATen's kernel on contiguous copies (its contiguous path's bits), the results copied out.
 void by_aten(const at::Tensor& input, const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
              const std::optional<at::Tensor>& running_mean, const std::optional<at::Tensor>& running_var,
              bool training, double momentum, double eps, at::Tensor& out, at::Tensor& save_mean,
              at::Tensor& save_invstd) {
-  auto dense = [](const std::optional<at::Tensor>& t) {
-    return defined(t) ? std::optional<at::Tensor>(t->contiguous()) : std::optional<at::Tensor>();
-  };
-  std::optional<at::Tensor> mean = dense(running_mean), var = dense(running_var);
-  auto [y, m, s] = at::native_batch_norm(input.contiguous(), dense(weight), dense(bias), mean, var, training, momentum,
-                                         eps);
+  std::optional<at::Tensor> mean = contiguous(running_mean), var = contiguous(running_var);
+  auto [y, m, s] = at::native_batch_norm(input.contiguous(), contiguous(weight), contiguous(bias), mean, var, training,
+                                         momentum, eps);
   out.copy_(y);
   if (save_mean.numel() == m.numel()) save_mean.copy_(m);
   if (save_invstd.numel() == s.numel()) save_invstd.copy_(s);
@@ -133,7 +139,6 @@ std::tuple<at::Tensor&, at::Tensor&, at::Tensor&> batch_norm_out(
   const Planes x(input), y(out);
   const float* in = input.const_data_ptr<float>();
   std::vector<float> mean(static_cast<size_t>(channels)), invstd(static_cast<size_t>(channels));
-  auto at_ = [](const at::Tensor* t, int64_t c) -> float& { return t->mutable_data_ptr<float>()[c * t->stride(0)]; };
   if (training) {
     // ATen's collect_stats (contiguous): per channel, the sum, the mean, the squares' sum
     std::vector<double> sums(static_cast<size_t>(channels)), squares(static_cast<size_t>(channels));
@@ -168,26 +173,28 @@ std::tuple<at::Tensor&, at::Tensor&, at::Tensor&> batch_norm_out(
       const float var_sum = static_cast<float>(squares[i]);
       const double var = static_cast<double>(var_sum / static_cast<float>(count));
       const float saved = (var != 0.0 || eps != 0.0) ? static_cast<float>(1.0 / std::sqrt(var + eps)) : 0.0f;
-      at_(&save_mean, c) = mean[i];
-      at_(&save_invstd, c) = saved;
+      element(&save_mean, c) = mean[i];
+      element(&save_invstd, c) = saved;
       invstd[i] = saved;
-      if (const at::Tensor* r = defined(running_mean)) at_(r, c) = m * mean[i] + (1 - m) * at_(r, c);
+      if (const at::Tensor* r = defined(running_mean)) element(r, c) = m * mean[i] + (1 - m) * element(r, c);
       if (const at::Tensor* r = defined(running_var)) {
         const double unbiased = static_cast<double>(var_sum / static_cast<float>(count - 1));
-        at_(r, c) = static_cast<float>(static_cast<double>(m) * unbiased + static_cast<double>((1 - m) * at_(r, c)));
+        element(r, c) =
+            static_cast<float>(static_cast<double>(m) * unbiased + static_cast<double>((1 - m) * element(r, c)));
       }
     }
   } else {
     for (int64_t c = 0; c < channels; ++c) {
-      mean[static_cast<size_t>(c)] = at_(defined(running_mean), c);
-      invstd[static_cast<size_t>(c)] = 1 / std::sqrt(at_(defined(running_var), c) + static_cast<float>(eps));
+      mean[static_cast<size_t>(c)] = element(defined(running_mean), c);
+      invstd[static_cast<size_t>(c)] = 1 / std::sqrt(element(defined(running_var), c) + static_cast<float>(eps));
     }
   }
   // ATen's linear and constant terms, then y = x * alpha + beta
   std::vector<float> alpha(static_cast<size_t>(channels)), beta(static_cast<size_t>(channels));
   for (int64_t c = 0; c < channels; ++c) {
     const auto i = static_cast<size_t>(c);
-    const float w = defined(weight) ? at_(defined(weight), c) : 1.0f, b = defined(bias) ? at_(defined(bias), c) : 0.0f;
+    const float w = defined(weight) ? element(defined(weight), c) : 1.0f;
+    const float b = defined(bias) ? element(defined(bias), c) : 0.0f;
     alpha[i] = invstd[i] * w;
     beta[i] = fused ? std::fma(-mean[i], alpha[i], b) : b - mean[i] * alpha[i];
   }
@@ -235,12 +242,9 @@ void backward_by_aten(const at::Tensor& grad_out, const at::Tensor& input, const
                       const std::optional<at::Tensor>& save_mean, const std::optional<at::Tensor>& save_invstd,
                       bool train, double eps, std::array<bool, 3> mask, at::Tensor& grad_input,
                       at::Tensor& grad_weight, at::Tensor& grad_bias) {
-  auto dense = [](const std::optional<at::Tensor>& t) {
-    return defined(t) ? std::optional<at::Tensor>(t->contiguous()) : std::optional<at::Tensor>();
-  };
-  auto [gi, gw, gb] = at::native_batch_norm_backward(grad_out.contiguous(), input.contiguous(), dense(weight),
-                                                     dense(running_mean), dense(running_var), dense(save_mean),
-                                                     dense(save_invstd), train, eps, mask);
+  auto [gi, gw, gb] = at::native_batch_norm_backward(grad_out.contiguous(), input.contiguous(), contiguous(weight),
+                                                     contiguous(running_mean), contiguous(running_var),
+                                                     contiguous(save_mean), contiguous(save_invstd), train, eps, mask);
   for (auto [from, to] : {std::pair<at::Tensor*, at::Tensor*>{&gi, &grad_input}, {&gw, &grad_weight}, {&gb, &grad_bias}}) {
     if (from->defined() && to->sizes() == from->sizes()) to->copy_(*from);
   }
@@ -275,13 +279,12 @@ std::tuple<at::Tensor&, at::Tensor&, at::Tensor&> batch_norm_backward_out(
   const float* dy = grad_out.const_data_ptr<float>();
   const float* in = input.const_data_ptr<float>();
   float* out = grad_input.mutable_data_ptr<float>();
-  auto at_ = [](const at::Tensor* t, int64_t c) -> float& { return t->mutable_data_ptr<float>()[c * t->stride(0)]; };
   at::parallel_for(0, channels, 1, [&](int64_t begin, int64_t end) {
     for (int64_t c = begin; c < end; ++c) {
-      const float w = defined(weight) ? at_(defined(weight), c) : 1.0f;
-      const float mean = train ? at_(defined(save_mean), c) : at_(defined(running_mean), c);
-      const float invstd = train ? at_(defined(save_invstd), c)
-                                 : static_cast<float>(1 / std::sqrt(at_(defined(running_var), c) + eps));
+      const float w = defined(weight) ? element(defined(weight), c) : 1.0f;
+      const float mean = train ? element(defined(save_mean), c) : element(defined(running_mean), c);
+      const float invstd = train ? element(defined(save_invstd), c)
+                                 : static_cast<float>(1 / std::sqrt(element(defined(running_var), c) + eps));
       double sum = 0, dotp = 0;
       for (int64_t n = 0; n < x.n; ++n) {
         float sums[kLanes], dots[kLanes];
@@ -298,8 +301,8 @@ std::tuple<at::Tensor&, at::Tensor&, at::Tensor&> batch_norm_backward_out(
                      out + n * o.sn + c * o.sc + r * o.sh, x.w, mean, k, grad_mean, invstd, w, train, fused);
         }
       }
-      at_(&grad_weight, c) = static_cast<float>(dotp * invstd);
-      at_(&grad_bias, c) = static_cast<float>(sum);
+      element(&grad_weight, c) = static_cast<float>(dotp * invstd);
+      element(&grad_bias, c) = static_cast<float>(sum);
     }
   });
   return {grad_input, grad_weight, grad_bias};

@@ -43,13 +43,6 @@ inline void affine_row(const float* __restrict x, float* __restrict y, int64_t n
   }
 }
 
-// ATen's vec::reduce_all of x + y (dy) and vec::map2_reduce_all of acc + (x - mean) * dy over
-// one plane of `h` rows of `w` elements (rows sh apart, elements at stride 1), in ATen's lanes:
-// element e of the plane (row-major) goes to lane e % kLanes, the first kLanes set the lanes,
-// the others are added in order; `sums` and `dots` get the lanes. ATen's AVX2 build rounds the
-// product and the sum apart in the full vectors and fuses them in the last, partial one
-// (`fused`: where ATen's kernels fuse at all). Rows whose length is a multiple of the lanes run a
-// row of lanes at a time.
 // Rows of whole vectors (w a multiple of kLanes) added into the lanes s and t, product and sum
 // rounded apart; two sets of lanes interleaved over the row's vectors would change the order, so
 // the rows' additions stay one chain per lane (ATen's), with the lanes in registers.
@@ -71,21 +64,27 @@ inline void whole_rows(const float* __restrict dy, const float* __restrict x, in
   std::memcpy(dots, &t, sizeof(t));
 }
 
+// ATen's vec::reduce_all of x + y (dy) and vec::map2_reduce_all of acc + (x - mean) * dy over
+// one plane of `h` rows of `w` elements (rows sh apart, elements at stride 1), in ATen's lanes:
+// element e of the plane (row-major) goes to lane e % kLanes, the first kLanes set the lanes,
+// the others are added in order; `sums` and `dots` get the lanes. ATen's AVX2 build rounds the
+// product and the sum apart in the full vectors and fuses them in the last, partial one
+// (`fused`: where ATen's kernels fuse at all). Rows whose length is a multiple of the lanes run a
+// row of lanes at a time.
 inline void plane_lanes(const float* dy, const float* x, int64_t h, int64_t sh_dy, int64_t sh_x, int64_t w, float mean,
                         bool fused, float* sums, float* dots) {
-  constexpr int lanes = kLanes;
-  const int64_t tail = h * w / lanes * lanes;  // where the partial vector starts
+  const int64_t tail = h * w / kLanes * kLanes;  // where the partial vector starts
   int64_t e = 0;
   for (int64_t r = 0; r < h; ++r) {
     const float* g = dy + r * sh_dy;
     const float* v = x + r * sh_x;
-    if (e >= lanes && w % lanes == 0) {  // the other rows, whole vectors (no tail)
+    if (e >= kLanes && w % kLanes == 0) {  // the other rows, whole vectors (no tail)
       return whole_rows(g, v, h - r, sh_dy, sh_x, w, mean, sums, dots);
     }
     for (int64_t j = 0; j < w; ++j, ++e) {
-      const int l = static_cast<int>(e % lanes);
+      const int l = static_cast<int>(e % kLanes);
       const float d = v[j] - mean;
-      if (e < lanes) {
+      if (e < kLanes) {
         sums[l] = g[j];
         dots[l] = d * g[j];
         continue;
