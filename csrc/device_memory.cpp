@@ -2,6 +2,7 @@
 
 #include "device_guard.h"
 
+#include <c10/core/CPUAllocator.h>
 #include <c10/core/TensorOptions.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
@@ -9,6 +10,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <climits>
 #include <cstdio>
@@ -282,6 +284,97 @@ class DeviceAllocator final : public c10::Allocator {
 };
 
 DeviceAllocator g_allocator;
+
+namespace {
+
+// A CPU allocation shaped as a device block of its size: backing_size bytes, from host_backing.
+// ctx == ptr and the CPU allocator's deleter semantics (report to the profiler, then free), so
+// that PyTorch's raw_allocate and raw_deallocate (oneDNN's scratchpads) work across either allocator.
+void report_and_free(void* ptr) {
+  if (ptr == nullptr) return;
+  c10::profiledCPUMemoryReporter().Delete(ptr);
+  std::free(ptr);
+}
+
+int64_t reserved_size(int64_t nbytes) { return (nbytes + kAlignment - 1) / kAlignment * kAlignment; }
+
+std::atomic<c10::DeviceIndex> g_scope_device{0};  // whose freed blocks the scopes' allocations take
+
+class DeviceShapedHostAllocator final : public c10::Allocator {
+ public:
+  c10::DataPtr allocate(size_t nbytes) override {
+    void* ptr = nullptr;
+    if (nbytes > 0) {
+      const int64_t backing = backing_size(reserved_size(static_cast<int64_t>(nbytes)));
+      {  // a block the device freed, still warm: an adopted result comes back here after its use
+        DeviceMemory& mem = *devices().memory[g_scope_device.load()];
+        std::lock_guard<std::mutex> lock(mem.mutex);
+        ptr = mem.take(backing);
+      }
+      if (ptr == nullptr) ptr = host_backing(backing);
+      if (ptr == nullptr) {
+        c10::profiledCPUMemoryReporter().OutOfMemory(nbytes);
+        TORCH_CHECK_WITH(OutOfMemoryError, false, "DefaultCPUAllocator: not enough memory: you tried to allocate ",
+                         nbytes, " bytes.");
+      }
+      c10::profiledCPUMemoryReporter().New(ptr, nbytes);
+    }
+    return {ptr, ptr, &report_and_free, c10::Device(c10::DeviceType::CPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &report_and_free; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+};
+
+DeviceShapedHostAllocator g_device_shaped_host;
+std::mutex g_scope_mutex;
+int g_scopes = 0;
+c10::Allocator* g_host_before = nullptr;  // the CPU allocator the first scope replaced; null: none was
+
+}  // namespace
+
+DeviceShapedHostScope::DeviceShapedHostScope(c10::DeviceIndex device) {
+  check_device_index(device);
+  std::lock_guard<std::mutex> lock(g_scope_mutex);
+  if (g_scopes++ > 0) return;
+  g_scope_device = device;
+  c10::Allocator* before = c10::GetCPUAllocator();
+  c10::SetCPUAllocator(&g_device_shaped_host, 0);  // (taken only where PyTorch's is in use at priority 0)
+  g_host_before = c10::GetCPUAllocator() == &g_device_shaped_host ? before : nullptr;
+}
+
+DeviceShapedHostScope::~DeviceShapedHostScope() {
+  std::lock_guard<std::mutex> lock(g_scope_mutex);
+  if (--g_scopes > 0 || g_host_before == nullptr) return;
+  c10::SetCPUAllocator(g_host_before, 0);
+  g_host_before = nullptr;
+}
+
+std::optional<c10::DataPtr> adopt_host_storage(const c10::Storage& host, c10::DeviceIndex device) {
+  c10::StorageImpl* impl = host.unsafeGetStorageImpl();
+  if (impl == nullptr || host.device_type() != c10::DeviceType::CPU || host.use_count() != 1 ||
+      host.data_ptr().get_deleter() != &report_and_free || host.data_ptr().get() == nullptr) {
+    return std::nullopt;
+  }
+  const auto nbytes = static_cast<int64_t>(host.nbytes());
+  const int64_t reserved = reserved_size(nbytes), backing = backing_size(reserved);
+  DeviceMemory& mem = memory_of(device);
+  {
+    std::lock_guard<std::mutex> lock(mem.mutex);
+    auto& s = mem.stats;
+    if (reserved > mem.capacity - s.allocated) return std::nullopt;  // (the copy it spares would not fit either)
+    if (s.allocated + s.cached + backing > mem.capacity) mem.drop_cache();  // as for a fresh block
+    s.allocated += reserved;
+    count_block(s, nbytes, reserved);
+  }
+  c10::DataPtr data = impl->set_data_ptr(c10::DataPtr(nullptr, c10::Device(c10::DeviceType::CPU)));
+  impl->set_nbytes(0);
+  void* ptr = data.release_context();
+  c10::profiledCPUMemoryReporter().Delete(ptr);
+  auto* block = new Block{ptr, nbytes, reserved, backing, device, nullptr};
+  return c10::DataPtr(ptr, block, &release, c10::Device(c10::DeviceType::PrivateUse1, device));
+}
 
 int device_count() { return static_cast<int>(devices().memory.size()); }
 

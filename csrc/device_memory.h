@@ -52,6 +52,24 @@ Block* block_of(const c10::DataPtr& data);
 // was resized to its tensor's logical bytes and keeps the whole padded buffer (hooks.cpp).
 int64_t device_nbytes(const c10::Storage& storage);
 
+// While one is alive (on any thread), PyTorch's CPU allocator is replaced by one whose blocks are
+// shaped as `device`'s blocks (128-byte aligned, sized as its pool sizes them; a block it freed
+// is taken first), so that a CPU kernel's result can become device memory without a copy
+// (adopt_host_storage). Nested and concurrent scopes share one replacement (the first one's
+// device); none is made where another CPU allocator was set at a higher priority.
+class DeviceShapedHostScope {
+ public:
+  explicit DeviceShapedHostScope(c10::DeviceIndex device);
+  ~DeviceShapedHostScope();
+  DeviceShapedHostScope(const DeviceShapedHostScope&) = delete;
+  DeviceShapedHostScope& operator=(const DeviceShapedHostScope&) = delete;
+};
+
+// A device data pointer to `host`'s bytes, counted in `device`'s memory, where `host` is a CPU
+// storage allocated in a DeviceShapedHostScope that nothing else holds; the storage is left empty.
+// Nullopt, nothing changed, for any other storage or when the device has no room for it.
+std::optional<c10::DataPtr> adopt_host_storage(const c10::Storage& host, c10::DeviceIndex device);
+
 MemoryStats memory_stats(c10::DeviceIndex device);
 void empty_cache(c10::DeviceIndex device);
 void reset_peak_stats(c10::DeviceIndex device);

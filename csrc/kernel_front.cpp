@@ -22,9 +22,11 @@
 #include "arithmetic_runs.h"
 #include "bounded_table.h"
 #include "comparisons.h"
+#include "device_memory.h"
 #include "gathers.h"
 #include "nll_loss_rows.h"
 #include "piece_copies.h"
+#include "runtime_stats.h"
 
 namespace py = pybind11;
 
@@ -45,6 +47,9 @@ class AtenRecipe final : public Replay {
   std::optional<c10::OperatorHandle> compute;  // the CPU out= overload, or a functional one
   bool functional = false;             // the compute returns its results, copied into their views
   std::vector<bool> kept;              // which of its returns are the results (none: all), the others undefined
+  // Per result of a functional compute: its buffer is its row-major bytes, so the CPU tensor the
+  // compute returns becomes it where the compute allocated it shaped as device memory (adopted).
+  std::vector<bool> adopt;
   // The compute on the whole views, padding included, for a call whose listed scalar arguments
   // are these values bit for bit (the op keeps the pad value there with them: ops/elementwise.py
   // checked); new results are then not padding-filled first. Empty: the parts always.
@@ -262,6 +267,34 @@ bool same_scalar(const c10::IValue& arg, const c10::Scalar& value) {
          given.toLong() == value.toLong();
 }
 
+// A functional compute's result `returned` (a CPU tensor) as a new tensor on `device` of `layout`,
+// a layout whose buffer is its row-major bytes, where the compute allocated it shaped as device
+// memory and nothing else holds it: the kernel's bytes become the buffer with no copy. Undefined
+// otherwise.
+at::Tensor adopted(const at::Tensor& returned, const LayoutPtr& layout, c10::DeviceIndex device) {
+  if (!returned.defined() || !returned.device().is_cpu() || returned.use_count() != 1 ||
+      returned.scalar_type() != layout->dtype || returned.sizes() != c10::IntArrayRef(layout->base_size) ||
+      !returned.is_contiguous() || returned.storage_offset() != 0 ||
+      static_cast<int64_t>(returned.storage().nbytes()) != layout->storage_nbytes) {
+    return at::Tensor();
+  }
+  std::optional<c10::DataPtr> data = adopt_host_storage(returned.storage(), device);
+  if (!data) return at::Tensor();
+  count(Counter::AdoptedBytes, layout->storage_nbytes);
+  return device_tensor_from(layout, std::move(*data));
+}
+
+// Whether a functional compute's result of `layout`, viewed as `view`, can be adopted: the view is
+// the whole buffer in row-major order, which holds nothing else (no padding).
+bool adoptable(const BoundLayout& layout, const BufferView& view) {
+  std::vector<int64_t> row_major(layout.base_size.size(), 1);
+  for (size_t d = row_major.size(); d-- > 1;) row_major[d - 1] = row_major[d] * layout.base_size[d];
+  const int64_t numel = c10::multiply_integers(layout.base_size);
+  return layout.identity && layout.padding.empty() && !layout.dtype_view && view.offset == 0 &&
+         view.sizes == layout.base_size && view.strides == row_major && layout.base_stride == row_major &&
+         layout.storage_nbytes == numel * static_cast<int64_t>(c10::elementSize(layout.dtype));
+}
+
 // The new results, or the call's target written in place, with its view passed last to the compute.
 // No argument tensor is copied: a copy of a Python-held tensor takes the GIL (PyTorch's PyObject
 // preservation), and the unboxed front lends the arguments uncounted.
@@ -286,15 +319,20 @@ void AtenRecipe::run(c10::ArrayRef<c10::IValue> args, int64_t target, std::vecto
     return same_scalar(args[w.first], w.second);
   });
   const std::vector<Part>& runs = on_whole ? whole : parts;
-  std::vector<at::Tensor> values, staged;  // the new results; where each is computed first (undefined: itself)
+  std::vector<at::Tensor> values, staged;  // the new results (undefined: one to adopt); where each is computed first
+  const bool adopting = std::find(adopt.begin(), adopt.end(), true) != adopt.end();
   for (size_t i = 0; i < outs.size(); ++i) {
-    values.push_back(new_device_tensor(outs[i], device, /*fill=*/!on_whole));
+    values.push_back(adopting && adopt[i] ? at::Tensor() : new_device_tensor(outs[i], device, /*fill=*/!on_whole));
     const bool staging = i < staged_outs.size() && staged_outs[i];
     staged.push_back(staging ? new_device_tensor(staged_outs[i], device) : at::Tensor());
   }
-  // What the compute writes: a result, its staging, or the target in place.
+  // What the compute writes: a result (made here if it was to be adopted), its staging, or the
+  // target in place.
   auto written = [&](size_t i) -> const at::Tensor& {
-    return outs.empty() ? args[target].toTensor() : staged[i].defined() ? staged[i] : values[i];
+    if (outs.empty()) return args[target].toTensor();
+    if (staged[i].defined()) return staged[i];
+    if (!values[i].defined()) values[i] = new_device_tensor(outs[i], device);
+    return values[i];
   };
   std::vector<at::Tensor> sources;  // the staged operands' copies, made once for every part
   for (const RecipeRead& read : runs.front().reads) {
@@ -321,10 +359,18 @@ void AtenRecipe::run(c10::ArrayRef<c10::IValue> args, int64_t target, std::vecto
     for (const RecipeRead& read : part.reads) {
       if (read.dense_from >= 0) call[read.arg] = densified(call[read.arg].toTensor(), read.dense_from);
     }
-    if (functional) {  // the returned CPU tensors copied into the results' views (the kept ones)
-      compute->callBoxed(call);
+    if (functional) {  // the returned CPU tensors adopted, or copied into the results' views (the kept ones)
+      {
+        std::optional<DeviceShapedHostScope> shaped;
+        if (adopting) shaped.emplace(device.index());
+        compute->callBoxed(call);
+      }
       for (size_t i = 0, k = 0; i < call.size(); ++i) {
-        if (kept.empty() || kept[i]) borrowed_view_of(written(k), part.results[k]).copy_(call[i].toTensor()), ++k;
+        if (!kept.empty() && !kept[i]) continue;
+        const at::Tensor returned = std::move(call[i]).toTensor();  // (the only reference an adoption takes)
+        const bool taken = !values[k].defined() && (values[k] = adopted(returned, outs[k], device.index())).defined();
+        if (!taken) borrowed_view_of(written(k), part.results[k]).copy_(returned);
+        ++k;
       }
       continue;
     }
@@ -706,6 +752,12 @@ bool offer_recipe(const std::vector<std::optional<at::Tensor>>& args, std::vecto
     if (whole_if) {
       recipe->whole.push_back(std::move(whole));
       recipe->whole_if = *whole_if;
+    }
+  }
+  if (recipe->functional) {
+    for (size_t k = 0; k < outs.size(); ++k) {
+      recipe->adopt.push_back((k >= staged_outs.size() || !staged_outs[k]) &&
+                              adoptable(*outs[k], recipe->parts.front().results[k]));
     }
   }
   recipe->outs = std::move(outs);

@@ -10,8 +10,9 @@
 namespace torch_layouts {
 namespace {
 
-constexpr std::array<const char*, 8> kNames = {"h2d_bytes",     "d2h_bytes",    "d2d_bytes",     "relayouts",
-                                               "relayout_bytes", "host_bounces", "view_gathers", "view_scatters"};
+constexpr std::array<const char*, 9> kNames = {"h2d_bytes",      "d2h_bytes",    "d2d_bytes",
+                                               "relayouts",      "relayout_bytes", "host_bounces",
+                                               "view_gathers",   "view_scatters",  "adopted_bytes"};
 std::array<std::atomic<int64_t>, kNames.size()> g_counters{};
 std::mutex g_mutex;
 std::map<std::string, int64_t> g_fallbacks;

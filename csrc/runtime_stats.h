@@ -8,7 +8,10 @@
 
 namespace torch_layouts {
 
-enum class Counter { H2DBytes, D2HBytes, D2DBytes, Relayouts, RelayoutBytes, HostBounces, ViewGathers, ViewScatters };
+enum class Counter {
+  H2DBytes, D2HBytes, D2DBytes, Relayouts, RelayoutBytes, HostBounces, ViewGathers, ViewScatters,
+  AdoptedBytes  // a CPU kernel's results that became device buffers where they lay (kernel_front.cpp)
+};
 
 void count(Counter counter, int64_t amount = 1);
 void count_fallback(const std::string& op);  // also warns once per op when enabled

@@ -109,11 +109,11 @@ LayoutPtr element_layout_of(const at::Tensor& tensor) {
   return view;
 }
 
-at::Tensor new_device_tensor(const LayoutPtr& layout, c10::Device device, bool fill) {
-  check_device_index(device.index());
-  c10::DeviceGuard guard(device);
-  c10::Storage storage(c10::Storage::use_byte_size_t(), layout->storage_nbytes, device_allocator(),
-                       /*resizable=*/true);
+namespace {
+
+// A tensor of `layout` over `storage`, a device buffer of its bytes; its padding set to the pad
+// value where `fill`.
+at::Tensor tensor_on(const LayoutPtr& layout, c10::Storage storage, bool fill) {
   if (Block* block = block_of(storage.data_ptr())) block->layout = layout;
   auto tensor = at::detail::make_tensor<SpyreTensorImpl>(std::move(storage),
                                                          c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
@@ -126,6 +126,24 @@ at::Tensor new_device_tensor(const LayoutPtr& layout, c10::Device device, bool f
                layout->pad_value);
   }
   return tensor;
+}
+
+}  // namespace
+
+at::Tensor new_device_tensor(const LayoutPtr& layout, c10::Device device, bool fill) {
+  check_device_index(device.index());
+  c10::DeviceGuard guard(device);
+  return tensor_on(layout, c10::Storage(c10::Storage::use_byte_size_t(), layout->storage_nbytes, device_allocator(),
+                                        /*resizable=*/true),
+                   fill);
+}
+
+at::Tensor device_tensor_from(const LayoutPtr& layout, c10::DataPtr data) {
+  TORCH_INTERNAL_ASSERT(block_of(data) != nullptr && block_of(data)->nbytes >= layout->storage_nbytes,
+                        "device_tensor_from needs a device block of the layout's bytes");
+  return tensor_on(layout, c10::Storage(c10::Storage::use_byte_size_t(), layout->storage_nbytes, std::move(data),
+                                        device_allocator(), /*resizable=*/true),
+                   /*fill=*/true);
 }
 
 void fill_padding(const at::Tensor& tensor, const BoundLayout& layout) {

@@ -60,6 +60,9 @@ LayoutPtr element_layout_of(const at::Tensor& tensor);
 // A fresh device tensor holding `layout`'s base, padding already set to the pad value (fill
 // false: left as the allocator gave it, for a caller that writes the whole buffer).
 at::Tensor new_device_tensor(const LayoutPtr& layout, c10::Device device, bool fill = true);
+// A tensor of `layout` over `data`, a device block of at least the layout's bytes (an adopted
+// CPU result: adopt_host_storage), its padding filled.
+at::Tensor device_tensor_from(const LayoutPtr& layout, c10::DataPtr data);
 
 // Sets every padding position of `tensor`'s buffer (laid out as `layout`) to the pad value.
 void fill_padding(const at::Tensor& tensor, const BoundLayout& layout);

@@ -36,7 +36,8 @@ def stats() -> dict[str, Any]:
     Keys: ``restickify_count``, ``restickify_bytes`` (explicit ``restickify`` calls and
     those inserted by ops), ``h2d_bytes``, ``d2h_bytes``, ``d2d_bytes``, ``relayouts``,
     ``relayout_bytes``, ``host_bounces``, ``view_gathers``, ``view_scatters`` (the
-    runtime's copies), ``kernel_calls`` (device kernels per op) and ``fallbacks`` (ops
+    runtime's copies), ``adopted_bytes`` (CPU kernels' results that became device buffers
+    where the kernel wrote them, with no copy), ``kernel_calls`` (device kernels per op) and ``fallbacks`` (ops
     that ran on the CPU fallback, per op).
     """
     replayed, replayed_bytes = _C._restickify_counts()  # those the runtime's front replayed
