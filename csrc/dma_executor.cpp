@@ -124,7 +124,9 @@ TilePlan tile_plan(const Transfer& nest, int64_t esize) {
     plan.a = loops.back();
     loops.pop_back();
   }
-  if (plan.a.size * plan.b.size < 64 && !loops.empty()) {  // a tile too small to pay for itself
+  // A tile too small to pay for itself, unless its units are whole lines (docs/design.md, "How
+  // the executor runs a nest").
+  if (plan.a.size * plan.b.size < 64 && plan.unit < 64 && !loops.empty()) {
     plan.c = loops.back();
     loops.pop_back();
   }

@@ -180,8 +180,8 @@ def test_whole_line_tiles_in_either_order(streaming: bool, esize: int, unit_byte
                                           nb: int) -> None:
     """Tiles of wide units (32-384 bytes, moved in 32-byte words where AVX is: Spyre's sticks,
     HTP's crouton): a dense source block read in order and scattered, a dense destination, or
-    neither, equal PyTorch's strided copy bit for bit; a tile of fewer than 64 units runs unit by
-    unit along the outer loop instead."""
+    neither, equal PyTorch's strided copy bit for bit; a tile of fewer than 64 units under a line
+    each runs unit by unit along the outer loop instead, one of whole lines stays a tile."""
     dtype, unit = BITS[esize], unit_bytes // esize
     outer = 3
     far = (na + 1) * nb * unit  # rows of the non-dense side(s) lie this far apart
