@@ -45,6 +45,18 @@ def _workspace_bytes(module: nn.LSTM, x: torch.Tensor) -> int:
     return lstm_layers._workspace_bytes(values, True)
 
 
+def _adopting_lstm(seed: int) -> tuple[nn.LSTM, torch.Tensor, int]:
+    """A device LSTM (64 -> 128) and a 32 x 16 x 64 input after three training steps (its layer
+    replayed, its workspace adopted), and the workspace's bytes."""
+    torch.manual_seed(seed)
+    cpu, x = nn.LSTM(64, 128), torch.randn(32, 16, 64)
+    workspace = _workspace_bytes(cpu, x)
+    module, x = cpu.to("spyre"), x.to("spyre")
+    for _ in range(3):
+        _step(module, x)
+    return module, x, workspace
+
+
 @pytest.mark.parametrize("batch_first", [True, False])
 @pytest.mark.parametrize("hidden", [32, 40, 128])
 def test_the_lstm_workspace_is_adopted_with_the_cpus_bits(batch_first, hidden):
@@ -71,12 +83,7 @@ def test_adopted_bytes_are_device_memory_while_they_live():
     """An adopted workspace counts in ``memory_allocated`` while the graph holds it and leaves it
     when freed; a loop of training steps keeps allocated and reserved memory flat (the next
     step's CPU allocation takes the block the last one freed)."""
-    torch.manual_seed(0)
-    cpu, x = nn.LSTM(64, 128), torch.randn(32, 16, 64)
-    workspace = _workspace_bytes(cpu, x)
-    module, x = cpu.to("spyre"), x.to("spyre")
-    for _ in range(3):
-        _step(module, x)
+    module, x, workspace = _adopting_lstm(0)
     base = torch.spyre.memory_allocated()
     result = module(x)  # its graph holds the workspace
     held = torch.spyre.memory_allocated() - base
@@ -97,12 +104,7 @@ def test_adopted_bytes_are_device_memory_while_they_live():
 def test_cpu_allocations_outside_the_computes_are_pytorchs():
     """After adopted calls, a CPU tensor of the workspace's size is PyTorch's allocation: it takes
     no block the device keeps (reserved device memory is unchanged while it lives)."""
-    torch.manual_seed(1)
-    cpu, x = nn.LSTM(64, 128), torch.randn(32, 16, 64)
-    workspace = _workspace_bytes(cpu, x)
-    module, x = cpu.to("spyre"), x.to("spyre")
-    for _ in range(3):
-        _step(module, x)
+    module, x, workspace = _adopting_lstm(1)
     reserved = torch.spyre.memory_reserved()
     cached = reserved - torch.spyre.memory_allocated()
     assert cached > 0  # the freed workspace's block is kept
