@@ -151,3 +151,35 @@ def test_a_device_without_room_raises_and_recovers():
                             text=True, timeout=120,
                             env={**os.environ, "PYTHONPATH": str(REPO), "TORCH_LAYOUTS_DEVICE_MEMORY": "8MiB"})
     assert result.returncode == 0 and result.stdout.startswith("ok True"), result.stdout + result.stderr[-3000:]
+
+
+SECOND_DEVICE_SCRIPT = """
+    import torch, torch_layouts
+    from torch import nn
+    torch.manual_seed(0)
+    cpu = nn.LSTM(64, 128)
+    device = nn.LSTM(64, 128)
+    device.load_state_dict(cpu.state_dict())
+    device.to("spyre:1")
+    x = torch.randn(32, 16, 64)
+    want = cpu(x)[0]
+    xd = x.to("spyre:1")
+    base = torch.spyre.memory_allocated(1)
+    torch_layouts.reset_stats()
+    for _ in range(3):
+        got = device(xd)[0]
+        assert torch.equal(got.cpu(), want)
+        assert torch.spyre.memory_allocated(1) > base + 4_000_000  # the graph holds the workspace
+        del got
+    assert torch.spyre.memory_allocated(1) == base
+    print("ok", torch_layouts.stats()["adopted_bytes"] > 0, torch.spyre.memory_allocated(0))
+"""
+
+
+def test_results_are_adopted_on_their_own_device():
+    """On ``spyre:1`` of two devices, the adopted workspace is counted in device 1's memory while
+    the graph holds it and leaves it after; device 0 holds nothing."""
+    result = subprocess.run([sys.executable, "-c", textwrap.dedent(SECOND_DEVICE_SCRIPT)], cwd=REPO,
+                            capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "PYTHONPATH": str(REPO), "TORCH_LAYOUTS_DEVICE_COUNT": "2"})
+    assert result.returncode == 0 and result.stdout.startswith("ok True 0"), result.stdout + result.stderr[-3000:]
