@@ -2,6 +2,7 @@
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/GradMode.h>
+#include <c10/util/strides.h>
 #include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
@@ -287,11 +288,11 @@ at::Tensor adopted(const at::Tensor& returned, const LayoutPtr& layout, c10::Dev
 // Whether a functional compute's result of `layout`, viewed as `view`, can be adopted: the view is
 // the whole buffer in row-major order, which holds nothing else (no padding).
 bool adoptable(const BoundLayout& layout, const BufferView& view) {
-  std::vector<int64_t> row_major(layout.base_size.size(), 1);
-  for (size_t d = row_major.size(); d-- > 1;) row_major[d - 1] = row_major[d] * layout.base_size[d];
+  const c10::DimVector row_major = c10::contiguous_strides(layout.base_size);
   const int64_t numel = c10::multiply_integers(layout.base_size);
   return layout.identity && layout.padding.empty() && !layout.dtype_view && view.offset == 0 &&
-         view.sizes == layout.base_size && view.strides == row_major && layout.base_stride == row_major &&
+         view.sizes == layout.base_size && c10::IntArrayRef(view.strides) == c10::IntArrayRef(row_major) &&
+         c10::IntArrayRef(layout.base_stride) == c10::IntArrayRef(row_major) &&
          layout.storage_nbytes == numel * static_cast<int64_t>(c10::elementSize(layout.dtype));
 }
 
