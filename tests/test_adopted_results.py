@@ -114,17 +114,31 @@ def test_cpu_allocations_outside_the_computes_are_pytorchs():
     assert torch.spyre.memory_reserved() - torch.spyre.memory_allocated() == cached
 
 
-TIGHT_SCRIPT = """
+# A subprocess's set-up: a CPU LSTM and its copy on `{device}`, an input there, the CPU's output.
+LSTM_PAIR = """
     import torch, torch_layouts
     from torch import nn
     torch.manual_seed(0)
     cpu = nn.LSTM(64, 128)
     device = nn.LSTM(64, 128)
     device.load_state_dict(cpu.state_dict())
-    device.to("spyre")
+    device.to("{device}")
     x = torch.randn(32, 16, 64)
-    xd = x.to("spyre")
+    xd = x.to("{device}")
     want = cpu(x)[0]
+"""
+
+
+def _run(script: str, **env: str) -> str:
+    """``script`` (``LSTM_PAIR`` and what follows it) in a fresh interpreter with ``env`` set;
+    its stdout (it must exit with 0)."""
+    result = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], cwd=REPO, capture_output=True,
+                            text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO), **env})
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    return result.stdout
+
+
+TIGHT_SCRIPT = LSTM_PAIR.format(device="spyre") + """
     for _ in range(3):
         got = device(xd)[0]
         assert torch.equal(got.cpu(), want)
@@ -147,23 +161,11 @@ def test_a_device_without_room_raises_and_recovers():
     """With a device of 8 MiB, training forwards adopt their 4 MiB workspace; with memory held
     elsewhere (4.5 MiB) the call raises ``OutOfMemoryError`` (as a copy into a new buffer would), and the
     next call, with the room back, gives the CPU's bits."""
-    result = subprocess.run([sys.executable, "-c", textwrap.dedent(TIGHT_SCRIPT)], cwd=REPO, capture_output=True,
-                            text=True, timeout=120,
-                            env={**os.environ, "PYTHONPATH": str(REPO), "TORCH_LAYOUTS_DEVICE_MEMORY": "8MiB"})
-    assert result.returncode == 0 and result.stdout.startswith("ok True"), result.stdout + result.stderr[-3000:]
+    out = _run(TIGHT_SCRIPT, TORCH_LAYOUTS_DEVICE_MEMORY="8MiB")
+    assert out.startswith("ok True"), out
 
 
-SECOND_DEVICE_SCRIPT = """
-    import torch, torch_layouts
-    from torch import nn
-    torch.manual_seed(0)
-    cpu = nn.LSTM(64, 128)
-    device = nn.LSTM(64, 128)
-    device.load_state_dict(cpu.state_dict())
-    device.to("spyre:1")
-    x = torch.randn(32, 16, 64)
-    want = cpu(x)[0]
-    xd = x.to("spyre:1")
+SECOND_DEVICE_SCRIPT = LSTM_PAIR.format(device="spyre:1") + """
     base = torch.spyre.memory_allocated(1)
     torch_layouts.reset_stats()
     for _ in range(3):
@@ -179,7 +181,5 @@ SECOND_DEVICE_SCRIPT = """
 def test_results_are_adopted_on_their_own_device():
     """On ``spyre:1`` of two devices, the adopted workspace is counted in device 1's memory while
     the graph holds it and leaves it after; device 0 holds nothing."""
-    result = subprocess.run([sys.executable, "-c", textwrap.dedent(SECOND_DEVICE_SCRIPT)], cwd=REPO,
-                            capture_output=True, text=True, timeout=120,
-                            env={**os.environ, "PYTHONPATH": str(REPO), "TORCH_LAYOUTS_DEVICE_COUNT": "2"})
-    assert result.returncode == 0 and result.stdout.startswith("ok True 0"), result.stdout + result.stderr[-3000:]
+    out = _run(SECOND_DEVICE_SCRIPT, TORCH_LAYOUTS_DEVICE_COUNT="2")
+    assert out.startswith("ok True 0"), out
