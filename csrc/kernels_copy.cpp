@@ -11,6 +11,8 @@
 #include <cstdlib>
 #include <limits>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "converting_copies.h"
 #include "device_memory.h"
@@ -48,6 +50,25 @@ c10::ScalarType bits_type(int64_t element_size) {
 bool has_strides(const at::Tensor& t, c10::IntArrayRef strides) {
   for (int64_t d = 0; d < t.dim(); ++d) {
     if (t.size(d) > 1 && t.stride(d) != strides[d]) return false;
+  }
+  return true;
+}
+
+// Whether no two of t's elements share an address. ATen proves it only for dense tensors; a view
+// into part of a larger buffer (rows cut or padded, every other column) is proven by its strides:
+// taken from the smallest, each must reach past everything the dims inside it span.
+bool non_overlapping(const at::Tensor& t) {
+  const at::MemOverlap found = at::has_internal_overlap(t);
+  if (found != at::MemOverlap::TooHard) return found == at::MemOverlap::No;
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of the dims of more than one element
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    if (t.size(d) > 1) dims.emplace_back(t.stride(d), t.size(d));
+  }
+  std::sort(dims.begin(), dims.end());
+  int64_t span = 1;  // elements from the first to one past the last the inner dims reach
+  for (const auto& [stride, size] : dims) {
+    if (stride < span) return false;
+    span += stride * (size - 1);
   }
   return true;
 }
@@ -114,11 +135,10 @@ void d2h(const at::Tensor& src, const at::Tensor& dst) {
     dst.copy_(host_order_alias(src));
     return;
   }
-  if (dst.scalar_type() == src.scalar_type() && is_whole_base(src, *layout) &&
-      at::has_internal_overlap(dst) == at::MemOverlap::No) {
-    const std::vector<Transfer>* nests = &layout->d2h;
+  if (dst.scalar_type() == src.scalar_type() && is_whole_base(src, *layout)) {
+    const std::vector<Transfer>* nests = non_overlapping(dst) ? &layout->d2h : nullptr;
     CachedNests planned;
-    if (!has_strides(dst, layout->base_stride)) {
+    if (nests && !has_strides(dst, layout->base_stride)) {
       planned = host_nests(layout, dst.strides(), /*h2d=*/false);
       nests = planned->has_value() ? &**planned : nullptr;
     }
@@ -128,6 +148,7 @@ void d2h(const at::Tensor& src, const at::Tensor& dst) {
       count(Counter::D2HBytes, src.numel() * src.element_size());
       return;
     }
+    count(Counter::HostBounces);  // read into a fresh host tensor, then copied into dst
   }
   dst.copy_(d2h_fresh(src));
 }

@@ -404,7 +404,9 @@ def test_h2d_from_strided_sources(helpers, data, seed):
 @PROPERTY
 @given(data=st.data(), seed=st.integers(0, 2**31))
 def test_d2h_into_strided_destinations(helpers, data, seed):
-    """D2H into a permuted, sliced CPU view writes exactly the view's elements."""
+    """D2H into a permuted, sliced CPU view writes exactly the view's elements, straight into the
+    view: its strides prove that no two of its elements share an address, so no host tensor
+    stands between (no host bounce)."""
     case = data.draw(helpers.spyre_cases(dtypes=COPY_DTYPES))
     plain = row_major(case)
     x = helpers.random_bits(math.prod(case.host_size), case.dtype, seed).view(case.host_size)
@@ -413,7 +415,39 @@ def test_d2h_into_strided_destinations(helpers, data, seed):
     expected = storage.clone()
     dst = storage.as_strided(case.host_size, case.host_stride, case.host_offset)
     expected.as_strided(case.host_size, case.host_stride, case.host_offset).copy_(x)
+    torch_layouts.reset_stats()
     dst.copy_(y, non_blocking=True)
+    assert torch_layouts.stats()["host_bounces"] == 0
+    assert same_bits(storage, expected)
+
+
+@pytest.mark.parametrize("size, stride, overlapping", [
+    ((3, 40), (45, 1), False),  # rows padded
+    ((40, 3), (1, 45), False),  # a transposed padded buffer
+    ((3, 20), (40, 2), False),  # every other column
+    ((2, 3, 40), (200, 41, 1), False),  # rows and planes padded
+    ((2, 3, 8), (30, 1, 3), False),  # permuted, the middle dim innermost
+    ((3, 40), (20, 1), True),  # rows overlap by half
+    ((40, 3), (1, 20), True),
+    ((2, 3, 8), (12, 4, 1), True),  # planes overlap the last row of the one before
+    ((2, 3, 4), (13, 4, 1), False),  # planes one element apart
+    ((2, 3, 4), (11, 4, 1), True),  # a plane starts on the last element of the one before
+    ((3, 4), (3, 1), True),  # rows share one element
+])
+def test_d2h_into_views_aten_cannot_prove_apart(size, stride, overlapping):
+    """A CPU destination that is no dense tensor (ATen's overlap check says "too hard"): D2H writes
+    straight into it where its strides prove its elements apart; where they share addresses, it
+    reads into a fresh host tensor and copies that in, as a CPU source would be copied (the same
+    bits in the shared storage)."""
+    numel = 1 + sum((n - 1) * s for n, s in zip(size, stride))
+    x = torch.randn(size)
+    y = x.to("spyre")
+    storage = torch.randn(numel + 7)
+    expected = storage.clone()
+    expected.as_strided(size, stride, 3).copy_(x)
+    torch_layouts.reset_stats()
+    storage.as_strided(size, stride, 3).copy_(y)
+    assert torch_layouts.stats()["host_bounces"] == int(overlapping)
     assert same_bits(storage, expected)
 
 
