@@ -72,4 +72,8 @@ struct BoundLayout {
   mutable std::map<c10::ScalarType, std::shared_ptr<const BoundLayout>> dtype_views;
 };
 
+// Whether the buffer holds the base tensor's elements in row-major order and nothing else (no
+// padding, no bytes past them): its bytes are those of a contiguous CPU tensor of the base.
+bool row_major_only(const BoundLayout& layout);
+
 }  // namespace torch_layouts

@@ -288,12 +288,8 @@ at::Tensor adopted(const at::Tensor& returned, const LayoutPtr& layout, c10::Dev
 // Whether a functional compute's result of `layout`, viewed as `view`, can be adopted: the view is
 // the whole buffer in row-major order, which holds nothing else (no padding).
 bool adoptable(const BoundLayout& layout, const BufferView& view) {
-  const c10::DimVector row_major = c10::contiguous_strides(layout.base_size);
-  const int64_t numel = c10::multiply_integers(layout.base_size);
-  return layout.identity && layout.padding.empty() && !layout.dtype_view && view.offset == 0 &&
-         view.sizes == layout.base_size && c10::IntArrayRef(view.strides) == c10::IntArrayRef(row_major) &&
-         c10::IntArrayRef(layout.base_stride) == c10::IntArrayRef(row_major) &&
-         layout.storage_nbytes == numel * static_cast<int64_t>(c10::elementSize(layout.dtype));
+  return row_major_only(layout) && view.offset == 0 && view.sizes == layout.base_size &&
+         c10::IntArrayRef(view.strides) == c10::IntArrayRef(c10::contiguous_strides(layout.base_size));
 }
 
 // The new results, or the call's target written in place, with its view passed last to the compute.

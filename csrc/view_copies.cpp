@@ -5,6 +5,7 @@
 #include "bounded_table.h"
 #include "dma_executor.h"
 #include "device_memory.h"
+#include "runtime_stats.h"
 #include "tensor_impl.h"
 
 namespace torch_layouts {
@@ -37,9 +38,13 @@ struct Kept {
   UntiledDims dst_untiled, src_untiled;
 };
 
-// The coordinates a host side is staged through, per geometry of the device side.
+// The coordinates a host side is staged through, per geometry of the device side. Where they
+// hold their elements in row-major order and nothing else, the kept plans between the staged
+// tensor and the device side (each way, where kept) take a contiguous host side's own buffer in
+// place of the staged one's.
 struct Staging {
   LayoutPtr staged, device;  // the staging tensors' layout; the device side's (its address is in the key)
+  std::shared_ptr<const Kept> into_device, out_of_device;
 };
 
 // A copy within the device that no coordinates read on both sides, per geometry of (dst, src): the
@@ -91,17 +96,31 @@ std::optional<int64_t> device_shift(const at::Tensor& t, int64_t offset, const U
   return std::nullopt;
 }
 
-void run_boxes(const at::Tensor& dst, const at::Tensor& src, const std::vector<ViewCopyBox>& boxes, int64_t dst_shift,
-               int64_t src_shift) {
-  const int64_t esize = dst.element_size();
+// One side of a kept plan: a device tensor's raw buffer, or (`host`) a contiguous CPU tensor
+// standing for a staged buffer whose elements lie in row-major order with nothing else.
+struct Side {
+  const at::Tensor& t;
+  bool host = false;
+
+  char* data() const {
+    return static_cast<char*>(host ? t.data_ptr() : t.storage().mutable_data());
+  }
+  int64_t numel() const { return host ? t.numel() : device_nbytes(t.storage()) / t.element_size(); }
+  at::Tensor view(const ViewCopyBox& box, bool dst, int64_t offset) const {
+    const std::vector<int64_t>& strides = dst ? box.dst_strides : box.src_strides;
+    return host ? t.as_strided(box.sizes, strides, t.storage_offset() + offset) : raw_view(t, box.sizes, strides, offset);
+  }
+};
+
+void run_boxes(Side dst, Side src, const std::vector<ViewCopyBox>& boxes, int64_t dst_shift, int64_t src_shift) {
+  const int64_t esize = dst.t.element_size();
   for (const ViewCopyBox& box : boxes) {
     const int64_t dst_offset = box.dst_offset + dst_shift, src_offset = box.src_offset + src_shift;
     if (box.executor) {
-      run_nests({Transfer{box.sizes, box.dst_strides, box.src_strides, dst_offset, src_offset}},
-                dst.storage().mutable_data(), device_nbytes(dst.storage()) / esize, src.storage().data(),
-                device_nbytes(src.storage()) / esize, esize);
+      run_nests({Transfer{box.sizes, box.dst_strides, box.src_strides, dst_offset, src_offset}}, dst.data(),
+                dst.numel(), src.data(), src.numel(), esize);
     } else {
-      raw_view(dst, box.sizes, box.dst_strides, dst_offset).copy_(raw_view(src, box.sizes, box.src_strides, src_offset));
+      dst.view(box, true, dst_offset).copy_(src.view(box, false, src_offset));
     }
   }
 }
@@ -134,7 +153,7 @@ bool replay_view_copy(const at::Tensor& dst, const at::Tensor& src) {
   const std::vector<int64_t> key = geometry(dst, src);
   if (key.empty()) return false;
   if (const auto kept = g_kept.find(key)) {
-    run_boxes(dst, src, (*kept)->boxes, 0, 0);
+    run_boxes({dst}, {src}, (*kept)->boxes, 0, 0);
     return true;
   }
   const std::shared_ptr<const Kept> shiftable = g_shiftable.find(offsetless(dst, src)).value_or(nullptr);
@@ -142,7 +161,7 @@ bool replay_view_copy(const at::Tensor& dst, const at::Tensor& src) {
   const std::optional<int64_t> dst_shift = device_shift(dst, shiftable->dst_offset, shiftable->dst_untiled);
   const std::optional<int64_t> src_shift = device_shift(src, shiftable->src_offset, shiftable->src_untiled);
   if (!dst_shift || !src_shift) return false;
-  run_boxes(dst, src, shiftable->boxes, *dst_shift, *src_shift);
+  run_boxes({dst}, {src}, shiftable->boxes, *dst_shift, *src_shift);
   return true;
 }
 
@@ -151,7 +170,12 @@ void keep_staging(const at::Tensor& device, const at::Tensor& staged) {
   LayoutPtr layout = layout_of(staged);
   TORCH_CHECK_VALUE(!key.empty() && layout && staged.sizes() == device.sizes(),
                     "a staging needs a device tensor with a layout and a staged tensor of its shape");
-  g_staging.keep(std::move(key), Staging{std::move(layout), layout_of(device)});
+  Staging staging{layout, layout_of(device)};
+  if (row_major_only(*layout)) {
+    staging.into_device = g_kept.find(geometry(device, staged)).value_or(nullptr);
+    staging.out_of_device = g_kept.find(geometry(staged, device)).value_or(nullptr);
+  }
+  g_staging.keep(std::move(key), std::move(staging));
 }
 
 bool replay_staged_copy(const at::Tensor& dst, const at::Tensor& src) {
@@ -161,6 +185,13 @@ bool replay_staged_copy(const at::Tensor& dst, const at::Tensor& src) {
   if (key.empty()) return false;
   const std::optional<Staging> kept = g_staging.find(key);
   if (!kept) return false;
+  const at::Tensor& host = to_device ? src : dst;
+  const std::shared_ptr<const Kept>& direct = to_device ? kept->into_device : kept->out_of_device;
+  if (direct && host.is_contiguous() && !host.is_conj() && !host.is_neg() && host.scalar_type() == device.scalar_type()) {
+    run_boxes({dst, !to_device}, {src, to_device}, direct->boxes, 0, 0);  // the host buffer stands for the staged one
+    count(to_device ? Counter::H2DBytes : Counter::D2HBytes, host.numel() * host.element_size());
+    return true;
+  }
   at::Tensor staged = new_device_tensor(kept->staged, device.device());
   if (to_device) return replay_view_copy(dst, staged.copy_(src));
   if (!replay_view_copy(staged, src)) return false;

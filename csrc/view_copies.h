@@ -43,8 +43,10 @@ void keep_staging(const at::Tensor& device, const at::Tensor& staged);
 
 // A copy between the host and part of a device buffer of a kept staging's geometry, without
 // Python: the host side into (or out of) a new tensor in the staging coordinates (one
-// whole-buffer DMA) and the kept plan between it and the device side; false (nothing written
-// to dst) where either is not kept.
+// whole-buffer DMA) and the kept plan between it and the device side, or, where those
+// coordinates are row-major with nothing else and the host side is contiguous, that plan with the
+// host side's own buffer in the staged one's place; false (nothing written to dst) where either
+// is not kept.
 bool replay_staged_copy(const at::Tensor& dst, const at::Tensor& src);
 
 // Keeps how ops/view_copy.py copied `src` into `dst` (device tensors) where no coordinates read

@@ -163,18 +163,65 @@ HOST_CASES = [
 @pytest.mark.parametrize("_, shape, part", HOST_CASES, ids=[c[0] for c in HOST_CASES])
 def test_host_copies_into_and_out_of_part_of_a_buffer_are_staged_by_the_runtime(_, shape, part, python_copies):
     """The second copy of a geometry between the host and part of a device buffer runs in the
-    runtime (the kept staging coordinates and plan), with the Python path's results."""
+    runtime (the kept staging coordinates and plan), with the Python path's results; staged in
+    row-major coordinates, a contiguous host side is copied straight from or into its own buffer:
+    no staged device tensor is allocated."""
     base = torch.randn(shape)
     d = base.to("spyre")
     for step in range(3):
         values = torch.randn(part(base).shape)
+        out = torch.empty(part(base).shape)
+        torch.spyre.reset_peak_memory_stats()
         part(d).copy_(values)
         part(base).copy_(values)
-        out = torch.empty(part(base).shape)
         out.copy_(part(d))
         assert torch.equal(out, values) and torch.equal(d.cpu(), base)
         assert len(python_copies) == 2, f"copies with the host entered Python {len(python_copies)} times by step {step}"
+        if step:
+            assert torch.spyre.max_memory_allocated() == torch.spyre.memory_allocated(), "a staged tensor was made"
     assert padding_holds_pad_value(d)
+
+
+@pytest.mark.parametrize("_, shape, part", HOST_CASES, ids=[c[0] for c in HOST_CASES])
+def test_host_copies_with_a_strided_host_side_are_staged(_, shape, part):
+    """A host side that is not contiguous (here transposed) cannot stand for the row-major staged
+    buffer: the runtime stages it through a device tensor, with the CPU's results."""
+    base = torch.randn(shape)
+    d = base.to("spyre")
+    size = part(base).shape
+    for step in range(3):
+        values = torch.randn(tuple(reversed(size))).permute(*reversed(range(len(size))))
+        out = torch.empty(tuple(reversed(size))).permute(*reversed(range(len(size))))
+        torch.spyre.reset_peak_memory_stats()
+        part(d).copy_(values)
+        part(base).copy_(values)
+        out.copy_(part(d))
+        assert torch.equal(out, values) and torch.equal(d.cpu(), base)
+        if step:
+            assert torch.spyre.max_memory_allocated() > torch.spyre.memory_allocated()
+
+
+@pytest.mark.parametrize("_, shape, part", HOST_CASES, ids=[c[0] for c in HOST_CASES])
+def test_a_staging_in_sticks_keeps_the_staged_tensor(_, shape, part):
+    """Kept staging coordinates that are not row-major (sticks: padding, another order) never let
+    a host buffer stand for the staged one: the runtime stages through a device tensor."""
+    from torch_layouts.ops.operands import new_tensor, ordered_coords
+
+    base = torch.randn(shape)
+    d = base.to("spyre")
+    view = part(d)
+    coords = ordered_coords(tuple(view.shape), view.dtype, tuple(range(view.dim())))
+    for into_device in (True, False):  # plans of both ways between a staged tensor in sticks and the view
+        staged = new_tensor(coords, d.device)
+        assert view_copy.copy_between(view, staged) if into_device else view_copy.copy_between(staged, view)
+        _C._keep_staging(view, staged)
+    base = d.cpu()
+    for _ in range(2):
+        values, out = torch.randn(view.shape), torch.empty(view.shape)
+        part(d).copy_(values)
+        part(base).copy_(values)
+        out.copy_(part(d))
+        assert torch.equal(out, values) and torch.equal(d.cpu(), base)
 
 
 @pytest.fixture

@@ -13,13 +13,14 @@ of their dims split into factors (its sticks in another order, or along another 
 other's strides split the same way and the copy is one box; where no coordinates read them but
 strided views of both buffers hold them in one refinement of their shape
 (``operands.common_reads``: attention's head-split views), that is the one box. A host side is staged through a
-fresh device tensor in those coordinates (one whole-buffer DMA); a source that no coordinates
+fresh device tensor in those coordinates, row-major ones first (one whole-buffer DMA); a source that no coordinates
 read together with the destination is first moved into coordinates that read the destination
 (``materialize``, also the ops' way into their coordinates). A tensor that no coordinates read,
 or a raw device buffer with no layout, leaves the copy to the runtime. The boxes of a copy
 between two device tensors are also kept by the runtime (``csrc/view_copies.cpp``), which
 replays later copies of that geometry without calling this module (buffers shared by both
-sides excepted); it also keeps the coordinates a host side was staged through, and the tensors
+sides excepted); it also keeps the coordinates a host side was staged through (row-major ones
+let a contiguous host side's own buffer stand for the staged one: no staging), and the tensors
 a source no coordinates read with the destination was moved through, and makes those copies
 itself for later copies of the geometry; a geometry this module declines (returns False) is
 not handed to it again until ``forget_plans``. A copy whose tensors differ from a planned one
@@ -285,17 +286,18 @@ def copy_view(dst: torch.Tensor, src: torch.Tensor) -> bool:
     if dst.device.type != "cpu" and src.device.type != "cpu":
         return copy_between(dst, src) or _copy_staged(dst, src)
     device = src if src.device.type != "cpu" else dst
-    coords = _readable(device)
-    if coords is None:
-        return False
-    staged = new_tensor(coords, device.device)
-    if src.device.type == "cpu":  # host -> part of a device buffer
-        copied = copy_between(dst, staged.copy_(src))
-    elif copied := copy_between(staged, src):  # part of a device buffer -> host
-        dst.copy_(staged)
-    if copied:  # the runtime stages later copies of this geometry itself
-        _C._keep_staging(device, staged)
-    return copied
+    # Row-major coordinates first: the runtime then copies a contiguous host side straight from
+    # or into its own buffer (no staged tensor, no whole-buffer DMA).
+    for coords in dict.fromkeys(filter(None, (dense_coords(device, row_major=True), _readable(device)))):
+        staged = new_tensor(coords, device.device)
+        if src.device.type == "cpu":  # host -> part of a device buffer
+            copied = copy_between(dst, staged.copy_(src))
+        elif copied := copy_between(staged, src):  # part of a device buffer -> host
+            dst.copy_(staged)
+        if copied:  # the runtime stages later copies of this geometry itself
+            _C._keep_staging(device, staged)
+            return True
+    return False
 
 
 def forget_plans() -> None:
