@@ -169,11 +169,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     std::vector<ViewCopyBox> parsed;
     for (const auto& item : boxes) {
       auto t = py::cast<py::tuple>(item);
-      TORCH_CHECK_VALUE(t.size() == 6, "a view copy box is (sizes, dst_strides, src_strides, dst_offset, src_offset, "
-                        "executor)");
+      TORCH_CHECK_VALUE(t.size() == 5, "a view copy box is (sizes, dst_strides, src_strides, dst_offset, src_offset)");
       parsed.push_back(ViewCopyBox{py::cast<std::vector<int64_t>>(t[0]), py::cast<std::vector<int64_t>>(t[1]),
                                    py::cast<std::vector<int64_t>>(t[2]), py::cast<int64_t>(t[3]),
-                                   py::cast<int64_t>(t[4]), py::cast<bool>(t[5])});
+                                   py::cast<int64_t>(t[4])});
     }
     keep_view_copy(dst, src, std::move(parsed), std::move(untiled));
   }, py::arg("dst"), py::arg("src"), py::arg("boxes"), py::arg("untiled") = py::none());

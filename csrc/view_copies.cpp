@@ -106,22 +106,18 @@ struct Side {
     return static_cast<char*>(host ? t.data_ptr() : t.storage().mutable_data());
   }
   int64_t numel() const { return host ? t.numel() : device_nbytes(t.storage()) / t.element_size(); }
-  at::Tensor view(const ViewCopyBox& box, bool dst, int64_t offset) const {
-    const std::vector<int64_t>& strides = dst ? box.dst_strides : box.src_strides;
-    return host ? t.as_strided(box.sizes, strides, t.storage_offset() + offset) : raw_view(t, box.sizes, strides, offset);
-  }
 };
 
+// Every box on the DMA executor: in the runtime, with no Python call to amortise, it copied each
+// kept box at least as fast as PyTorch's copy_, which ops/view_copy.py keeps for some boxes it
+// copies itself (1 MiB x[:, :1024] <- a device tensor, 256x2048 float32: 12.0-12.4 -> 9.5-9.7 us;
+// a 15-element box 3.9 -> 3.4).
 void run_boxes(Side dst, Side src, const std::vector<ViewCopyBox>& boxes, int64_t dst_shift, int64_t src_shift) {
   const int64_t esize = dst.t.element_size();
   for (const ViewCopyBox& box : boxes) {
-    const int64_t dst_offset = box.dst_offset + dst_shift, src_offset = box.src_offset + src_shift;
-    if (box.executor) {
-      run_nests({Transfer{box.sizes, box.dst_strides, box.src_strides, dst_offset, src_offset}}, dst.data(),
-                dst.numel(), src.data(), src.numel(), esize);
-    } else {
-      dst.view(box, true, dst_offset).copy_(src.view(box, false, src_offset));
-    }
+    run_nests({Transfer{box.sizes, box.dst_strides, box.src_strides, box.dst_offset + dst_shift,
+                        box.src_offset + src_shift}},
+              dst.data(), dst.numel(), src.data(), src.numel(), esize);
   }
 }
 

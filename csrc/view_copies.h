@@ -13,12 +13,11 @@
 
 namespace torch_layouts {
 
-// One strided copy between the two raw buffers (elements of the tensors' dtype): sizes, each
-// side's strides and offset, and whether the DMA executor runs it (else PyTorch's copy_).
+// One strided copy between the two raw buffers (elements of the tensors' dtype): sizes, and each
+// side's strides and offset.
 struct ViewCopyBox {
   std::vector<int64_t> sizes, dst_strides, src_strides;
   int64_t dst_offset = 0, src_offset = 0;
-  bool executor = false;
 };
 
 // The host dims of a tensor's base that are a device dim of their own without padding: (host dim,

@@ -209,7 +209,7 @@ def copy_between(dst: torch.Tensor, src: torch.Tensor) -> bool:
     if kept is None and key is not None:
         keep(PLANS, key, (boxes, layouts_of((dst, src))), MAX_PLANS)
         if boxes:  # the runtime replays later copies of this geometry, or shifted along untiled dims, itself
-            _C._keep_view_copy(dst, src, [(d[0], d[1], s[1], d[2], s[2], executor) for d, s, executor in boxes],
+            _C._keep_view_copy(dst, src, [(d[0], d[1], s[1], d[2], s[2]) for d, s, _ in boxes],
                                (_untiled_of(dst), _untiled_of(src)))
     if not boxes:
         return False
