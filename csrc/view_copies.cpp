@@ -183,7 +183,12 @@ bool replay_staged_copy(const at::Tensor& dst, const at::Tensor& src) {
   if (!kept) return false;
   const at::Tensor& host = to_device ? src : dst;
   const std::shared_ptr<const Kept>& direct = to_device ? kept->into_device : kept->out_of_device;
-  if (direct && host.is_contiguous() && !host.is_conj() && !host.is_neg() && host.scalar_type() == device.scalar_type()) {
+  // (a host tensor over the device buffer itself, a raw alias, is staged: the staging reads it whole first)
+  const char* h = static_cast<const char*>(host.const_data_ptr());
+  const char* b = static_cast<const char*>(device.storage().data());
+  const bool apart = h + host.nbytes() <= b || b + device_nbytes(device.storage()) <= h;
+  if (direct && apart && host.is_contiguous() && !host.is_conj() && !host.is_neg() &&
+      host.scalar_type() == device.scalar_type()) {
     run_boxes({dst, !to_device}, {src, to_device}, direct->boxes, 0, 0);  // the host buffer stands for the staged one
     count(to_device ? Counter::H2DBytes : Counter::D2HBytes, host.numel() * host.element_size());
     return true;

@@ -224,6 +224,20 @@ def test_a_staging_in_sticks_keeps_the_staged_tensor(_, shape, part):
         assert torch.equal(out, values) and torch.equal(d.cpu(), base)
 
 
+def test_a_host_alias_of_the_device_buffer_is_read_whole_first():
+    """A contiguous host tensor over the device buffer itself (the runtime's raw alias) copied into
+    part of that buffer: staged, so every source element is read before any is written, as a
+    copy from a separate host tensor would read it."""
+    d = torch.randn(4, 64, 128).to("spyre")
+    for step in range(3):
+        raw = _C._raw_buffer(d)
+        source = raw[64 * 128 // 2: 64 * 128 // 2 + 64 * 128].view(64, 128)  # straddles d[0] and d[1]
+        expected = d.cpu()
+        expected[1] = source.clone()
+        d[1].copy_(source)
+        assert torch.equal(d.cpu(), expected), f"step {step}"
+
+
 @pytest.fixture
 def python_copies():
     """A list that grows by one each time the runtime hands a copy to ops/view_copy.py (a spy
