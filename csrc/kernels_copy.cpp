@@ -88,6 +88,50 @@ at::Tensor host_order_alias(const at::Tensor& t) {
   return raw_buffer(t, t.scalar_type()).as_strided(t.sizes(), t.strides(), t.storage_offset());
 }
 
+// A device tensor that is a view of part of its buffer's base tensor.
+bool part_view(const at::Tensor& t) {
+  if (!t.is_privateuseone()) return false;
+  LayoutPtr layout = element_layout_of(t);
+  return layout && !is_whole_base(t, *layout);
+}
+
+// Copies between the host and part of a device buffer from this many elements go to the ops
+// layer's planned strided copies; the element path (every element's device offset computed, then
+// one take or index_copy_) costs ~20 ns an element against the call's ~30 us. Copies within the
+// device go there at any size: planned once (as long as the element path), their plan is kept and
+// replayed here (512 float32 elements into x[1]: 28 -> 5 us).
+constexpr int64_t kPlannedViewCopy = 2048;
+
+// Whether device tensor `t`'s layout keeps broadcast copies of its elements (a device dim of
+// stride 0): a write must reach every copy, which the element path does.
+bool has_copies(const at::Tensor& t) {
+  LayoutPtr layout = element_layout_of(t);
+  return layout && !layout->address.copies.empty();
+}
+
+// A copy into or out of part of a device buffer through the ops layer's plans: the runtime's kept
+// ones, else the module (ops/view_copy.py) unless it declined this geometry before. False: the
+// element path copies it (also every write into a layout with broadcast copies).
+bool copy_planned(const at::Tensor& src, const at::Tensor& dst) {
+  if (dst.is_privateuseone() && has_copies(dst)) return false;
+  const bool within = src.is_privateuseone() && dst.is_privateuseone();
+  if (within ? replay_view_copy(dst, src) || replay_restaged_copy(dst, src) : replay_staged_copy(dst, src)) {
+    return true;
+  }
+  if (declined_view_copy(dst, src)) return false;
+  if (copy_view_planned(src, dst)) return true;
+  decline_view_copy(dst, src);
+  return false;
+}
+
+// A copy between the host and part of a device buffer (of one dtype), planned from
+// kPlannedViewCopy elements; false: nothing written (the element path's to make). int64 keeps the
+// element path: it is stored as int32 on the device.
+bool planned_host_copy(const at::Tensor& src, const at::Tensor& dst) {
+  const at::Tensor& device = dst.is_privateuseone() ? dst : src;
+  return device.numel() >= kPlannedViewCopy && device.scalar_type() != at::kLong && copy_planned(src, dst);
+}
+
 void h2d(const at::Tensor& src, const at::Tensor& dst) {
   LayoutPtr layout = element_layout_of(dst);
   if (!layout) {
@@ -112,6 +156,8 @@ void h2d(const at::Tensor& src, const at::Tensor& dst) {
     }
     run_nests(*nests, dst.storage().mutable_data(), buffer_elements(dst, *layout), host->const_data_ptr(),
               reachable(*host), esize);
+  } else if (planned_host_copy(src, dst)) {
+    return;  // (it counts its bytes)
   } else {
     at::Tensor offsets = view_offsets(*layout, dst.sizes(), dst.strides(), dst.storage_offset()).reshape({-1, 1});
     at::Tensor values = src.contiguous().view(bits_type(esize)).reshape({-1, 1});
@@ -163,6 +209,9 @@ at::Tensor d2h_fresh(const at::Tensor& src) {
               src.element_size(), Split::kDestination);
     count(Counter::D2HBytes, src.numel() * src.element_size());
     return out.as_strided(src.sizes(), src.strides(), 0);
+  }
+  if (src.numel() >= kPlannedViewCopy) {  // part of a buffer: a planned copy into a new host tensor
+    if (at::Tensor out = at::empty(src.sizes(), options); planned_host_copy(src, out)) return out;
   }
   at::Tensor offsets = view_offsets(*layout, src.sizes(), src.strides(), src.storage_offset());
   const auto bits = bits_type(src.element_size());
@@ -223,42 +272,6 @@ void check_int32_range(const at::Tensor& values) {
   TORCH_CHECK_VALUE(false, "int64 value ", flat[index].item<int64_t>(), " (element ", index,
                     " in row-major order) does not fit the spyre device format IEEE_INT32 of int64 tensors [",
                     kMin, ", ", kMax, "]; it is refused rather than wrapped");
-}
-
-// A device tensor that is a view of part of its buffer's base tensor.
-bool part_view(const at::Tensor& t) {
-  if (!t.is_privateuseone()) return false;
-  LayoutPtr layout = element_layout_of(t);
-  return layout && !is_whole_base(t, *layout);
-}
-
-// Copies between the host and part of a device buffer from this many elements go to the ops
-// layer's planned strided copies; the element path (every element's device offset computed, then
-// one take or index_copy_) costs ~20 ns an element against the call's ~30 us. Copies within the
-// device go there at any size: planned once (as long as the element path), their plan is kept and
-// replayed here (512 float32 elements into x[1]: 28 -> 5 us).
-constexpr int64_t kPlannedViewCopy = 2048;
-
-// Whether device tensor `t`'s layout keeps broadcast copies of its elements (a device dim of
-// stride 0): a write must reach every copy, which the element path does.
-bool has_copies(const at::Tensor& t) {
-  LayoutPtr layout = element_layout_of(t);
-  return layout && !layout->address.copies.empty();
-}
-
-// A copy into or out of part of a device buffer through the ops layer's plans: the runtime's kept
-// ones, else the module (ops/view_copy.py) unless it declined this geometry before. False: the
-// element path copies it (also every write into a layout with broadcast copies).
-bool copy_planned(const at::Tensor& src, const at::Tensor& dst) {
-  if (dst.is_privateuseone() && has_copies(dst)) return false;
-  const bool within = src.is_privateuseone() && dst.is_privateuseone();
-  if (within ? replay_view_copy(dst, src) || replay_restaged_copy(dst, src) : replay_staged_copy(dst, src)) {
-    return true;
-  }
-  if (declined_view_copy(dst, src)) return false;
-  if (copy_view_planned(src, dst)) return true;
-  decline_view_copy(dst, src);
-  return false;
 }
 
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool /*non_blocking: copies are synchronous*/) {
