@@ -566,14 +566,18 @@ void interleave2_u32(char* d, const char* s, int64_t nb, int64_t src_a) {
   if (nb4 < nb) scalar_tile<uint32_t>(d + nb4 * 8, s + nb4 * 4, 2, nb - nb4, src_a, 8);
 }
 
-void deinterleave2_u32(char* d, const char* s, int64_t na, int64_t dst_b) {
+// The second units go to `odd`, or nowhere where it is null: every other unit of s (a clone of
+// x[..., ::2] in float32).
+void deinterleave2_u32(char* d, char* odd, const char* s, int64_t na) {
   const int64_t na4 = na - na % 4;
   for (int64_t a = 0; a < na4; a += 4) {
     const __m128 x = _mm_castsi128_ps(ld(s + 8 * a)), y = _mm_castsi128_ps(ld(s + 8 * a + 16));
     st(d + 4 * a, _mm_castps_si128(_mm_shuffle_ps(x, y, 0x88)));  // shuffles move bits, NaNs intact
-    st(d + 4 * a + dst_b, _mm_castps_si128(_mm_shuffle_ps(x, y, 0xDD)));
+    if (odd != nullptr) st(odd + 4 * a, _mm_castps_si128(_mm_shuffle_ps(x, y, 0xDD)));
   }
-  if (na4 < na) scalar_tile<uint32_t>(d + na4 * 4, s + na4 * 8, na - na4, 2, 8, dst_b);
+  if (na4 == na) return;
+  if (odd != nullptr) return scalar_tile<uint32_t>(d + na4 * 4, s + na4 * 8, na - na4, 2, 8, odd - d);
+  strided_units<uint32_t>(d + na4 * 4, s + na4 * 8, na - na4, 4, 8);
 }
 
 // Tiles narrower than a line block (and the strips line blocks leave).
@@ -604,7 +608,7 @@ void tile_u16(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a, int
 
 void tile_u32(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a, int64_t dst_b) {
   if (na == 2 && dst_b == 8) return interleave2_u32(d, s, nb, src_a);
-  if (nb == 2 && src_a == 8) return deinterleave2_u32(d, s, na, dst_b);
+  if (nb == 2 && src_a == 8) return deinterleave2_u32(d, d + dst_b, s, na);
   if (tile_in_lines<4>(d, s, na, nb, src_a, dst_b, half_line_tile_u32)) return;
   half_line_tile_u32(d, s, na, nb, src_a, dst_b);
 }
@@ -849,6 +853,7 @@ void copy_extended_tile(char* d, const char* s, int64_t na, int64_t nb, int64_t 
 void copy_strided(char* d, const char* s, int64_t n, int64_t dst_step, int64_t src_step, int64_t unit) {
 #if defined(__SSE2__)
   if (kAvx && unit % 32 == 0) return strided_words_avx(d, s, n, dst_step, src_step, unit);
+  if (unit == 4 && dst_step == 4 && src_step == 8) return deinterleave2_u32(d, nullptr, s, n);
 #endif
   switch (unit) {
     case 1: return strided_units<uint8_t>(d, s, n, dst_step, src_step);

@@ -292,3 +292,28 @@ def test_large_permuted_copies_split_either_way(streaming: bool, data: st.DataOb
 def test_a_split_is_named() -> None:
     with pytest.raises(ValueError, match="'source' or the 'destination', got 'host'"):
         _C._run_nests([((4,), (1,), (1,), 0, 0)], torch.empty(4), torch.empty(4), split="host")
+
+
+@pytest.mark.parametrize("esize", [1, 2, 4, 8])
+@pytest.mark.parametrize("step", [2, 3])
+@pytest.mark.parametrize("run", [1, 3, 4, 7, 16, 33])
+@pytest.mark.parametrize("c", [1, 2, 3])
+def test_strided_runs_gathered_into_dense_ones(esize: int, step: int, run: int, c: int) -> None:
+    """Runs of every ``step``-th source unit written densely, ``c`` of them per position of an outer
+    loop (a clone of ``x[:, ::2]`` in Spyre's layout: each destination stick gathers every other
+    float32 of two source sticks): no source loop of units, so the tile is the run itself, copied
+    along its length (the every-other-float32 case by a shuffle kernel, with its tail):
+    PyTorch's strided copy bit for bit, nothing outside the nest written."""
+    dtype = BITS[esize]
+    outer = 5
+    ranges = (outer, c, run)
+    dst_strides = (c * run + 1, run, 1)
+    src_strides = (c * run * step + 2, 9000, step)  # the c runs far apart (other sticks)
+    src_numel = 1 + sum((n - 1) * s for n, s in zip(ranges, src_strides))
+    dst_numel = 1 + sum((n - 1) * s for n, s in zip(ranges, dst_strides))
+    src = torch.randint(-100, 100, (src_numel + 3,), dtype=torch.int64).to(dtype)[3:]
+    dst = torch.full((dst_numel,), 7, dtype=dtype)
+    expected = dst.clone()
+    expected.as_strided(ranges, dst_strides).copy_(src.as_strided(ranges, src_strides))
+    _C._run_nests([(ranges, dst_strides, src_strides, 0, 0)], dst, src)
+    assert torch.equal(dst, expected)
