@@ -567,9 +567,11 @@ void interleave2_u32(char* d, const char* s, int64_t nb, int64_t src_a) {
 }
 
 // The second units go to `odd`, or nowhere where it is null: every other unit of s (a clone of
-// x[..., ::2] in float32).
+// x[..., ::2] in float32), whose last second unit may lie past the buffer: the tail takes the
+// last pair then.
 void deinterleave2_u32(char* d, char* odd, const char* s, int64_t na) {
-  const int64_t na4 = na - na % 4;
+  const int64_t pairs = odd != nullptr ? na : std::max<int64_t>(na - 1, 0);
+  const int64_t na4 = pairs - pairs % 4;
   for (int64_t a = 0; a < na4; a += 4) {
     const __m128 x = _mm_castsi128_ps(ld(s + 8 * a)), y = _mm_castsi128_ps(ld(s + 8 * a + 16));
     st(d + 4 * a, _mm_castps_si128(_mm_shuffle_ps(x, y, 0x88)));  // shuffles move bits, NaNs intact
