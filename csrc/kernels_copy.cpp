@@ -282,10 +282,9 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool /*non_b
                                                   : c10::MaybeOwned<at::Tensor>::owned(self.expand(dst.sizes()));
   const at::Tensor& src = *source;
   const bool src_dev = src.is_privateuseone(), dst_dev = dst.is_privateuseone();
-  if (src.scalar_type() == dst.scalar_type() && dst.scalar_type() != at::kLong &&
-      (dst.numel() >= kPlannedViewCopy || (src_dev && dst_dev)) && (part_view(src) || part_view(dst)) &&
-      copy_planned(src, dst)) {
-    if (src_dev && dst_dev) count(Counter::D2DBytes, dst.numel() * dst.element_size());  // staging counts the rest
+  if (src.scalar_type() == dst.scalar_type() && (part_view(src) || part_view(dst)) &&
+      (src_dev && dst_dev ? dst.scalar_type() != at::kLong && copy_planned(src, dst) : planned_host_copy(src, dst))) {
+    if (src_dev && dst_dev) count(Counter::D2DBytes, dst.numel() * dst.element_size());  // a host side counts its own
     return dst;
   }
   if (!src_dev && dst_dev) {
