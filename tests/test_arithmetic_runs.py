@@ -174,6 +174,25 @@ def test_long_runs_are_split_into_chunks(shape, gaps, name):
     assert torch.equal(bits(target), bits(expected))
 
 
+@pytest.mark.parametrize("runs, run, gap", [(64, 4096, 4096), (33, 2048, 1), (5, 8192, 8)])
+@pytest.mark.parametrize("name", sorted(OPS))
+def test_one_loop_of_runs_is_split_over_the_threads(runs, run, gap, name):
+    """One loop of runs left after merging (part of a Spyre buffer along its rows: a run a stick):
+    its runs are cut into work items the threads share (they were one item), every element
+    ATen's, with a number operand and in place too."""
+    gen = torch.Generator().manual_seed(runs)
+    x = torch.randn(runs * (run + gap), generator=gen).as_strided((runs, run), (run + gap, 1))
+    y = torch.randn(runs, run, generator=gen)
+    out = torch.empty(runs * (run + gap)).as_strided((runs, run), (run + gap, 1))
+    assert _C._arithmetic_runs(name, x, y, out)
+    assert torch.equal(bits(out), bits(OPS[name](x, y)))
+    assert _C._arithmetic_runs(name, x, torch.tensor(0.375, dtype=torch.float64), out)
+    assert torch.equal(bits(out), bits(OPS[name](x, 0.375)))
+    target, expected = x.clone(), OPS[name](x, y)
+    assert _C._arithmetic_runs(name, target, y, target)
+    assert torch.equal(bits(target), bits(expected))
+
+
 def _declined(x, y, out, name="add", alpha=None):
     before = out.clone()
     assert not _C._arithmetic_runs(name, x, y, out, alpha)
