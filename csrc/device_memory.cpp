@@ -226,6 +226,9 @@ void count_block(MemoryStats& s, int64_t requested, int64_t reserved) {
   s.peak_blocks = std::max(s.peak_blocks, s.blocks);
 }
 
+// The bytes a request of `nbytes` reserves: whole kAlignment units.
+int64_t reserved_size(int64_t nbytes) { return (nbytes + kAlignment - 1) / kAlignment * kAlignment; }
+
 }  // namespace
 
 class DeviceAllocator final : public c10::Allocator {
@@ -234,7 +237,7 @@ class DeviceAllocator final : public c10::Allocator {
     auto device = c10::impl::getDeviceGuardImpl(c10::DeviceType::PrivateUse1)->getDevice().index();
     DeviceMemory& mem = memory_of(device);
     const auto requested = static_cast<int64_t>(std::min<size_t>(nbytes, size_t(INT64_MAX)));
-    const int64_t reserved = requested <= mem.capacity ? (requested + kAlignment - 1) / kAlignment * kAlignment
+    const int64_t reserved = requested <= mem.capacity ? reserved_size(requested)
                                                        : requested;  // rounding only when it cannot overflow
     const int64_t backing = backing_size(reserved);
     void* ptr = nullptr;
@@ -295,8 +298,6 @@ void report_and_free(void* ptr) {
   c10::profiledCPUMemoryReporter().Delete(ptr);
   std::free(ptr);
 }
-
-int64_t reserved_size(int64_t nbytes) { return (nbytes + kAlignment - 1) / kAlignment * kAlignment; }
 
 std::atomic<c10::DeviceIndex> g_scope_device{0};  // whose freed blocks the scopes' allocations take
 
