@@ -124,12 +124,17 @@ bool copy_planned(const at::Tensor& src, const at::Tensor& dst) {
   return false;
 }
 
-// A copy between the host and part of a device buffer (of one dtype), planned from
-// kPlannedViewCopy elements; false: nothing written (the element path's to make). int64 keeps the
-// element path: it is stored as int32 on the device.
+// Whether a copy between the host and `device`, part of a device buffer, is planned: from
+// kPlannedViewCopy elements (fewer take the element path, which then costs less); never int64,
+// which is stored as int32 on the device.
+bool host_copy_plannable(const at::Tensor& device) {
+  return device.numel() >= kPlannedViewCopy && device.scalar_type() != at::kLong;
+}
+
+// A copy between the host and part of a device buffer (of one dtype), planned where it is
+// plannable; false: nothing written (the element path's to make).
 bool planned_host_copy(const at::Tensor& src, const at::Tensor& dst) {
-  const at::Tensor& device = dst.is_privateuseone() ? dst : src;
-  return device.numel() >= kPlannedViewCopy && device.scalar_type() != at::kLong && copy_planned(src, dst);
+  return host_copy_plannable(dst.is_privateuseone() ? dst : src) && copy_planned(src, dst);
 }
 
 void h2d(const at::Tensor& src, const at::Tensor& dst) {
@@ -210,8 +215,8 @@ at::Tensor d2h_fresh(const at::Tensor& src) {
     count(Counter::D2HBytes, src.numel() * src.element_size());
     return out.as_strided(src.sizes(), src.strides(), 0);
   }
-  if (src.numel() >= kPlannedViewCopy) {  // part of a buffer: a planned copy into a new host tensor
-    if (at::Tensor out = at::empty(src.sizes(), options); planned_host_copy(src, out)) return out;
+  if (host_copy_plannable(src)) {  // part of a buffer: a planned copy into a new host tensor
+    if (at::Tensor out = at::empty(src.sizes(), options); copy_planned(src, out)) return out;
   }
   at::Tensor offsets = view_offsets(*layout, src.sizes(), src.strides(), src.storage_offset());
   const auto bits = bits_type(src.element_size());
