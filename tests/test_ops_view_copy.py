@@ -195,17 +195,26 @@ HOST_CASES = [
 ]
 
 
+@pytest.mark.parametrize("host", ["contiguous", "transposed"])
 @pytest.mark.parametrize("_, shape, part", HOST_CASES, ids=[c[0] for c in HOST_CASES])
-def test_host_copies_into_and_out_of_part_of_a_buffer_are_staged_by_the_runtime(_, shape, part, python_copies):
+def test_host_copies_into_and_out_of_part_of_a_buffer_are_staged_by_the_runtime(_, shape, part, host, python_copies):
     """The second copy of a geometry between the host and part of a device buffer runs in the
     runtime (the kept staging coordinates and plan), with the Python path's results; staged in
-    row-major coordinates, a contiguous host side is copied straight from or into its own buffer:
-    no staged device tensor is allocated."""
+    row-major coordinates, a contiguous host side is copied straight from or into its own buffer
+    (no staged device tensor is allocated), while one of other strides (here transposed) cannot
+    stand for the staged buffer and is staged through a device tensor."""
+    view_copy.forget_plans()  # (the other host side's run kept this geometry's plans)
     base = torch.randn(shape)
     d = base.to("spyre")
+    size = part(base).shape
+
+    def host_tensor() -> torch.Tensor:
+        if host == "contiguous":
+            return torch.empty(size)
+        return torch.empty(tuple(reversed(size))).permute(*reversed(range(len(size))))
+
     for step in range(3):
-        values = torch.randn(part(base).shape)
-        out = torch.empty(part(base).shape)
+        values, out = host_tensor().normal_(), host_tensor()
         torch.spyre.reset_peak_memory_stats()
         part(d).copy_(values)
         part(base).copy_(values)
@@ -213,27 +222,9 @@ def test_host_copies_into_and_out_of_part_of_a_buffer_are_staged_by_the_runtime(
         assert torch.equal(out, values) and torch.equal(d.cpu(), base)
         assert len(python_copies) == 2, f"copies with the host entered Python {len(python_copies)} times by step {step}"
         if step:
-            assert torch.spyre.max_memory_allocated() == torch.spyre.memory_allocated(), "a staged tensor was made"
+            staged = torch.spyre.max_memory_allocated() > torch.spyre.memory_allocated()
+            assert staged == (host == "transposed"), f"step {step}: a staged tensor made: {staged}"
     assert padding_holds_pad_value(d)
-
-
-@pytest.mark.parametrize("_, shape, part", HOST_CASES, ids=[c[0] for c in HOST_CASES])
-def test_host_copies_with_a_strided_host_side_are_staged(_, shape, part):
-    """A host side that is not contiguous (here transposed) cannot stand for the row-major staged
-    buffer: the runtime stages it through a device tensor, with the CPU's results."""
-    base = torch.randn(shape)
-    d = base.to("spyre")
-    size = part(base).shape
-    for step in range(3):
-        values = torch.randn(tuple(reversed(size))).permute(*reversed(range(len(size))))
-        out = torch.empty(tuple(reversed(size))).permute(*reversed(range(len(size))))
-        torch.spyre.reset_peak_memory_stats()
-        part(d).copy_(values)
-        part(base).copy_(values)
-        out.copy_(part(d))
-        assert torch.equal(out, values) and torch.equal(d.cpu(), base)
-        if step:
-            assert torch.spyre.max_memory_allocated() > torch.spyre.memory_allocated()
 
 
 @pytest.mark.parametrize("_, shape, part", HOST_CASES, ids=[c[0] for c in HOST_CASES])
