@@ -207,9 +207,8 @@ void copy_small_tiles(char* d0, const char* s0, const TilePlan& plan) {
 
 // Nests with a loop e that continues both sides' rows: work items are an outer position and a
 // chunk of e of about chunking.a bytes (the rules: kExtendedBytes), each one copy_extended_tile,
-// its destination rows streamed where chunking.b is 1 (the rules: never; tuning may choose it);
-// in_cache: the copy is below the streaming size.
-void copy_extended_tiles(char* d0, const char* s0, const TilePlan& plan, TileShape chunking, bool in_cache) {
+// its destination rows streamed where chunking.b is 1 (the rules: never; tuning may choose it).
+void copy_extended_tiles(char* d0, const char* s0, const TilePlan& plan, TileShape chunking) {
   const int64_t step = plan.a.size * plan.b.size * plan.unit;
   const int64_t ke = std::clamp<int64_t>(chunking.a / step, 1, plan.e.size);
   const int64_t chunks = (plan.e.size + ke - 1) / ke;
@@ -219,7 +218,7 @@ void copy_extended_tiles(char* d0, const char* s0, const TilePlan& plan, TileSha
       const auto [doff, soff] = outer_offsets(plan, i / chunks);
       const int64_t e0 = (i % chunks) * ke;
       copy_extended_tile(d0 + doff + e0 * plan.e.dst, s0 + soff + e0 * plan.e.src, plan.a.size, plan.b.size,
-                         std::min(ke, plan.e.size - e0), plan.a.src, plan.b.dst, plan.unit, stream, in_cache);
+                         std::min(ke, plan.e.size - e0), plan.a.src, plan.b.dst, plan.unit, stream);
     }
     if (stream) end_streaming();
   });
@@ -394,7 +393,7 @@ void copy_nest(char* dst, const char* src, const Transfer& nest, int64_t esize, 
   const bool stream = bytes >= g_stream_bytes.load(std::memory_order_relaxed);  // past the caches
   if (plan.e.size > 1) {
     return run_tuned(plan, TileKind::kExtended, bytes, false, split, {kExtendedBytes, 0}, {kStageBytes, 1}, nullptr,
-                     [&](TileShape chunking) { copy_extended_tiles(d0, s0, plan, chunking, !stream); });
+                     [&](TileShape chunking) { copy_extended_tiles(d0, s0, plan, chunking); });
   }
   if (plan.c.size > 1) return copy_small_tiles(d0, s0, plan);
   if (plan.outer.empty() && plan.a.size == 1 && plan.b.size == 1) {  // one run: split it across threads

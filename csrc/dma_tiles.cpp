@@ -477,6 +477,30 @@ TL_AVX512 int64_t deinterleave_u16_avx512(char* d, const char* s, int64_t na, in
   return na32;
 }
 
+// Records of 4 4-byte units (a dense source, src_a == 16) split into 4 rows, 16 records a step:
+// each register's four records grouped by unit (lane c: unit c), then the lanes transposed.
+// Returns the records done, a multiple of 16.
+struct DwordIndex {
+  alignas(64) int32_t at[16];
+};
+constexpr DwordIndex kDeinterleave4Dwords = [] {
+  DwordIndex w{};
+  for (int i = 0; i < 16; ++i) w.at[i] = (i % 4) * 4 + i / 4;
+  return w;
+}();
+
+TL_AVX512 int64_t deinterleave4_u32_avx512(char* d, const char* s, int64_t na, int64_t dst_b) {
+  const __m512i index = _mm512_load_si512(kDeinterleave4Dwords.at);
+  const int64_t na16 = na - na % 16;
+  for (int64_t a = 0; a < na16; a += 16) {
+    __m512i v[4], rows[4];
+    for (int k = 0; k < 4; ++k) v[k] = _mm512_permutexvar_epi32(index, ld512(s + 16 * a + 64 * k));
+    lanes4x4(v, rows);
+    for (int c = 0; c < 4; ++c) st512(d + 4 * a + c * dst_b, rows[c]);
+  }
+  return na16;
+}
+
 #pragma GCC diagnostic pop
 
 // Whether copy_tile takes a tile of na x nb units of `unit` bytes in line blocks (of 2-byte units,
@@ -611,6 +635,12 @@ void tile_u16(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a, int
 void tile_u32(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a, int64_t dst_b) {
   if (na == 2 && dst_b == 8) return interleave2_u32(d, s, nb, src_a);
   if (nb == 2 && src_a == 8) return deinterleave2_u32(d, d + dst_b, s, na);
+  if (nb == 4 && src_a == 16 && na >= 16 && g_avx512_blocks.load(std::memory_order_relaxed)) {
+    // (MACE CONV2D_FILTER float32's D2H: 4 output channels a record)
+    const int64_t done = deinterleave4_u32_avx512(d, s, na, dst_b);
+    if (done < na) half_line_tile_u32(d + 4 * done, s + 16 * done, na - done, 4, 16, dst_b);
+    return;
+  }
   if (tile_in_lines<4>(d, s, na, nb, src_a, dst_b, half_line_tile_u32)) return;
   half_line_tile_u32(d, s, na, nb, src_a, dst_b);
 }
@@ -826,19 +856,26 @@ void gather_extended(char* d, const char* buf, int64_t nb, int64_t ne, int64_t d
 }  // namespace
 
 void copy_extended_tile(char* d, const char* s, int64_t na, int64_t nb, int64_t ne, int64_t src_a, int64_t dst_b,
-                        int64_t unit, bool stream, bool in_cache) {
+                        int64_t unit, bool stream) {
   alignas(64) char buf[kStageBytes];
-  const int64_t row = na * unit;
-  if (in_cache && !stream && unit == 2 && (nb == 2 || nb == 4) && row != 4 && row != 8 && row % 16 != 0) {
-    // Destination rows of an odd width (MACE CONV2D_FILTER float16's D2H: 9 taps of 2 bytes),
-    // which gathering from the buffer would move a row at a time: each source row's records of
-    // nb units are split first (buf[a][b] holds units b of its ne records: a SIMD de-interleave),
-    // so that each destination row is one transpose of na runs, written in place. 1 MiB, 2
-    // threads, benchmark processes alternating: 2.9-3.8 against 4.9-5.5x memcpy. Only in cache:
-    // at 32 MiB its scattered writes of each row's 9th unit measured a quarter slower; nor for
-    // 4-byte units, slower there too.
-    for (int64_t a = 0; a < na; ++a) plain_tile(buf + a * nb * ne * unit, s + a * src_a, ne, nb, nb * unit, ne * unit, unit);
-    for (int64_t b = 0; b < nb; ++b) plain_tile(d + b * dst_b, buf + b * ne * unit, na, ne, nb * ne * unit, row, unit);
+  const int64_t row = na * unit, chunk = nb * unit;
+  const auto whole = [](int64_t bytes) { return bytes == 4 || bytes == 8 || bytes == 16 || bytes % 32 == 0; };
+  if (!whole(row) && whole(chunk) && (row < 64 || (unit == 2 && (nb == 2 || nb == 4)))) {
+    // Destination chunks of an odd width under a line (9 taps of 2 or 4 bytes: the D2H of MACE
+    // CONV2D_FILTER and oneDNN OIhw16i16o), which the gather below would move in overlapping
+    // words, from source chunks of whole words: the source chunks are gathered first, buf[e][a]
+    // holding row a's chunk e, then one transpose of the (e, a) records' nb units writes the
+    // destination rows (for 2-byte units and records of 2 or 4: the de-interleave kernels). 2
+    // threads, one process, alternating builds: at 1 MiB CONV2D_FILTER float16 34 -> 17 us,
+    // float32 26 -> 21, OIhw16i16o 23 -> 15.6; at 32 MiB 1.9 -> 1.3 ms, 1.4 (as before), 1.8 -> 1.2.
+    // Destination chunks of a line or more move well in the gather; a transpose of few wider
+    // units (4 or 8 bytes, records of 2 or 4) measured slower there.
+    plain_tile(buf, s, na, ne, src_a, na * chunk, chunk);
+    if (!stream) return copy_tile(d, buf, ne * na, nb, chunk, dst_b, unit, false);
+    alignas(64) char rows[kStageBytes];
+    const int64_t run = ne * row;
+    plain_tile(rows, buf, ne * na, nb, chunk, run, unit);
+    for (int64_t b = 0; b < nb; ++b) copy_run(d + b * dst_b, rows + b * run, run, true);
     return;
   }
   plain_tile(buf, s, na, ne * nb, src_a, row, unit);  // buf[e * nb + b] holds destination row b's chunk e

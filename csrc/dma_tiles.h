@@ -29,12 +29,12 @@ void copy_spaced_runs(char* d, const char* s, int64_t na, int64_t nb, int64_t sr
 // b < nb, e < ne: na source rows of ne * nb adjacent units become nb destination rows of
 // ne * na adjacent units. One transpose into an L1 buffer, then each destination row gathered
 // from the buffer (for rows of 4, 8 or 16 bytes a second block transpose, of row-wide units);
-// `stream` gathers them into a second buffer and writes each with non-temporal stores. `in_cache`
-// (the whole copy stays in the caches): odd-width rows of 2-byte units from records of 2 or 4
-// have the records split first, then each row is one transpose, written in place.
-// Needs na * nb * ne * unit <= kStageBytes.
+// where destination chunks (na units) are of an odd width under a line and source chunks (nb
+// units) whole words, the other way round: the source chunks gathered first, then one transpose
+// of nb-unit records. `stream` gathers or transposes the rows into a second buffer and writes
+// each with non-temporal stores. Needs na * nb * ne * unit <= kStageBytes.
 void copy_extended_tile(char* d, const char* s, int64_t na, int64_t nb, int64_t ne, int64_t src_a, int64_t dst_b,
-                        int64_t unit, bool stream, bool in_cache);
+                        int64_t unit, bool stream);
 
 // One contiguous run of bytes, streamed (non-temporal) when asked.
 void copy_run(char* d, const char* s, int64_t bytes, bool stream);

@@ -62,16 +62,17 @@ def test_every_chunking_of_extended_tiles_copies_the_same_bytes(esize: int, na: 
 
 @pytest.mark.parametrize("stream", [False, True])
 @pytest.mark.parametrize("chunk", [100, 4096, 65536])
-@pytest.mark.parametrize("nb", [2, 4])
-@pytest.mark.parametrize("na, ne", [(3, 1000), (9, 113), (9, 8192), (13, 9)])
-def test_extended_tiles_of_odd_width_rows_copy_the_same_bytes(na: int, nb: int, ne: int, chunk: int,
+@pytest.mark.parametrize("esize, na, nb", [(2, 3, 2), (2, 9, 2), (2, 13, 4), (2, 9, 4), (2, 33, 4), (4, 9, 4),
+                                           (4, 9, 16), (4, 3, 2), (8, 3, 2), (4, 5, 8)])
+@pytest.mark.parametrize("ne", [9, 113, 8192])
+def test_extended_tiles_of_odd_width_rows_copy_the_same_bytes(esize: int, na: int, nb: int, ne: int, chunk: int,
                                                                stream: bool) -> None:
-    """2-byte units whose destination rows are of an odd width (MACE CONV2D_FILTER float16's D2H:
-    rows of 9 taps from records of 4 channels), in chunks of any size, not streamed (the records
-    split before each row's transpose) or streamed (the rows gathered), and back: PyTorch's
-    strided copy bit for bit."""
+    """Destination rows of chunks of an odd width (na units: MACE CONV2D_FILTER's D2H, 9 taps
+    from records of 4 channels; OIhw16i16o's, from records of 16) from source chunks of whole
+    words (nb units), in chunks of e of any size, streamed or not: the source chunks gathered
+    first, then one transpose of the records; and back. PyTorch's strided copy bit for bit."""
     _C._force_tile_shape(chunk, int(stream), extended=True)
-    check_rows_continued(BITS[2], na, nb, ne, outer=2, gap=5)
+    check_rows_continued(BITS[esize], na, nb, ne, outer=2, gap=5)
 
 
 def transpose_nest(rows: int, cols: int) -> tuple:
