@@ -404,6 +404,44 @@ def test_sums_over_sticks_replay_the_row_kernels(_, shape, dtype, dims, keepdim,
     assert swept
 
 
+# Small reductions (under ``ROW_SUMS_FROM``) at the default threshold: float32 sums and means of
+# rows of several sticks take the row kernels; a row within its stick (one reduced dim) keeps
+# ATen's reduction, the CPU's bits; extremes and float16 sums keep ATen's. id, shape, dtype, dims,
+# kind, whether the row kernels sweep.
+SMALL_REDUCTIONS = [
+    ("rows-of-sticks-sum", (63, 64), F32, (1,), "sum", True),
+    ("two-long-rows-mean", (2, 2000), F32, (1,), "mean", True),
+    ("padded-rows-sum-3d", (3, 20, 60), F32, (2,), "sum", True),
+    ("rows-and-sticks-sum", (4, 3, 40), F32, (1, 2), "sum", True),
+    ("row-within-its-stick-sum", (32, 10), F32, (1,), "sum", False),
+    ("row-within-its-stick-mean", (8, 16, 16), F32, (2,), "mean", False),
+    ("rows-of-sticks-amax", (63, 64), F32, (1,), "amax", False),
+    ("rows-of-sticks-sum-half", (4, 128), F16, (1,), "sum", False),
+]
+
+
+@pytest.mark.parametrize("_, shape, dtype, dims, kind, swept", SMALL_REDUCTIONS, ids=[c[0] for c in SMALL_REDUCTIONS])
+def test_small_float32_sums_over_several_sticks_take_the_row_kernels(_, shape, dtype, dims, kind, swept,
+                                                                      monkeypatch):
+    """Below ``ROW_SUMS_FROM``, float32 sums and means over several device dims take the row
+    kernels (their replays the same bits); a row within its stick keeps ATen's reduction and the
+    CPU's bits; extremes and float16 sums keep ATen's. Every result is the CPU's to rounding."""
+    from torch_layouts.ops import reductions
+    assert math.prod(shape) < reductions.ROW_SUMS_FROM
+    rows, real = [], reductions._row_reduce
+    monkeypatch.setattr(reductions, "_row_reduce", lambda k, v, red, n: rows.append(red) or real(k, v, red, n))
+    fn = lambda t: getattr(t, kind)(dim=dims)  # noqa: E731
+    for out, ref, x in _in_place_calls(shape, dtype, lambda t: t, fn, monkeypatch):
+        with torch_layouts.strict_layouts():  # the Python path, which replays nothing
+            planned = fn(x.to("spyre"))
+        assert torch.equal(out.cpu(), planned.cpu())
+        if "within-its-stick" in _:
+            assert torch.equal(out.cpu(), ref)
+        else:
+            torch.testing.assert_close(out.cpu(), ref, **kind_tolerance(kind, dtype, math.prod(shape[d] for d in dims)))
+    assert bool(rows) == swept
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.integers(1, 40), min_size=1, max_size=3), st.sampled_from([F16, F32]), st.data(),
        st.sampled_from(["sum", "mean", "amax", "amin"]))
