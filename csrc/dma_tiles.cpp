@@ -489,6 +489,21 @@ constexpr DwordIndex kDeinterleave4Dwords = [] {
   return w;
 }();
 
+// The inverse: 4 rows (src_a apart) of 4-byte units interleaved into records of 4 (dst_b == 16),
+// 16 units of each row a step (the lane transpose, then the same permute: it is its own inverse).
+TL_AVX512 int64_t interleave4_u32_avx512(char* d, const char* s, int64_t nb, int64_t src_a) {
+  const __m512i index = _mm512_load_si512(kDeinterleave4Dwords.at);
+  const int64_t nb16 = nb - nb % 16;
+  for (int64_t b = 0; b < nb16; b += 16) {
+    const __m512i r[4] = {ld512(s + 4 * b), ld512(s + 4 * b + src_a), ld512(s + 4 * b + 2 * src_a),
+                          ld512(s + 4 * b + 3 * src_a)};
+    __m512i lanes[4];
+    lanes4x4(r, lanes);
+    for (int l = 0; l < 4; ++l) st512(d + 16 * b + 64 * l, _mm512_permutexvar_epi32(index, lanes[l]));
+  }
+  return nb16;
+}
+
 TL_AVX512 int64_t deinterleave4_u32_avx512(char* d, const char* s, int64_t na, int64_t dst_b) {
   const __m512i index = _mm512_load_si512(kDeinterleave4Dwords.at);
   const int64_t na16 = na - na % 16;
@@ -635,8 +650,13 @@ void tile_u16(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a, int
 void tile_u32(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a, int64_t dst_b) {
   if (na == 2 && dst_b == 8) return interleave2_u32(d, s, nb, src_a);
   if (nb == 2 && src_a == 8) return deinterleave2_u32(d, d + dst_b, s, na);
-  if (nb == 4 && src_a == 16 && na >= 16 && g_avx512_blocks.load(std::memory_order_relaxed)) {
-    // (MACE CONV2D_FILTER float32's D2H: 4 output channels a record)
+  const bool lines = g_avx512_blocks.load(std::memory_order_relaxed);
+  if (na == 4 && dst_b == 16 && nb >= 16 && lines) {  // (MACE CONV2D_FILTER float32's H2D: 4 output channels a record)
+    const int64_t done = interleave4_u32_avx512(d, s, nb, src_a);
+    if (done < nb) half_line_tile_u32(d + 16 * done, s + 4 * done, 4, nb - done, src_a, 16);
+    return;
+  }
+  if (nb == 4 && src_a == 16 && na >= 16 && lines) {  // (and its D2H)
     const int64_t done = deinterleave4_u32_avx512(d, s, na, dst_b);
     if (done < na) half_line_tile_u32(d + 4 * done, s + 16 * done, na - done, 4, 16, dst_b);
     return;
