@@ -369,12 +369,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       "_offer_reduce",
       [](const std::string& kind, const at::Tensor& x, const py::object& input, std::vector<int64_t> order,
          std::optional<at::ScalarType> dtype, std::shared_ptr<BoundLayout> out, const py::object& result, int64_t count,
-         std::optional<at::ScalarType> out_dtype, bool row_kernels) {
+         std::optional<at::ScalarType> out_dtype, bool row_kernels, int64_t length) {
         return offer_reduce(kind, x, buffer_view(input), std::move(order), dtype, std::move(out), buffer_view(result),
-                            count, out_dtype, row_kernels);
+                            count, out_dtype, row_kernels, length);
       },
       py::arg("kind"), py::arg("x"), py::arg("input"), py::arg("order"), py::arg("dtype"), py::arg("out"),
-      py::arg("result"), py::arg("count") = 1, py::arg("out_dtype") = py::none(), py::arg("row_kernels") = false);
+      py::arg("result"), py::arg("count") = 1, py::arg("out_dtype") = py::none(), py::arg("row_kernels") = false,
+      py::arg("length") = -1);
   m.def("_offer_reduce_pieces", [](const std::string& kind, const at::Tensor& x, const py::list& pieces,
                                    std::vector<int64_t> values_sizes, std::vector<int64_t> order,
                                    std::shared_ptr<BoundLayout> out, std::optional<c10::ScalarType> out_dtype,
@@ -565,18 +566,22 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   };
   m.def(
       "_rows_sum",
-      [sparse_rows](const at::Tensor& x, const at::Tensor& out, int64_t width, int64_t divisor, const Sparse& sparse) {
+      [sparse_rows](const at::Tensor& x, const at::Tensor& out, int64_t width, int64_t divisor, const Sparse& sparse,
+                    int64_t length) {
         const std::optional<SparseRows> s = sparse_rows(sparse);
-        rows_sum(x, out, width, divisor, s ? &*s : nullptr);
+        rows_sum(x, out, width, divisor, s ? &*s : nullptr, length);
       },
-      py::arg("x"), py::arg("out"), py::arg("width"), py::arg("divisor") = 1, py::arg("sparse") = py::none(), nogil);
+      py::arg("x"), py::arg("out"), py::arg("width"), py::arg("divisor") = 1, py::arg("sparse") = py::none(),
+      py::arg("length") = -1, nogil);
   m.def(
       "_rows_extreme",
-      [sparse_rows](const at::Tensor& x, const at::Tensor& out, int64_t width, bool max, const Sparse& sparse) {
+      [sparse_rows](const at::Tensor& x, const at::Tensor& out, int64_t width, bool max, const Sparse& sparse,
+                    int64_t length) {
         const std::optional<SparseRows> s = sparse_rows(sparse);
-        rows_extreme(x, out, width, max, s ? &*s : nullptr);
+        rows_extreme(x, out, width, max, s ? &*s : nullptr, length);
       },
-      py::arg("x"), py::arg("out"), py::arg("width"), py::arg("max"), py::arg("sparse") = py::none(), nogil);
+      py::arg("x"), py::arg("out"), py::arg("width"), py::arg("max"), py::arg("sparse") = py::none(),
+      py::arg("length") = -1, nogil);
   m.def("_rows_arg_extreme", &rows_arg_extreme, py::arg("x"), py::arg("indices"), py::arg("values"), py::arg("width"),
         py::arg("length"), py::arg("max"), nogil);
   m.def(

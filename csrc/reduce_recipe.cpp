@@ -43,6 +43,7 @@ class ReduceReplay final : public Replay {
   int64_t count = 1;                      // a mean's reduced elements
   c10::ScalarType out_dtype = at::kFloat;  // a mean's (and row sums') result dtype
   bool row_kernels = false;               // reduced over sticks by the row kernels
+  int64_t length = -1;                    // their rows' real elements (-1: whole rows)
   LayoutPtr out;
   std::vector<ReducePiece> pieces;        // several boxes (no input and result view then)
   std::vector<int64_t> values_sizes;      // their values' shape (the reduced dims of size 1)
@@ -67,9 +68,9 @@ class ReduceReplay final : public Replay {
     perm.insert(perm.end(), reduced.begin(), reduced.end());
     const int64_t width = static_cast<int64_t>(reduced.size());
     if (kind == Kind::kAmax || kind == Kind::kAmin) {
-      rows_extreme(v.permute(perm), rows_out, width, kind == Kind::kAmax, sparse);
+      rows_extreme(v.permute(perm), rows_out, width, kind == Kind::kAmax, sparse, length);
     } else {
-      rows_sum(v.permute(perm), rows_out, width, kind == Kind::kMean ? count : 1, sparse);
+      rows_sum(v.permute(perm), rows_out, width, kind == Kind::kMean ? count : 1, sparse, length);
     }
   }
 
@@ -271,10 +272,11 @@ std::optional<Kind> kind_of(const std::string& kind) {
 
 bool offer_reduce(const std::string& kind, const at::Tensor& x, BufferView input, std::vector<int64_t> order,
                   std::optional<c10::ScalarType> dtype, LayoutPtr out, BufferView result, int64_t count,
-                  std::optional<c10::ScalarType> out_dtype, bool row_kernels) {
+                  std::optional<c10::ScalarType> out_dtype, bool row_kernels, int64_t length) {
   if (!out || (kind == "mean" && (count <= 0 || !out_dtype)) || input.sizes.size() != input.strides.size() ||
       (row_kernels && ((kind != "sum" && kind != "mean" && kind != "amax" && kind != "amin") || !out_dtype ||
                        order.empty())) ||
+      (length != -1 && (!row_kernels || length < 1)) ||
       result.sizes.size() != result.strides.size() || result.sizes.size() != input.sizes.size()) {
     return false;
   }
@@ -285,6 +287,7 @@ bool offer_reduce(const std::string& kind, const at::Tensor& x, BufferView input
   if (r->kind == Kind::kMean) r->count = count;
   if (r->kind == Kind::kMean || row_kernels) r->out_dtype = *out_dtype;
   r->row_kernels = row_kernels;
+  r->length = length;
   for (size_t d = 0; d < input.sizes.size(); ++d) {  // the values' shape: the input's, 1 along the reduced dims
     const bool reduced = std::find(order.begin(), order.end(), static_cast<int64_t>(d)) != order.end();
     if (result.sizes[d] != (reduced ? 1 : input.sizes[d])) return false;

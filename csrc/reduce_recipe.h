@@ -15,7 +15,8 @@ namespace torch_layouts {
 // `dtype`: a sum's dtype (a mean's sums'); a mean divides its float32 sums by `count` and rounds
 // to `out_dtype`. `row_kernels` (a sum, mean, amax or amin over sticks, ops/reductions._row_reduce):
 // the reduced dims reduced in one sweep by the row kernels (rows_sum, rows_extreme) into float32, a
-// mean's divided by `count`, rounded to `out_dtype`.
+// mean's divided by `count`, rounded to `out_dtype`; `length` (with the row kernels: amax or amin
+// over sticks whose last one is padded) a row's real elements, its first ones (-1: the whole row).
 // One box of a reduction over several boxes of real positions: the input's view of the box, the
 // box's region of the values (a contiguous tensor of the values' shape) and the result's view of
 // that region; whether it is the first box there (it writes the region; later ones combine).
@@ -26,7 +27,8 @@ struct ReducePiece {
 
 bool offer_reduce(const std::string& kind, const at::Tensor& x, BufferView input, std::vector<int64_t> order,
                   std::optional<c10::ScalarType> dtype, LayoutPtr out, BufferView result, int64_t count = 1,
-                  std::optional<c10::ScalarType> out_dtype = std::nullopt, bool row_kernels = false);
+                  std::optional<c10::ScalarType> out_dtype = std::nullopt, bool row_kernels = false,
+                  int64_t length = -1);
 
 // amax, amin, all or any over `pieces` (ops/reductions.box_regions), their values of `values_sizes`
 // combined where regions meet (maximum, minimum, and, or), each written region copied into a new

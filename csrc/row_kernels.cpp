@@ -618,9 +618,9 @@ void write_sparse(const SparseRows& s, int64_t rows, int64_t first, int64_t coun
 // `gathered(acc, floats, n)` one row's run gathered into float32 (bfloat16, strided runs). Each
 // value is divided by `divisor` as it is written (a mean's count; 1: as it is).
 template <typename Strided, typename Runs, typename Gathered>
-void fold_rows(const at::Tensor& x, const at::Tensor& out, int64_t width, float init, float divisor,
+void fold_rows(const at::Tensor& x, const at::Tensor& out, int64_t width, int64_t length, float init, float divisor,
                const SparseRows* sparse, const Strided& strided, const Runs& runs_of, const Gathered& gathered) {
-  const Rows g = make_rows({x}, {"input"}, width, -1);
+  const Rows g = make_rows({x}, {"input"}, width, length);
   if (sparse) {
     TORCH_CHECK_VALUE(g.rows > 0 && sparse->step > 0 && sparse->offset >= 0 &&
                           sparse->offset + (g.rows - 1) * sparse->step < sparse->numel,
@@ -660,20 +660,22 @@ void fold_rows(const at::Tensor& x, const at::Tensor& out, int64_t width, float 
       // read back per run (the float16 stick sum of 4096x4096: 17-20% less time).
       bool even = count > 1;
       for (int64_t r = 2; even && r < count; ++r) even = base[r] - base[r - 1] == base[1] - base[0];
-      for (const int64_t run : op.run_offset) {
+      for (size_t j = 0; j < op.run_offset.size(); ++j) {
+        const int64_t run = op.run_offset[j];
+        const int64_t n = j + 1 < op.run_offset.size() ? g.run_len : g.last;  // (a real length: ends within it)
         if (direct && even) {
           const char* start = op.data + (base[0] + run) * op.esize;
-          strided(block.get(), start, (base[1] - base[0]) * op.esize, count, g.run_len, op.dtype == at::kHalf);
+          strided(block.get(), start, (base[1] - base[0]) * op.esize, count, n, op.dtype == at::kHalf);
           continue;
         }
         for (int64_t r = 0; r < count; ++r) runs[r] = op.data + (base[r] + run) * op.esize;
         if (direct) {
-          runs_of(block.get(), runs.get(), count, g.run_len, op.dtype == at::kHalf);
+          runs_of(block.get(), runs.get(), count, n, op.dtype == at::kHalf);
           continue;
         }
         for (int64_t r = 0; r < count; ++r) {
-          load(scratch.get(), runs[r], g.run_len, op.run_stride, op.dtype, m);
-          gathered(block[r], scratch.get(), g.run_len);
+          load(scratch.get(), runs[r], n, op.run_stride, op.dtype, m);
+          gathered(block[r], scratch.get(), n);
         }
       }
       if (divisor != 1.0f) {
@@ -696,18 +698,20 @@ void fold_rows(const at::Tensor& x, const at::Tensor& out, int64_t width, float 
 
 }  // namespace
 
-void rows_sum(const at::Tensor& x, const at::Tensor& out, int64_t width, int64_t divisor, const SparseRows* sparse) {
+void rows_sum(const at::Tensor& x, const at::Tensor& out, int64_t width, int64_t divisor, const SparseRows* sparse,
+              int64_t length) {
   TORCH_CHECK_VALUE(divisor >= 0, "divisor must not be negative, got ", divisor);
   const RowMath& m = math();
-  fold_rows(x, out, width, 0.0f, static_cast<float>(divisor), sparse, m.add_strided_run_sums, m.add_run_sums,
+  fold_rows(x, out, width, length, 0.0f, static_cast<float>(divisor), sparse, m.add_strided_run_sums, m.add_run_sums,
             [&](float& sum, const float* run, int64_t n) { sum += m.sum(run, n); });
 }
 
-void rows_extreme(const at::Tensor& x, const at::Tensor& out, int64_t width, bool max, const SparseRows* sparse) {
+void rows_extreme(const at::Tensor& x, const at::Tensor& out, int64_t width, bool max, const SparseRows* sparse,
+                  int64_t length) {
   const RowMath& m = math();
   const float init = max ? -std::numeric_limits<float>::infinity() : std::numeric_limits<float>::infinity();
   fold_rows(
-      x, out, width, init, 1.0f, sparse,
+      x, out, width, length, init, 1.0f, sparse,
       [&](float* acc, const char* first, int64_t step, int64_t count, int64_t n, bool half) {
         m.fold_strided_run_extremes(acc, first, step, count, n, half, max);
       },

@@ -46,13 +46,14 @@ struct SparseRows {
 
 // Each row's sum into out, float32, divided by `divisor` (a mean's count: the bits of ATen's sum
 // and then its division in float32). With `sparse`, into that buffer instead (out unused): every
-// element of it written, each thread its rows' part.
+// element of it written, each thread its rows' part. `length`: a row's real elements, its first
+// ones (-1: the whole row), as rows_cumsum's.
 void rows_sum(const at::Tensor& x, const at::Tensor& out, int64_t width, int64_t divisor = 1,
-              const SparseRows* sparse = nullptr);
+              const SparseRows* sparse = nullptr, int64_t length = -1);
 // Each row's maximum (max false: minimum) into out, float32 (exact for float16 and bfloat16 rows);
-// NaN where the row holds one, as ATen's amax and amin. `sparse` as rows_sum's.
+// NaN where the row holds one, as ATen's amax and amin. `sparse` and `length` as rows_sum's.
 void rows_extreme(const at::Tensor& x, const at::Tensor& out, int64_t width, bool max,
-                  const SparseRows* sparse = nullptr);
+                  const SparseRows* sparse = nullptr, int64_t length = -1);
 
 // indices := each row's index of its maximum (max false: minimum), the first among ties, or of
 // its first NaN, as ATen's argmax and argmin; values (may be absent) := that element, float32 (max

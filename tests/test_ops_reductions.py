@@ -392,7 +392,7 @@ def test_sums_over_sticks_replay_the_row_kernels(_, shape, dtype, dims, keepdim,
     from torch_layouts.ops import reductions
     monkeypatch.setattr(reductions, "ROW_SUMS_FROM", 1)
     swept, real = [], reductions._row_reduce
-    monkeypatch.setattr(reductions, "_row_reduce", lambda k, v, red, n: swept.append(red) or real(k, v, red, n))
+    monkeypatch.setattr(reductions, "_row_reduce", lambda k, v, red, *rest: swept.append(red) or real(k, v, red, *rest))
     fn = lambda t: getattr(t, kind)(dim=dims, keepdim=keepdim)  # noqa: E731
     bits = torch.int16 if dtype == F16 else torch.int32
     for out, ref, x in _in_place_calls(shape, dtype, lambda t: t, fn, monkeypatch):
@@ -429,7 +429,7 @@ def test_small_float32_sums_over_several_sticks_take_the_row_kernels(_, shape, d
     from torch_layouts.ops import reductions
     assert math.prod(shape) < reductions.ROW_SUMS_FROM
     rows, real = [], reductions._row_reduce
-    monkeypatch.setattr(reductions, "_row_reduce", lambda k, v, red, n: rows.append(red) or real(k, v, red, n))
+    monkeypatch.setattr(reductions, "_row_reduce", lambda k, v, red, *rest: rows.append(red) or real(k, v, red, *rest))
     fn = lambda t: getattr(t, kind)(dim=dims)  # noqa: E731
     for out, ref, x in _in_place_calls(shape, dtype, lambda t: t, fn, monkeypatch):
         with torch_layouts.strict_layouts():  # the Python path, which replays nothing
@@ -440,6 +440,45 @@ def test_small_float32_sums_over_several_sticks_take_the_row_kernels(_, shape, d
         else:
             torch.testing.assert_close(out.cpu(), ref, **kind_tolerance(kind, dtype, math.prod(shape[d] for d in dims)))
     assert bool(rows) == swept
+
+
+# Extremes over sticks whose last one is padded: every row's real elements first (the row
+# kernels' tail), its padding a value that would win were it read. id, shape, dtype, dim, keepdim,
+# kind, pad value.
+PADDED_EXTREMES = [
+    ("classes-amax", (8, 1000), F32, -1, False, "amax", 2.0**100),
+    ("classes-amin-keepdim", (64, 100), F32, 1, True, "amin", -2.0**100),
+    ("rows-amax-half", (100, 100), F16, -1, False, "amax", 65504.0),
+    ("batch-rows-amin-bfloat16", (3, 20, 100), torch.bfloat16, 2, False, "amin", float("-inf")),
+    ("nan-padding-amax-keepdim", (16, 130), F32, -1, True, "amax", float("nan")),
+]
+
+
+@pytest.mark.parametrize("_, shape, dtype, dim, keepdim, kind, pad", PADDED_EXTREMES, ids=[c[0] for c in PADDED_EXTREMES])
+def test_extremes_over_a_padded_stick_stop_at_each_rows_real_elements(_, shape, dtype, dim, keepdim, kind, pad,
+                                                                       monkeypatch):
+    """``amax``/``amin`` over the stick dim whose last stick is padded: one sweep of the row kernels
+    that stops at each row's real elements (the padding, which would win, never read), replayed
+    from the second call; the CPU's values exactly, a row's NaN included, in the Python path's
+    layout."""
+    from torch_layouts.ops import elementwise, reductions
+    elementwise.forget_recipes()
+    reductions.PLANS.clear()
+    tails, real = [], reductions._row_reduce
+    monkeypatch.setattr(reductions, "_row_reduce", lambda k, v, red, n=1, tail=None: tails.append(tail) or
+                        real(k, v, red, n, tail))
+    layout = SpyreTensorLayout(shape, dtype, pad_value=pad)
+    fn = lambda t: getattr(t, kind)(dim=dim, keepdim=keepdim)  # noqa: E731
+    for seed in range(3):
+        x = torch.randn(shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
+        x.view(-1)[7 * seed + 3] = math.nan if seed == 1 else x.view(-1)[3]  # one row's NaN, in the second call
+        y = x.to("spyre", device_layout=layout)
+        out = fn(y)
+        with torch_layouts.strict_layouts():  # the Python path, which replays nothing
+            planned = fn(y)
+        torch.testing.assert_close(out.cpu(), fn(x), rtol=0, atol=0, equal_nan=True)
+        assert out.device_tensor_layout() == planned.device_tensor_layout()
+    assert tails == [shape[-1]] * (1 + 3)  # planned once, replayed, and each strict call
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

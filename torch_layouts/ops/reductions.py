@@ -33,7 +33,7 @@ from .operands import (Read, coords_for, default_coords, geometry_key, has_paddi
                        reduced_dims, rowmajor, runtime_record, strides_in_order, view)
 from .registry import register
 from . import strided_reductions
-from .rows import ROW_DTYPES, Rows
+from .rows import ROW_DTYPES, Rows, tail_rows
 
 LOW_PRECISION = (torch.float16, torch.bfloat16)
 COLUMN_DTYPES = (torch.float32, *LOW_PRECISION)  # the column-sum kernel's
@@ -323,11 +323,13 @@ def _row_kernels_apply(v: torch.Tensor, red: tuple[int, ...], out_dtype: torch.d
     return inner in red and v.stride(inner) == 1
 
 
-def _row_reduce(kind: str, v: torch.Tensor, red: tuple[int, ...], count: int = 1) -> torch.Tensor:
+def _row_reduce(kind: str, v: torch.Tensor, red: tuple[int, ...], count: int = 1, tail: int | None = None
+                ) -> torch.Tensor:
     """Sums (``sum``, ``mean``) or extremes (``amax``, ``amin``) over the device dims ``red`` of a
     CPU view, float32, kept as size 1: one sweep, each row's sum accumulated in float32 and
     rounded once (docs/design.md, "Row kernels"), a mean's then divided by ``count`` (its real
     elements) in float32 as ATen's mean divides its sum, its extreme exact, NaN where the row has one.
+    ``tail``: each row's real elements, its first ones in row order (``extreme_tail``); None: all.
 
     >>> v = torch.tensor([[1.0, 5.0], [-2.0, 3.0]]).t()  # a transposed view: rows (1, -2), (5, 3)
     >>> _row_reduce("amax", v, (1,)).flatten().tolist(), _row_reduce("sum", v, (1,)).flatten().tolist()
@@ -336,10 +338,11 @@ def _row_reduce(kind: str, v: torch.Tensor, red: tuple[int, ...], count: int = 1
     order = [d for d in range(v.dim()) if d not in red] + sorted(red)
     out = torch.empty(math.prod(v.shape[d] for d in order[:v.dim() - len(red)]))
     rows = v.permute(order)
+    length = -1 if tail is None else tail
     if kind in ("amax", "amin"):
-        _C._rows_extreme(rows, out, len(red), kind == "amax")
+        _C._rows_extreme(rows, out, len(red), kind == "amax", length=length)
     else:
-        _C._rows_sum(rows, out, len(red), count if kind == "mean" else 1)
+        _C._rows_sum(rows, out, len(red), count if kind == "mean" else 1, length=length)
     return out.view([1 if d in red else n for d, n in enumerate(v.shape)])
 
 
@@ -356,6 +359,7 @@ class ReducePlan(NamedTuple):
     count: int
     row_kernels: bool
     layouts: tuple  # layouts_of the input: the id in the key stays its layout's
+    tail: int | None = None  # the row kernels' real elements a row (extreme_tail)
 
 
 PLANS: dict[tuple, ReducePlan | strided_reductions.StridedPlan] = {}
@@ -367,11 +371,27 @@ def _mean_sums_dtype(out_dtype: torch.dtype) -> torch.dtype | None:
     return None if out_dtype in LOW_PRECISION else out_dtype
 
 
+def extreme_tail(kind: str, coords: BoundLayout, red: tuple[int, ...]) -> int | None:
+    """For ``amax`` or ``amin`` over device dims ``red`` of padded coordinates whose every row (the
+    kept dims, all real) holds its real elements first in row order (the reduced dims ascending:
+    1000 float32 classes in sticks of 32, the last one of 8): how many, where the row kernels stop
+    (one sweep, instead of a reduction per real box and their combination); else None.
+
+    >>> extreme_tail("amax", default_coords((8, 1000), torch.float32), (0, 2))  # device dims [32, 8, 32]
+    1000
+    """
+    if kind not in ("amax", "amin") or not red or not has_padding(coords) or one_real_box(coords) is not None:
+        return None
+    order = tuple([d for d in range(len(coords.shape)) if d not in red] + sorted(red))
+    found = tail_rows(coords, order, len(red))
+    return found.tail if found is not None and found.box is None else None
+
+
 def _values(kind: str, v: torch.Tensor, red: tuple[int, ...], row_kernels: bool, count: int, device: torch.device,
-            out_dtype: torch.dtype, dtype: torch.dtype | None) -> torch.Tensor:
+            out_dtype: torch.dtype, dtype: torch.dtype | None, tail: int | None = None) -> torch.Tensor:
     """The reduced values of the view ``v`` (size 1 along ``red``), in ``out_dtype``."""
     if row_kernels:
-        values = _row_reduce(kind, v, red, count)
+        values = _row_reduce(kind, v, red, count, tail)
     elif kind == "mean":  # a low-precision mean rounds to its dtype: sum natively, divide in float32
         values = reduce_view(v, red, "sum", device, _mean_sums_dtype(out_dtype)).float() / count
     else:
@@ -408,11 +428,16 @@ def box_regions(kind: str, coords: BoundLayout, red: tuple[int, ...]
 
 
 def _boxed_values(kind: str, v: torch.Tensor, coords: BoundLayout, red: tuple[int, ...], row_kernels: bool, count: int,
-                  device: torch.device, out_dtype: torch.dtype, dtype: torch.dtype | None) -> torch.Tensor:
+                  device: torch.device, out_dtype: torch.dtype, dtype: torch.dtype | None, tail: int | None = None
+                  ) -> torch.Tensor:
     """``_values`` of the view ``v`` in ``coords``; where the real positions are one box, of that
     box only (the padding beside it and within the reduced dims neither read nor reduced: the CPU
     kernel walks the real elements as it walks a tensor of their shape), the rest zeros; where
-    they are several boxes (``box_regions``), of each box, combined where their regions meet."""
+    each row's real elements are its first ``tail`` (``extreme_tail``), of the whole view, the row
+    kernels stopping there; where they are several boxes (``box_regions``), of each box, combined
+    where their regions meet."""
+    if tail is not None:
+        return _values(kind, v, red, True, count, device, out_dtype, dtype, tail)
     box = one_real_box(coords)
     regions = box_regions(kind, coords, red) if box is None else None
     if regions is not None:
@@ -447,7 +472,7 @@ def reduce(kind: str, x: torch.Tensor, dim: int | Sequence[int] | None, keepdim:
         if kept is not None:
             v = raw_view(x, kept.coords.layout.device_size, *kept.read)
             values = _boxed_values(kind, v, kept.coords, kept.red, kept.row_kernels, kept.count, x.device,
-                                   kept.out_dtype, dtype)
+                                   kept.out_dtype, dtype, kept.tail)
             _offer(kind, x, v, kept, keepdim, values, dtype)
             return write_result(kept.coords, kept.dims, keepdim, values, x.device)
     dims = normalize_dims(dim, x.dim())
@@ -470,17 +495,19 @@ def reduce(kind: str, x: torch.Tensor, dim: int | Sequence[int] | None, keepdim:
     original = x
     x, coords, v, red, exact = readable(x, dims)
     pad = x.device_tensor_layout().pad_value
-    boxed = one_real_box(coords) is not None or box_regions(kind, coords, red) is not None  # no padding read: no mask
+    tail = extreme_tail(kind, coords, red) if _row_kernels_apply(v, red, out_dtype) else None
+    boxed = (tail is not None or one_real_box(coords) is not None
+             or box_regions(kind, coords, red) is not None)  # no padding read: no mask
     masked_v = v if boxed else masked(v, coords, exact, pad, identity(kind, x.dtype))
     count = math.prod(x.shape[d] for d in dims)
     any_size = (kind in ("sum", "mean") and x.dtype == out_dtype == torch.float32
                 and len(merge_reduced(masked_v, sorted(red, key=lambda d: abs(masked_v.stride(d))))[1]) > 1)
-    row_kernels = (kind in ROW_KINDS and (any_size or x.numel() >= ROW_SUMS_FROM)
-                   and _row_kernels_apply(masked_v, red, out_dtype))
-    values = _boxed_values(kind, masked_v, coords, red, row_kernels, count, x.device, out_dtype, dtype)
+    row_kernels = tail is not None or (kind in ROW_KINDS and (any_size or x.numel() >= ROW_SUMS_FROM)
+                                       and _row_kernels_apply(masked_v, red, out_dtype))
+    values = _boxed_values(kind, masked_v, coords, red, row_kernels, count, x.device, out_dtype, dtype, tail)
     if key is not None and x is original and masked_v is v:
         kept = keep(PLANS, key, ReducePlan(out_dtype, coords, (tuple(v.stride()), v.storage_offset()), red, dims,
-                                           count, row_kernels, layouts_of([x])), MAX_PLANS)
+                                           count, row_kernels, layouts_of([x]), tail), MAX_PLANS)
         _offer(kind, x, v, kept, keepdim, values, dtype)
     return write_result(coords, dims, keepdim, values, x.device)
 
@@ -505,7 +532,7 @@ def _offer(kind: str, x: torch.Tensor, v: torch.Tensor, kept: ReducePlan, keepdi
     w = write_plan(coords, dims, keepdim, values.dtype)
     if w.mode == "move":
         return
-    regions = box_regions(kind, coords, kept.red)
+    regions = box_regions(kind, coords, kept.red) if kept.tail is None else None
     if regions is not None:  # several boxes: each reduced, combined where their regions meet
         _offer_pieces(kind, x, v, kept, w, regions)
         return
@@ -526,7 +553,7 @@ def _offer(kind: str, x: torch.Tensor, v: torch.Tensor, kept: ReducePlan, keepdi
         _C._offer_reduce(kind, x, (tuple(n for _, n in box), tuple(v.stride()), v.storage_offset() + start),
                          sorted(kept.red, key=lambda d: (v.stride(d), d)), sums, runtime_record(w.out_coords),
                          (tuple(1 if d in kept.red else n for d, (_, n) in enumerate(box)), strides, offset + result_start),
-                         kept.count, kept.out_dtype, kept.row_kernels)
+                         kept.count, kept.out_dtype, kept.row_kernels, -1 if kept.tail is None else kept.tail)
         return
     _C._offer_recipe([x], [(0, tuple(v.shape), tuple(v.stride()), v.storage_offset())], runtime_record(w.out_coords),
                      (size, strides, offset), [(1, list(kept.red)), (2, True)], NATIVE[kind], boxes)
