@@ -896,8 +896,8 @@ void copy_extended_tile(char* d, const char* s, int64_t na, int64_t nb, int64_t 
     // holding row a's chunk e, then one transpose of the (e, a) records' nb units writes the
     // destination rows (for 2-byte units and records of 2 or 4: the de-interleave kernels). 2
     // threads, one process, alternating builds: at 1 MiB CONV2D_FILTER float16 34 -> 17 us,
-    // float32 26 -> 21 (17.6 with tile_u32's split of 4-unit records), OIhw16i16o 23 -> 15.6; at 32 MiB
-    // 1.9 -> 1.3 ms, 1.4 (as before), 1.8 -> 1.2.
+    // float32 26 -> 21 (17.6 with tile_u32's split of 4-unit records), OIhw16i16o 23 -> 15.6;
+    // at 32 MiB 1.9 -> 1.3 ms, 1.4 (as before), 1.8 -> 1.2.
     // Destination chunks of a line or more move well in the gather; a transpose of few wider
     // units (4 or 8 bytes, records of 2 or 4) measured slower there.
     plain_tile(buf, s, na, ne, src_a, na * chunk, chunk);

@@ -371,6 +371,7 @@ def _mean_sums_dtype(out_dtype: torch.dtype) -> torch.dtype | None:
     return None if out_dtype in LOW_PRECISION else out_dtype
 
 
+@functools.lru_cache(maxsize=1024)
 def extreme_tail(kind: str, coords: BoundLayout, red: tuple[int, ...]) -> int | None:
     """For ``amax`` or ``amin`` over device dims ``red`` of padded coordinates whose every row (the
     kept dims, all real) holds its real elements first in row order (the reduced dims ascending:
