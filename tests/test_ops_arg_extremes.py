@@ -46,6 +46,7 @@ def test_extremes_over_the_stick_dim_are_the_cpus(x, keepdim, instructions):
     taken = []
     with pytest.MonkeyPatch.context() as patch, kernels_in(_C._rows_set_math, instructions):
         patch.setattr(arg_extremes, "ROWS_FROM", 0)
+        patch.setattr(arg_extremes, "PLANS", {})  # (a kept "not taken" from the default threshold)
         patch.setattr(arg_extremes, "_on_rows", lambda *a, f=arg_extremes._on_rows: taken.append(f(*a)) or taken[-1])
         torch_layouts.reset_stats()
         got = [getattr(device, op)(-1, keepdim) for op in ("argmax", "argmin")]
@@ -86,6 +87,37 @@ def test_each_path_gives_the_cpus_results(_, shape, dim, order, rows):
             got, want = device.min(dim, keepdim=True), x.min(dim, keepdim=True)
             assert _same(got.values.cpu(), want.values) and _same(got.indices.cpu(), want.indices)
     assert all((t is not None) == rows for t in taken)
+
+
+# id, host shape, dim, whether the rows' results come in host order
+KEPT = [
+    ("rows of sticks", (300, 1024), 1, True),
+    ("classes in a padded last stick", (256, 1000), 1, True),
+    ("3-D logits, batch rows adjacent", (4, 64, 1000), 2, False),
+    ("3-D, a padded stick", (3, 40, 700), -1, False),
+]
+
+
+@pytest.mark.parametrize("_, shape, dim, in_order", KEPT, ids=[c[0] for c in KEPT])
+def test_the_row_kernels_plan_is_kept_per_geometry(_, shape, dim, in_order, monkeypatch):
+    """The first call over the stick dim plans (the readable view, the rows, their host order,
+    found to be the identity or not); later calls of the geometry, on other data, reuse it and
+    give the CPU's indices and values bit for bit."""
+    monkeypatch.setattr(arg_extremes, "PLANS", {})
+    planned = []
+    monkeypatch.setattr(arg_extremes, "readable", lambda *a, f=arg_extremes.readable: planned.append(1) or f(*a))
+    for seed in range(3):
+        x = torch.randn(shape, generator=torch.Generator().manual_seed(seed))
+        x.view(-1)[seed * 7] = float("nan") if seed == 2 else 5.0
+        device = x.to("spyre")
+        for op in ("argmax", "argmin"):
+            assert _same(getattr(device, op)(dim).cpu(), getattr(x, op)(dim))
+        for op in ("max", "min"):
+            got, want = getattr(device, op)(dim, keepdim=True), getattr(x, op)(dim, keepdim=True)
+            assert _same(got.values.cpu(), want.values) and _same(got.indices.cpu(), want.indices)
+    assert len(planned) == 1
+    (plan,) = arg_extremes.PLANS.values()
+    assert (plan.order is None) == in_order
 
 
 def test_errors_are_the_cpus():
