@@ -62,7 +62,23 @@ void fold_runs(float* acc, Runs runs, int64_t count, int64_t len, bool half) {
     const __m256 total = plain8<Max>(_mm256_permute2f128_ps(b0, b1, 0x20), _mm256_permute2f128_ps(b0, b1, 0x31));
     _mm256_storeu_ps(acc + r, extreme8<Max>(_mm256_loadu_ps(acc + r), total));
   }
-  for (; r < count; ++r) acc[r] = extreme1<Max>(acc[r], exact_extreme<Max>(runs[r], n, half));
+  // The last rows one at a time, each run's lanes through the same tree in scalars (maxps/minps's
+  // rule: the second operand unless the first is greater, or less): the bits the blocks of eight
+  // give. Element by element they took ~0.7 ns an element: the kernel alone (2 threads, float32,
+  // contiguous rows) 2.7 -> 0.48 us for 2x2000, 16.6 -> 1.04 for 7x4096 (rows_sum 0.45 and 1.01).
+  const auto p = [](float a, float b) { return (Max ? a > b : a < b) ? a : b; };
+  for (; r < count; ++r) {
+    bool nan = false;
+    const __m256 v = extreme_lanes<Max>(runs[r], n, half, nan);
+    if (nan) {
+      acc[r] = extreme1<Max>(acc[r], exact_extreme<Max>(runs[r], n, half));
+      continue;
+    }
+    alignas(32) float l[8];
+    _mm256_store_ps(l, v);
+    const float total = p(p(p(l[0], l[1]), p(l[2], l[3])), p(p(l[4], l[5]), p(l[6], l[7])));
+    acc[r] = acc[r] != acc[r] ? acc[r] : p(acc[r], total);
+  }
 }
 
 // Runs of a float16 or float32 stick through the code compiled for their length.

@@ -404,10 +404,10 @@ def test_sums_over_sticks_replay_the_row_kernels(_, shape, dtype, dims, keepdim,
     assert swept
 
 
-# Small reductions (under ``ROW_SUMS_FROM``) at the default threshold: float32 sums and means of
-# rows of several sticks take the row kernels; a row within its stick (one reduced dim) keeps
-# ATen's reduction, the CPU's bits; extremes and float16 sums keep ATen's. id, shape, dtype, dims,
-# kind, whether the row kernels sweep.
+# Small reductions (under ``ROW_SUMS_FROM``) at the default threshold: float32 sums, means and
+# extremes of rows of several sticks take the row kernels; a row within its stick (one reduced
+# dim) keeps ATen's reduction, the CPU's bits; float16 sums and extremes keep ATen's. id, shape,
+# dtype, dims, kind, whether the row kernels sweep.
 SMALL_REDUCTIONS = [
     ("rows-of-sticks-sum", (63, 64), F32, (1,), "sum", True),
     ("two-long-rows-mean", (2, 2000), F32, (1,), "mean", True),
@@ -415,17 +415,21 @@ SMALL_REDUCTIONS = [
     ("rows-and-sticks-sum", (4, 3, 40), F32, (1, 2), "sum", True),
     ("row-within-its-stick-sum", (32, 10), F32, (1,), "sum", False),
     ("row-within-its-stick-mean", (8, 16, 16), F32, (2,), "mean", False),
-    ("rows-of-sticks-amax", (63, 64), F32, (1,), "amax", False),
+    ("rows-of-sticks-amax", (63, 64), F32, (1,), "amax", True),
+    ("a-few-long-rows-amin", (3, 1300), F32, (1,), "amin", True),
+    ("row-within-its-stick-amax", (40, 20), F32, (1,), "amax", False),
     ("rows-of-sticks-sum-half", (4, 128), F16, (1,), "sum", False),
+    ("rows-of-sticks-amax-half", (4, 128), F16, (1,), "amax", False),
 ]
 
 
 @pytest.mark.parametrize("_, shape, dtype, dims, kind, swept", SMALL_REDUCTIONS, ids=[c[0] for c in SMALL_REDUCTIONS])
-def test_small_float32_sums_over_several_sticks_take_the_row_kernels(_, shape, dtype, dims, kind, swept,
+def test_small_float32_reductions_over_several_sticks_take_the_row_kernels(_, shape, dtype, dims, kind, swept,
                                                                       monkeypatch):
-    """Below ``ROW_SUMS_FROM``, float32 sums and means over several device dims take the row
-    kernels (their replays the same bits); a row within its stick keeps ATen's reduction and the
-    CPU's bits; extremes and float16 sums keep ATen's. Every result is the CPU's to rounding."""
+    """Below ``ROW_SUMS_FROM``, float32 sums, means and extremes over several device dims take
+    the row kernels (their replays the same bits); a row within its stick keeps ATen's reduction
+    and the CPU's bits; float16 sums and extremes keep ATen's. Every result is the CPU's to
+    rounding (extremes: exactly)."""
     from torch_layouts.ops import reductions
     assert math.prod(shape) < reductions.ROW_SUMS_FROM
     rows, real = [], reductions._row_reduce

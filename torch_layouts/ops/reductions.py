@@ -297,16 +297,16 @@ def merge_reduced(v: torch.Tensor, order: Sequence[int]) -> tuple[torch.Tensor, 
     return (v if len(dims) == len(order) else v.as_strided(sizes, strides, v.storage_offset())), dims
 
 
-# Inputs from which extremes and float16/bfloat16 sums over sticks take the C++ row kernels:
+# Inputs from which float16/bfloat16 sums and extremes over sticks take the C++ row kernels:
 # below, ATen's reductions on the view (either way, later calls of the geometry replay in the
 # runtime's front). Replayed, the row sums were the faster from 32x512 (float32 sum(-1) 6.6 -> 4.8
-# us, 1024x256 55 -> 31 us). Float32 sums and means over two or more device dims (after merging:
-# a row of several sticks) take them at every size: their values go straight into the result,
-# where ATen's reductions take a call per reduced dim and a copy (2 threads, replayed: sum(-1) of
-# 2x2000, 63x64, 100x40 float32 3.7-4.0 -> 1.8-2.0 us, CPU 1.6-1.9). Over one dim (a row within
-# its stick) ATen's reduction gives the CPU's bits in one call; small extremes (few long rows:
-# amax(-1) of 1x4000 1.7 -> 4.4 us) and float16 sums (4x64: 2.2 -> 2.9, the float32 values
-# converted after) measured slower in the row kernels.
+# us, 1024x256 55 -> 31 us). Float32 sums, means and extremes over two or more device dims (after
+# merging: a row of several sticks) take them at every size: their values go straight into the
+# result, where ATen's reductions take a call per reduced dim and a copy (2 threads, replayed:
+# sum(-1) of 2x2000, 63x64, 100x40 float32 3.7-4.0 -> 1.8-2.0 us, CPU 1.6-1.9; amax(-1) of 63x64,
+# 16x128, 3x20x64 3.1-3.9 -> 1.7-1.9, CPU 1.5-1.7). Over one dim (a row within its stick) ATen's
+# reduction gives the CPU's bits in one call; float16 sums and extremes (4x64: 2.2-2.4 -> 2.9-3.0,
+# the float32 values converted after) measured slower in the row kernels.
 ROW_SUMS_FROM = 1 << 12
 
 # Kinds the row kernels take over sticks: sums (rounded as docs/design.md, "Row kernels" says)
@@ -501,7 +501,7 @@ def reduce(kind: str, x: torch.Tensor, dim: int | Sequence[int] | None, keepdim:
              or box_regions(kind, coords, red) is not None)  # no padding read: no mask
     masked_v = v if boxed else masked(v, coords, exact, pad, identity(kind, x.dtype))
     count = math.prod(x.shape[d] for d in dims)
-    any_size = (kind in ("sum", "mean") and x.dtype == out_dtype == torch.float32
+    any_size = (kind in ROW_KINDS and x.dtype == out_dtype == torch.float32
                 and len(merge_reduced(masked_v, sorted(red, key=lambda d: abs(masked_v.stride(d))))[1]) > 1)
     row_kernels = tail is not None or (kind in ROW_KINDS and (any_size or x.numel() >= ROW_SUMS_FROM)
                                        and _row_kernels_apply(masked_v, red, out_dtype))
