@@ -418,22 +418,27 @@ TL_AVX512 std::pair<int64_t, int64_t> line_blocks_u64(char* d, const char* s, in
 // of each row a step, and their inverses (D2H): 4 rows take their lanes transposed and one word
 // permute per register; 2 rows one two-register word permute per output. Each returns the units
 // (b for interleaves, a for the inverses) done, a multiple of 32.
-// Word permute indices: table[i] = f(i) for the 32 words of a register.
-struct WordIndex {
-  alignas(64) int16_t at[32];
+// Permute indices of a register's elements of type E: table[i] = f(i) (the 32 words of a word
+// permute, the 16 dwords of a dword permute).
+template <typename E>
+struct LaneIndex {
+  alignas(64) E at[64 / sizeof(E)];
 };
-template <typename F>
-constexpr WordIndex word_index(F f) {
-  WordIndex w{};
-  for (int i = 0; i < 32; ++i) w.at[i] = static_cast<int16_t>(f(i));
+template <typename E, typename F>
+constexpr LaneIndex<E> lane_index(F f) {
+  LaneIndex<E> w{};
+  for (int i = 0; i < static_cast<int>(64 / sizeof(E)); ++i) w.at[i] = static_cast<E>(f(i));
   return w;
 }
-constexpr WordIndex kInterleave4 = word_index([](int i) { return (i % 4) * 8 + i / 4; });  // lane: 8 units of 4 rows
-constexpr WordIndex kInterleave2[2] = {word_index([](int i) { return (i % 2) * 32 + i / 2; }),
-                                       word_index([](int i) { return (i % 2) * 32 + i / 2 + 16; })};
-constexpr WordIndex kDeinterleave4 = word_index([](int i) { return (i % 8) * 4 + i / 8; });  // lane c: unit c of 8
-constexpr WordIndex kDeinterleave2[2] = {word_index([](int i) { return 2 * i; }),
-                                         word_index([](int i) { return 2 * i + 1; })};
+using WordIndex = LaneIndex<int16_t>;
+// lane: 8 units of 4 rows
+constexpr WordIndex kInterleave4 = lane_index<int16_t>([](int i) { return (i % 4) * 8 + i / 4; });
+constexpr WordIndex kInterleave2[2] = {lane_index<int16_t>([](int i) { return (i % 2) * 32 + i / 2; }),
+                                       lane_index<int16_t>([](int i) { return (i % 2) * 32 + i / 2 + 16; })};
+// lane c: unit c of 8
+constexpr WordIndex kDeinterleave4 = lane_index<int16_t>([](int i) { return (i % 8) * 4 + i / 8; });
+constexpr WordIndex kDeinterleave2[2] = {lane_index<int16_t>([](int i) { return 2 * i; }),
+                                         lane_index<int16_t>([](int i) { return 2 * i + 1; })};
 
 TL_AVX512 int64_t interleave_u16_avx512(char* d, const char* s, int64_t na, int64_t nb, int64_t src_a) {
   const __m512i i0 = _mm512_load_si512(na == 4 ? kInterleave4.at : kInterleave2[0].at);
@@ -480,14 +485,7 @@ TL_AVX512 int64_t deinterleave_u16_avx512(char* d, const char* s, int64_t na, in
 // Records of 4 4-byte units (a dense source, src_a == 16) split into 4 rows, 16 records a step:
 // each register's four records grouped by unit (lane c: unit c), then the lanes transposed.
 // Returns the records done, a multiple of 16.
-struct DwordIndex {
-  alignas(64) int32_t at[16];
-};
-constexpr DwordIndex kDeinterleave4Dwords = [] {
-  DwordIndex w{};
-  for (int i = 0; i < 16; ++i) w.at[i] = (i % 4) * 4 + i / 4;
-  return w;
-}();
+constexpr LaneIndex<int32_t> kDeinterleave4Dwords = lane_index<int32_t>([](int i) { return (i % 4) * 4 + i / 4; });
 
 // The inverse: 4 rows (src_a apart) of 4-byte units interleaved into records of 4 (dst_b == 16),
 // 16 units of each row a step (the lane transpose, then the same permute: it is its own inverse).
